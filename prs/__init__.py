@@ -1,0 +1,4 @@
+"""prs: pass-rate theory and training for binary-reward RL in JAX.
+
+This file only re-exports the public API; each line names the module that defines it.
+"""

@@ -1,0 +1,29 @@
+"""Shared test set-up.
+
+Eight fake CPU devices so that sharding tests run anywhere (must be set before jax is imported),
+a persistent compilation cache so that pytest-xdist workers and reruns share compiled kernels,
+and rank promotion turned into an error so that silent broadcasting is caught.
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pathlib
+
+import jax
+import pytest
+
+_CACHE = pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"
+jax.config.update("jax_compilation_cache_dir", str(_CACHE))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(scope="session")
+def eight_devices():
+    devices = jax.devices()
+    if len(devices) < 8:
+        pytest.skip(f"needs 8 devices, have {len(devices)} (XLA_FLAGS set after jax import?)")
+    return devices[:8]

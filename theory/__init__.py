@@ -1,0 +1,1 @@
+"""theory: pass-rate metrics, their finite-N expectations, optimality checks, the partial-pass trap."""
