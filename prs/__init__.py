@@ -2,3 +2,4 @@
 
 This file only re-exports the public API; each line names the module that defines it.
 """
+from prs.advantages import group_advantages, group_pass_rates, mixed_groups  # noqa: F401
