@@ -3,3 +3,5 @@
 This file only re-exports the public API; each line names the module that defines it.
 """
 from prs.advantages import group_advantages, group_pass_rates, mixed_groups  # noqa: F401
+from prs import prefix  # noqa: F401
+from prs.prefix import PrefixConfig, PrefixState  # noqa: F401
