@@ -5,3 +5,4 @@ This file only re-exports the public API; each line names the module that define
 from prs.advantages import group_advantages, group_pass_rates, mixed_groups  # noqa: F401
 from prs import prefix  # noqa: F401
 from prs.prefix import PrefixConfig, PrefixState  # noqa: F401
+from prs.losses import agg_denominator, policy_loss, token_entropy, token_logprobs  # noqa: F401
