@@ -1,0 +1,408 @@
+"""Procedurally generated modular-addition chains: the "math" task of the Prefix Sampling trainer.
+
+Problem: ``n`` digits ``a_1 … a_n`` in ``[0, m)``; prompt ``^a_1+a_2+…+a_n=``. Answer
+``y = (a_1 + … + a_n) mod m``. A written solution lists the running sums
+
+    s_1 = a_1,   s_k = (s_{k-1} + a_k) mod m,   written: ``s_2,s_3,…,s_n#y$``
+
+so ``^3+5+2+7=`` is solved by ``8,0,7#7$``. Every step is a small local computation (the sum just
+written plus the next prompt digit), so a prefix of a rollout is a partial solution: a correct
+prefix leaves fewer steps to get right (easier), a prefix with a wrong running sum leads to a wrong
+answer unless the policy notices it.
+
+Self-correction: ``!`` means "what I wrote since the last restart is wrong; start the list again".
+A demonstration that makes a wrong step may, one to ``max_fix_delay + 1`` steps later, write ``!``
+and restart from ``s_2``: ``8,1,8!8,0,7#7$``. Because ``!`` is legal anywhere before ``#``, a
+failure prefix (one that contains a wrong step) is a handicap, never a dead end: the continuation
+can always restart. Only a prefix that already contains ``#`` is decided.
+
+Difficulty knobs: the number of terms ``n`` (steps ``n - 1``; drawn per problem from
+``[min_terms, max_terms]`` with optional weights), and the modulus ``m`` (``2 … 10``, single-digit
+answers). Demonstrations are imperfect on purpose (``demo_error_rate``, ``demo_fix_rate``), so a
+supervised warm start gives a policy that fails sometimes, more on longer chains.
+
+Reward (``verify``): 1 iff the generated part holds exactly one ``#`` followed by the answer digit
+and the first EOS, with only digits, ``,`` and ``!`` before ``#``; everything else (no EOS within
+the length, no ``#``, a wrong or missing digit, an extra token before EOS, a stray ``+``) is 0.
+The scratch work is not graded (as in outcome-reward math RL).
+
+Generation is numpy on the host (a per-problem loop, done once per data set); ``verify`` is a jnp
+function over token arrays and runs inside ``jax.jit``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs.tasks.vocab import VOCAB, Vocab
+
+_SPLITS = {"train": 0, "eval": 1, "all": 2}
+EVAL_SEED = 20_260_505  # seed of the fixed held-out evaluation set (offset by ``eval_problems(seed=)``)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArithConfig:
+    """Static description of the task (hashable, so it can be a ``jax.jit`` static argument).
+
+    Attributes:
+      min_terms, max_terms: the number of terms ``n`` per problem lies in ``[min_terms, max_terms]``
+        (``2 <= min_terms <= max_terms <= 10``); the solution has ``n - 1`` steps.
+      modulus: ``m`` in ``[2, 10]``; terms and answers are digits ``0 … m-1``.
+      term_weights: optional relative weights of ``n = min_terms … max_terms`` (``None``: uniform).
+      demo_error_rate: probability that a demonstration step writes a wrong running sum.
+      demo_fix_rate: probability that a wrong step is noticed (``!`` then a restart).
+      max_fix_delay: a noticed error is flagged after ``0 … max_fix_delay`` further steps.
+      max_restarts: restarts per demonstration at most (bounds the length); later errors stand.
+      eval_every: one prompt in ``eval_every`` (by a hash of its digits) belongs to the held-out
+        split; ``make_problems(split="train")`` never produces those prompts.
+    """
+
+    min_terms: int = 2
+    max_terms: int = 7
+    modulus: int = 10
+    term_weights: tuple[float, ...] | None = None
+    demo_error_rate: float = 0.15
+    demo_fix_rate: float = 0.5
+    max_fix_delay: int = 1
+    max_restarts: int = 1
+    eval_every: int = 8
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.min_terms <= self.max_terms <= 10:
+            raise ValueError(
+                f"need 2 <= min_terms <= max_terms <= 10, got min_terms={self.min_terms} "
+                f"max_terms={self.max_terms}"
+            )
+        if not 2 <= self.modulus <= 10:
+            raise ValueError(f"modulus must lie in [2, 10] (single-digit answers), got {self.modulus}")
+        if self.term_weights is not None:
+            w = tuple(self.term_weights)
+            if len(w) != self.max_terms - self.min_terms + 1 or min(w) < 0 or sum(w) <= 0:
+                raise ValueError(
+                    f"term_weights needs {self.max_terms - self.min_terms + 1} non-negative weights "
+                    f"(n = {self.min_terms}..{self.max_terms}) with a positive sum, got {self.term_weights}"
+                )
+        for name in ("demo_error_rate", "demo_fix_rate"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {v}")
+        if self.max_fix_delay < 0 or self.max_restarts < 0:
+            raise ValueError(
+                f"max_fix_delay and max_restarts must be >= 0, got {self.max_fix_delay}, {self.max_restarts}"
+            )
+        if self.eval_every < 2:
+            raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
+
+    @property
+    def prompt_width(self) -> int:
+        """``P``: BOS + ``n`` digits + ``n - 1`` plus signs + ``=`` at ``n = max_terms``."""
+        return 2 * self.max_terms + 1
+
+    @property
+    def max_solution_len(self) -> int:
+        """Longest demonstration solution, EOS included: ``(max_restarts + 1)`` lists of
+        ``n - 1`` steps of two tokens (value, separator), then the answer digit and EOS."""
+        return 2 * (self.max_terms - 1) * (self.max_restarts + 1) + 2
+
+    @property
+    def max_len(self) -> int:
+        """``L`` of ``demonstrations``: ``prompt_width + max_solution_len``."""
+        return self.prompt_width + self.max_solution_len
+
+    @property
+    def vocab(self) -> Vocab:
+        return VOCAB
+
+
+class Problems(NamedTuple):
+    """A batch of problems (a pytree of arrays; numpy on creation).
+
+    prompt:      int32 [B, P]  ``^a_1+…+a_n=`` right-padded with PAD to ``P = cfg.prompt_width``
+    prompt_len:  int32 [B]     ``2 n + 1``
+    answer:      int32 [B]     ``(Σ a_k) mod m`` (the digit value, not its token id)
+    n_terms:     int32 [B]     ``n`` (the difficulty)
+    terms:       int32 [B, max_terms]  ``a_k``, padded with -1
+    """
+
+    prompt: np.ndarray
+    prompt_len: np.ndarray
+    answer: np.ndarray
+    n_terms: np.ndarray
+    terms: np.ndarray
+
+
+class Demonstrations(NamedTuple):
+    """Supervised data: ``tokens, loss_mask = demonstrations(...)``.
+
+    tokens:     int32 [B, L]  prompt then solution then EOS, right-padded with PAD, ``L = cfg.max_len``
+    loss_mask:  bool  [B, L]  True on the solution tokens and the EOS (the tokens to predict)
+    """
+
+    tokens: np.ndarray
+    loss_mask: np.ndarray
+
+
+def _heldout(terms: np.ndarray, n_terms: np.ndarray, modulus: int, eval_every: int) -> np.ndarray:
+    """[B] bool: the prompt belongs to the held-out split (a fixed hash of ``(n, a_1 … a_n)``)."""
+    base = np.uint64(modulus + 1)
+    key = np.zeros(terms.shape[0], np.uint64)
+    for j in reversed(range(terms.shape[1])):  # over term positions, not over the batch
+        key = key * base + np.where(j < n_terms, terms[:, j] + 1, 0).astype(np.uint64)
+    key = key * np.uint64(0x9E3779B97F4A7C15) + n_terms.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+    return ((key >> np.uint64(29)) % np.uint64(eval_every)) == 0
+
+
+def make_problems(cfg: ArithConfig, *, seed: int, count: int, split: str = "train") -> Problems:
+    """``count`` problems drawn with ``np.random.default_rng(seed)``.
+
+    ``n ~ term_weights`` over ``[min_terms, max_terms]``, ``a_k ~ U{0 … m-1}``, ``y = Σ a_k mod m``.
+    ``split="train"`` rejects held-out prompts, ``"eval"`` keeps only them, ``"all"`` keeps both.
+    Deterministic in ``(cfg, seed, count, split)``.
+    """
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {sorted(_SPLITS)}, got {split!r}")
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    rng = np.random.default_rng([int(seed), _SPLITS[split], 0x5A17])
+    ns = np.arange(cfg.min_terms, cfg.max_terms + 1)
+    w = np.ones(len(ns)) if cfg.term_weights is None else np.asarray(cfg.term_weights, float)
+    w = w / w.sum()
+    kept_terms, kept_n, have = [], [], 0
+    draws = 0
+    while have < count:
+        draws += 1
+        if draws > 1000:
+            raise ValueError(f"could not draw {count} {split} problems for {cfg} (space too small?)")
+        size = 2 * count + 64 if split == "train" else cfg.eval_every * (count + 16)
+        n = rng.choice(ns, size=size, p=w).astype(np.int32)
+        t = rng.integers(0, cfg.modulus, size=(size, cfg.max_terms), dtype=np.int32)
+        t = np.where(np.arange(cfg.max_terms)[None, :] < n[:, None], t, -1)
+        if split != "all":
+            held = _heldout(t, n, cfg.modulus, cfg.eval_every)
+            keep = held if split == "eval" else ~held
+            t, n = t[keep], n[keep]
+        kept_terms.append(t)
+        kept_n.append(n)
+        have += len(n)
+    terms = np.concatenate(kept_terms)[:count]
+    n_terms = np.concatenate(kept_n)[:count]
+    return _problems_from_terms(terms, n_terms, cfg)
+
+
+def _problems_from_terms(terms: np.ndarray, n_terms: np.ndarray, cfg: ArithConfig) -> Problems:
+    v = VOCAB
+    count = terms.shape[0]
+    prompt = np.full((count, cfg.prompt_width), v.pad_id, np.int32)
+    prompt[:, 0] = v.bos_id
+    cols = np.arange(cfg.max_terms)
+    digit_ids = v.digit0_id + np.maximum(terms, 0)
+    prompt[:, 1 : 2 * cfg.max_terms : 2] = np.where(cols[None] < n_terms[:, None], digit_ids, v.pad_id)
+    plus_or_eq = np.where(cols[None] < n_terms[:, None] - 1, v.id("+"), v.pad_id)
+    plus_or_eq = np.where(cols[None] == n_terms[:, None] - 1, v.id("="), plus_or_eq)
+    prompt[:, 2 : 2 * cfg.max_terms + 1 : 2] = plus_or_eq
+    answer = (np.where(terms >= 0, terms, 0).sum(axis=1) % cfg.modulus).astype(np.int32)
+    return Problems(
+        prompt=prompt,
+        prompt_len=(2 * n_terms + 1).astype(np.int32),
+        answer=answer,
+        n_terms=n_terms.astype(np.int32),
+        terms=terms.astype(np.int32),
+    )
+
+
+def problems_from_strings(cfg: ArithConfig, prompts: list[str]) -> Problems:
+    """Problems from prompt strings such as ``"3+5+2+7="`` (a leading ``^`` is optional)."""
+    terms = np.full((len(prompts), cfg.max_terms), -1, np.int32)
+    n_terms = np.zeros(len(prompts), np.int32)
+    for i, s in enumerate(prompts):
+        body = s[1:] if s.startswith("^") else s
+        parts = body[:-1].split("+") if body.endswith("=") else None
+        if (
+            not parts
+            or not all(len(p) == 1 and p.isdigit() and int(p) < cfg.modulus for p in parts)
+            or not cfg.min_terms <= len(parts) <= cfg.max_terms
+        ):
+            raise ValueError(f"prompts[{i}]={s!r} is not a chain of {cfg.min_terms}..{cfg.max_terms} digits < {cfg.modulus}")
+        terms[i, : len(parts)] = [int(p) for p in parts]
+        n_terms[i] = len(parts)
+    return _problems_from_terms(terms, n_terms, cfg)
+
+
+def eval_problems(cfg: ArithConfig, *, count: int = 512, seed: int = 0) -> Problems:
+    """The fixed held-out evaluation set: ``count`` problems of the ``eval`` split (prompts that
+    ``make_problems(split="train")`` never yields), the same on every call."""
+    return make_problems(cfg, seed=EVAL_SEED + seed, count=count, split="eval")
+
+
+def _solution_text(
+    terms: list[int], modulus: int, rng: np.random.Generator, *, error_rate: float, fix_rate: float,
+    max_fix_delay: int, max_restarts: int,
+) -> str:
+    """One written solution (without EOS) of a noisy solver (see ``demonstrations``)."""
+    n = len(terms)
+    out: list[str] = []
+    restarts = 0
+    while True:
+        s = terms[0]
+        flag_at = None  # step index at which the pending error is flagged
+        restarted = False
+        for k in range(1, n):
+            s = (s + terms[k]) % modulus  # s_k from the value written last (errors propagate)
+            if rng.random() < error_rate:
+                s = (s + int(rng.integers(1, modulus))) % modulus  # a wrong value, uniform over m-1
+                if flag_at is None and restarts < max_restarts and rng.random() < fix_rate:
+                    flag_at = min(k + int(rng.integers(0, max_fix_delay + 1)), n - 1)
+            out.append(str(s))
+            if flag_at == k:
+                out.append("!")
+                restarts += 1
+                restarted = True
+                break
+            out.append("," if k < n - 1 else "#")
+        if not restarted:
+            out.append(str(s))
+            return "".join(out)
+
+
+def demonstrations(
+    problems: Problems, cfg: ArithConfig, *, seed: int, error_rate: float | None = None,
+    fix_rate: float | None = None,
+) -> Demonstrations:
+    """Written solutions of a noisy solver, for a supervised warm start.
+
+    Per step the solver writes ``s_k = (s_{k-1} + a_k) mod m`` from the value it wrote last; with
+    probability ``error_rate`` (default ``cfg.demo_error_rate``) it writes a uniformly wrong digit
+    instead. A wrong step is noticed with probability ``fix_rate`` (default ``cfg.demo_fix_rate``)
+    after ``U{0 … max_fix_delay}`` more steps: the solver then writes ``!`` and restarts the list
+    (``max_restarts`` times at most). Unnoticed errors make the final answer wrong, so the data
+    are imperfect on purpose; with ``error_rate=0`` every demonstration is correct.
+
+    Returns ``Demonstrations(tokens [B, L], loss_mask [B, L])`` with ``L = cfg.max_len``.
+    """
+    er = cfg.demo_error_rate if error_rate is None else float(error_rate)
+    fr = cfg.demo_fix_rate if fix_rate is None else float(fix_rate)
+    if not (0.0 <= er <= 1.0 and 0.0 <= fr <= 1.0):
+        raise ValueError(f"error_rate and fix_rate must lie in [0, 1], got {er}, {fr}")
+    _check_problems(problems, cfg)
+    v = VOCAB
+    count = problems.prompt.shape[0]
+    tokens = np.full((count, cfg.max_len), v.pad_id, np.int32)
+    loss_mask = np.zeros((count, cfg.max_len), bool)
+    rng = np.random.default_rng([int(seed), 0xDE3])
+    for i in range(count):  # host-side data generation, once per data set
+        n = int(problems.n_terms[i])
+        text = _solution_text(
+            [int(a) for a in problems.terms[i, :n]], cfg.modulus, rng, error_rate=er, fix_rate=fr,
+            max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
+        )
+        sol = v.encode(text) + [v.eos_id]
+        p = int(problems.prompt_len[i])
+        tokens[i, :p] = problems.prompt[i, :p]
+        tokens[i, p : p + len(sol)] = sol
+        loss_mask[i, p : p + len(sol)] = True
+    return Demonstrations(tokens=tokens, loss_mask=loss_mask)
+
+
+def _check_problems(problems: Problems, cfg: ArithConfig) -> None:
+    b = np.shape(problems.prompt)[0] if np.ndim(problems.prompt) == 2 else None
+    if b is None or np.shape(problems.prompt)[1] != cfg.prompt_width:
+        raise ValueError(f"problems.prompt must be [B, {cfg.prompt_width}], got {np.shape(problems.prompt)}")
+    for name in ("prompt_len", "answer", "n_terms"):
+        if np.shape(getattr(problems, name)) != (b,):
+            raise ValueError(f"problems.{name} must be [{b}], got {np.shape(getattr(problems, name))}")
+    if np.shape(problems.terms) != (b, cfg.max_terms):
+        raise ValueError(f"problems.terms must be [{b}, {cfg.max_terms}], got {np.shape(problems.terms)}")
+
+
+def verify(answer: jax.Array, tokens: jax.Array, prompt_len: jax.Array, lengths: jax.Array) -> jax.Array:
+    """Binary outcome reward of rollouts; jittable, no Python control flow on values.
+
+    ``r_i = 1`` iff, in the generated part ``g = tokens[i, prompt_len_i : lengths_i]``, the first EOS
+    exists at ``e``, the only ``#`` of ``g[:e]`` is at ``e - 2``, ``g[e - 1]`` is the digit
+    ``answer_i``, and ``g[:e-2]`` holds only digits, ``,`` and ``!``. Tokens at or after
+    ``lengths_i`` (and after the first EOS) are ignored. Outcome reward as in DeepSeek-R1 /
+    DAPO-style math RL (exact match of the final answer; malformed = 0).
+
+    Args:
+      answer:     int [R]     the answer digit value (``problems.answer``, repeated per rollout).
+      tokens:     int [R, L]  prompt then generation, any padding after.
+      prompt_len: int [R]     number of prompt tokens (generation starts there).
+      lengths:    int [R]     number of valid tokens (prompt + generation); ``L`` when unknown.
+    Returns:
+      float32 [R] in {0, 1}.
+    """
+    if jnp.ndim(tokens) != 2:
+        raise ValueError(f"tokens must be [R, L], got shape {jnp.shape(tokens)}")
+    r, width = jnp.shape(tokens)
+    for name, x in (("answer", answer), ("prompt_len", prompt_len), ("lengths", lengths)):
+        if jnp.shape(x) != (r,):
+            raise ValueError(f"{name} must be [R]=[{r}] like tokens {jnp.shape(tokens)}, got {jnp.shape(x)}")
+    v = VOCAB
+    tokens = jnp.asarray(tokens)
+    pos = jnp.arange(width)[None, :]  # [1, L]
+    gen = (pos >= prompt_len[:, None]) & (pos < lengths[:, None])  # [R, L]
+    is_eos = gen & (tokens == v.eos_id)
+    eos = jnp.min(jnp.where(is_eos, pos, width), axis=1)  # [R], width = no EOS
+    body = gen & (pos < eos[:, None])  # [R, L] generated tokens before the first EOS
+    is_hash = body & (tokens == v.answer_id)
+    one_hash = jnp.sum(is_hash, axis=1) == 1
+    hash_pos = jnp.argmax(is_hash, axis=1)  # [R]
+    digit = tokens - v.digit0_id
+    is_digit = (digit >= 0) & (digit <= 9)
+    scratch_ok = is_digit | (tokens == v.sep_id) | (tokens == v.fix_id)
+    scratch = body & (pos < hash_pos[:, None])
+    all_scratch_ok = jnp.all(scratch_ok | ~scratch, axis=1)
+    final = jnp.take_along_axis(digit, jnp.minimum(hash_pos + 1, width - 1)[:, None], axis=1)[:, 0]
+    ok = (eos < width) & one_hash & (eos == hash_pos + 2) & (final == answer) & all_scratch_ok
+    return ok.astype(jnp.float32)
+
+
+def answer_start(tokens: jax.Array, prompt_len: jax.Array, lengths: jax.Array) -> jax.Array:
+    """[R] int32: index of the first ``#`` (or EOS, or ``lengths``) in the generated part.
+
+    A replayed prefix ``tokens[i, :c]`` with ``c <= answer_start_i`` leaves the answer undecided
+    (the continuation can still restart with ``!``); Prefix Sampling should cut failure prefixes
+    there or earlier.
+    """
+    if jnp.ndim(tokens) != 2:
+        raise ValueError(f"tokens must be [R, L], got shape {jnp.shape(tokens)}")
+    width = jnp.shape(tokens)[1]
+    v = VOCAB
+    pos = jnp.arange(width)[None, :]
+    gen = (pos >= prompt_len[:, None]) & (pos < lengths[:, None])
+    stop = gen & ((tokens == v.answer_id) | (tokens == v.eos_id))
+    return jnp.min(jnp.where(stop, pos, lengths[:, None]), axis=1).astype(jnp.int32)
+
+
+def simulate_pass_counts(
+    cfg: ArithConfig, *, step_error_rate: float, fix_rate: float, n_problems: int, n_rollouts: int = 8,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pass counts of a model-free noisy policy: ``N`` rollouts per problem from the demonstration
+    solver with the given per-step error and fix rates, scored by ``verify``.
+
+    Returns ``(k [B], n_terms [B])``: successes out of ``n_rollouts`` and each problem's difficulty.
+    Use ``np.bincount(k, minlength=N + 1)`` for the bucket histogram.
+    """
+    problems = make_problems(cfg, seed=seed, count=n_problems)
+    rep = jax.tree.map(lambda x: np.repeat(x, n_rollouts, axis=0), problems)  # [R = B N, ...]
+    demo = demonstrations(rep, cfg, seed=seed + 1, error_rate=step_error_rate, fix_rate=fix_rate)
+    lengths = rep.prompt_len + demo.loss_mask.sum(axis=1)
+    reward = np.asarray(verify(rep.answer, demo.tokens, rep.prompt_len, lengths))
+    return reward.reshape(n_problems, n_rollouts).sum(axis=1).astype(np.int32), problems.n_terms
+
+
+def describe(cfg: ArithConfig) -> str:
+    """A short human-readable description of the task and its knobs."""
+    return (
+        f"modular addition chains: n in [{cfg.min_terms}, {cfg.max_terms}] digits mod {cfg.modulus}, "
+        f"prompt '^3+5+2+7=' -> solution '8,0,7#7$' (running sums, '#' answer, '!' = restart); "
+        f"vocab {len(VOCAB)} tokens {''.join(VOCAB.tokens)!r}; P={cfg.prompt_width}, "
+        f"L={cfg.max_len}; demos: error rate {cfg.demo_error_rate}/step, fix rate {cfg.demo_fix_rate}, "
+        f"fix delay <= {cfg.max_fix_delay}, restarts <= {cfg.max_restarts}; "
+        f"1/{cfg.eval_every} of prompts held out for eval"
+    )
