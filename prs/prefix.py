@@ -40,7 +40,7 @@ toward the target. Buckets not observed this step keep rho, ema and count. Why t
   the whole rollout makes the re-rollout almost surely succeed);
 * the EMA (d = 0.8, a time constant of ~5 steps) averages the Binomial noise of a handful of
   groups per bucket; with g = 2 a bucket whose pass rate is 0.125 at rho = 0.5 moves rho by about
-  0.19 in the first step and the closed loop settles in ~10-30 steps without sustained ringing for
+  0.18 in the first step and the closed loop settles in ~10-30 steps without sustained ringing for
   the pass-rate slopes met in practice (|dp/dlogit rho| <= 0.5; the loop gain g (1-d) |dp/dz| stays
   below ~0.2 per step). `tests/test_prefix.py` drives simulated buckets to the target from both
   sides.
@@ -280,13 +280,15 @@ def init(cfg: PrefixConfig) -> PrefixState:
                        count=jnp.zeros(d.shape, jnp.int32))
 
 
-def update(state: PrefixState, bucket: jax.Array, reroll_pass_rate: jax.Array, cfg: PrefixConfig) -> PrefixState:
+def update(state: PrefixState, bucket: jax.Array, reroll_pass_rate: jax.Array, cfg: PrefixConfig, *,
+           target: float | jax.Array | None = None) -> PrefixState:
     """One controller step from this step's re-rolled groups (rule in the module docstring).
 
     m_b = mean{ reroll_pass_rate_i : bucket_i = b }; for observed b:
     ema_b <- m_b (first time) or d ema_b + (1-d) m_b; count_b += 1;
     adaptive modes: logit rho_b += g s_b (target - ema_b), then clip to [rho_min, rho_max].
     Entries with bucket_i < 0 are ignored (their pass rate may be anything, even NaN).
+    `target` (optional, may be traced, e.g. vmapped in a sweep) overrides cfg.target.
     """
     bucket = jnp.asarray(bucket)
     rate = jnp.asarray(reroll_pass_rate, jnp.float32)
@@ -307,7 +309,8 @@ def update(state: PrefixState, bucket: jax.Array, reroll_pass_rate: jax.Array, c
     rho = state.rho
     if _adaptive(cfg):
         s = jnp.asarray(bucket_direction(cfg), jnp.float32)  # [K]
-        z = jnp.log(rho) - jnp.log1p(-rho) + cfg.gain * s * (cfg.target - ema)
+        tgt = cfg.target if target is None else jnp.asarray(target, jnp.float32)
+        z = jnp.log(rho) - jnp.log1p(-rho) + cfg.gain * s * (tgt - ema)
         new_rho = jnp.clip(jax.nn.sigmoid(z), cfg.rho_min, cfg.rho_max)
         rho = jnp.where(seen & jnp.asarray(bucket_enabled(cfg)), new_rho, rho)
     return PrefixState(rho=rho, ema=ema, count=count)

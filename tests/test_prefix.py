@@ -330,3 +330,15 @@ def test_shape_errors():
         px.update(st, jnp.zeros((3,), jnp.int32), jnp.zeros((2,)), cfg)
     with pytest.raises(ValueError, match="buckets"):
         px.update(st, jnp.zeros((3,), jnp.int32), jnp.zeros((3,)), px.PrefixConfig(n=16))
+
+
+def test_traced_target_override_matches_static_target():
+    # a sweep vmaps the target; it must give the same state as a config with that target
+    bucket = jnp.asarray([0, 1, 2, 3, 0], jnp.int32)
+    rate = jnp.asarray([0.2, 0.4, 0.6, 0.9, 0.3])
+    cfg = px.PrefixConfig(n=8)
+    targets = jnp.asarray([0.3, 0.5, 0.7])
+    got = jax.vmap(lambda t: px.update(px.init(cfg), bucket, rate, cfg, target=t).rho)(targets)
+    for i, t in enumerate([0.3, 0.5, 0.7]):
+        c = px.PrefixConfig(n=8, target=t)
+        np.testing.assert_allclose(got[i], px.update(px.init(c), bucket, rate, c).rho, rtol=1e-6)
