@@ -6,3 +6,5 @@ from prs.advantages import group_advantages, group_pass_rates, mixed_groups  # n
 from prs import prefix  # noqa: F401
 from prs.prefix import PrefixConfig, PrefixState  # noqa: F401
 from prs.losses import agg_denominator, policy_loss, token_entropy, token_logprobs  # noqa: F401
+from prs.model import ModelConfig, decode_step, forward, init_cache, init_params, prefill  # noqa: F401
+from prs.sampler import Rollout, SamplerConfig, append_and_resume, bucket_length, pad_to_bucket, sample  # noqa: F401

@@ -1,0 +1,372 @@
+"""A Qwen3-shaped decoder-only policy as pure functions over a parameter pytree.
+
+Architecture (Qwen3, Yang et al. 2025, arXiv:2505.09388; HF ``transformers`` ``modeling_qwen3``):
+
+    h₀ = E[x]
+    for each layer ℓ:
+      a  = RMSNorm(h; γ_in)
+      q, k, v = a W_q, a W_k, a W_v            (grouped-query: K query heads, K_kv key/value heads)
+      q, k = RMSNorm_H(q; γ_q), RMSNorm_H(k; γ_k)   (per-head norm over H, if ``qk_norm``)
+      q, k = RoPE(q, pos), RoPE(k, pos)        (rotate-half convention, as HF)
+      h  = h + softmax(q kᵀ / √H + mask) v W_o
+      m  = RMSNorm(h; γ_post)
+      h  = h + (silu(m W_gate) ⊙ m W_up) W_down   (SwiGLU, Shazeer 2020, arXiv:2002.05202)
+    logits = RMSNorm(h; γ_final) W_lm       (W_lm = Eᵀ when ``tie_embeddings``)
+
+RMSNorm(x; γ) = x / √(mean(x²) + eps) · γ  (Zhang & Sennrich 2019, arXiv:1910.07467; γ initialised
+to ones, no ``1 + γ`` offset). RoPE (Su et al. 2021, arXiv:2104.09864) with inverse frequencies
+θ^(−2i/H), i < H/2, applied as ``x·cos + rotate_half(x)·sin`` with
+``rotate_half([x₁, x₂]) = [−x₂, x₁]`` (the HF layout, not the interleaved one).
+
+Parameter layout (``init_params``): a plain dict; every kernel is stored ``[in, out]`` (HF
+``nn.Linear.weight`` is ``[out, in]``: transpose when loading). Per-layer tensors are stacked on a
+leading ``[L]`` axis so the layer loop is one ``lax.scan`` (one compile for any depth)::
+
+    embed_tokens                 [V, D]      <- model.embed_tokens.weight
+    layers/input_layernorm       [L, D]      <- model.layers.{i}.input_layernorm.weight
+    layers/q_proj                [L, D, K·H] <- model.layers.{i}.self_attn.q_proj.weight.T
+    layers/k_proj                [L, D, Kv·H]<- ...self_attn.k_proj.weight.T
+    layers/v_proj                [L, D, Kv·H]<- ...self_attn.v_proj.weight.T
+    layers/o_proj                [L, K·H, D] <- ...self_attn.o_proj.weight.T
+    layers/q_norm, layers/k_norm [L, H]      <- ...self_attn.{q,k}_norm.weight   (if qk_norm)
+    layers/post_attention_layernorm [L, D]   <- model.layers.{i}.post_attention_layernorm.weight
+    layers/gate_proj, up_proj    [L, D, F]   <- ...mlp.{gate,up}_proj.weight.T
+    layers/down_proj             [L, F, D]   <- ...mlp.down_proj.weight.T
+    norm                         [D]         <- model.norm.weight
+    lm_head                      [D, V]      <- lm_head.weight.T        (absent if tie_embeddings)
+
+Qwen3 has no attention biases. Head ``j`` of ``q_proj``'s output occupies columns
+``[j·H, (j+1)·H)`` (the HF ``view(..., K, H)`` order); query head ``j`` uses key/value head
+``j // (K / Kv)`` (HF ``repeat_kv``).
+
+Key/value cache (``init_cache``): ``{"k": [L, R, S, Kv, H], "v": [L, R, S, Kv, H]}`` where cache slot
+``s`` of row ``r`` holds the token at *position* ``s`` (rows are right-padded, so slot = index =
+position). A query at position ``p`` attends to slots ``0..p``; slots beyond a row's length hold
+junk that is never attended and is overwritten when the row grows. ``decode_step`` and ``prefill``
+write with a scatter that drops out-of-range slots, so the cache can be donated and updated in place.
+
+Numerics: matmuls run in ``cfg.dtype`` (parameters are cast from ``cfg.param_dtype``); norms,
+attention softmax and logits are float32.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = dict[str, Any]
+Cache = dict[str, jax.Array]
+
+_NEG = -1e30  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of the Qwen3-style decoder (hashable: usable as a static jit argument).
+
+    Attributes:
+      vocab_size: V.            d_model: D.              n_layers: L.
+      n_heads: K query heads.   n_kv_heads: Kv key/value heads (K % Kv == 0; Kv == K is MHA).
+      head_dim: H (Qwen3 decouples H from D / K).        d_ff: F, SwiGLU inner width.
+      rope_theta: RoPE base θ.  rms_norm_eps: RMSNorm ε. tie_embeddings: W_lm = Eᵀ.
+      qk_norm: per-head RMSNorm on q and k (Qwen3).
+      dtype: compute dtype of matmuls.  param_dtype: storage dtype of parameters.
+    """
+
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_embeddings: bool = True
+    qk_norm: bool = True
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim={self.head_dim} must be even for RoPE")
+
+    @staticmethod
+    def preset(name: str, **overrides) -> "ModelConfig":
+        """Named shapes. ``tiny`` (tests), ``small`` (~2.5M params), ``10m`` (~10M), and the real
+        Qwen3 shapes ``qwen3_0_6b``, ``qwen3_1_7b``, ``qwen3_4b``, ``qwen3_8b`` (HF ``config.json``).
+        Keyword ``overrides`` replace fields (e.g. ``dtype=jnp.bfloat16``)."""
+        presets = {
+            "tiny": dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                         head_dim=8, d_ff=64, rope_theta=10_000.0),
+            "small": dict(vocab_size=512, d_model=192, n_layers=6, n_heads=6, n_kv_heads=2,
+                          head_dim=32, d_ff=512, rope_theta=10_000.0),
+            "10m": dict(vocab_size=2048, d_model=256, n_layers=10, n_heads=8, n_kv_heads=4,
+                        head_dim=32, d_ff=1024, rope_theta=10_000.0),
+            "qwen3_0_6b": dict(vocab_size=151_936, d_model=1024, n_layers=28, n_heads=16,
+                               n_kv_heads=8, head_dim=128, d_ff=3072, tie_embeddings=True),
+            "qwen3_1_7b": dict(vocab_size=151_936, d_model=2048, n_layers=28, n_heads=16,
+                               n_kv_heads=8, head_dim=128, d_ff=6144, tie_embeddings=True),
+            "qwen3_4b": dict(vocab_size=151_936, d_model=2560, n_layers=36, n_heads=32,
+                             n_kv_heads=8, head_dim=128, d_ff=9728, tie_embeddings=True),
+            "qwen3_8b": dict(vocab_size=151_936, d_model=4096, n_layers=36, n_heads=32,
+                             n_kv_heads=8, head_dim=128, d_ff=12288, tie_embeddings=False),
+        }
+        if name not in presets:
+            raise ValueError(f"ModelConfig.preset: unknown name {name!r}; choose from {sorted(presets)}")
+        return ModelConfig(**{**presets[name], **overrides})
+
+
+def param_count(params: Params) -> int:
+    """Total number of scalars in ``params``."""
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, *, std: float = 0.02) -> Params:
+    """Random parameters in the layout of the module docstring: kernels and the embedding
+    ~ N(0, std²) (HF ``initializer_range`` 0.02), norm scales = 1."""
+    L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
+                            cfg.head_dim, cfg.d_ff, cfg.vocab_size)
+    shapes = {
+        "q_proj": (L, D, K * H), "k_proj": (L, D, Kv * H), "v_proj": (L, D, Kv * H),
+        "o_proj": (L, K * H, D), "gate_proj": (L, D, F), "up_proj": (L, D, F), "down_proj": (L, F, D),
+    }
+    keys = jax.random.split(key, len(shapes) + 2)
+    pd = cfg.param_dtype
+    layers = {name: (std * jax.random.normal(k, s)).astype(pd) for (name, s), k in zip(shapes.items(), keys)}
+    layers["input_layernorm"] = jnp.ones((L, D), pd)
+    layers["post_attention_layernorm"] = jnp.ones((L, D), pd)
+    if cfg.qk_norm:
+        layers["q_norm"] = jnp.ones((L, H), pd)
+        layers["k_norm"] = jnp.ones((L, H), pd)
+    params = {
+        "embed_tokens": (std * jax.random.normal(keys[-2], (V, D))).astype(pd),
+        "layers": layers,
+        "norm": jnp.ones((D,), pd),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = (std * jax.random.normal(keys[-1], (D, V))).astype(pd)
+    return params
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, *, eps: float) -> jax.Array:
+    """RMSNorm(x; γ) = x / √(mean(x²) + ε) · γ over the last axis, computed in float32."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    scale = scale.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
+    return (y * scale).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, *, theta: float) -> jax.Array:
+    """Rotary embedding, HF rotate-half layout. x: [R, T, K, H]; positions: [R, T] int.
+
+    x·cos(pos·ω) + rotate_half(x)·sin(pos·ω), ω_i = θ^(−2i/H) repeated twice, rotate_half([a, b]) = [−b, a].
+    """
+    H = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, H, 2, dtype=jnp.float32) / H))  # [H/2]
+    ang = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]  # [R, T, H/2]
+    ang = jnp.concatenate([ang, ang], axis=-1)[:, :, None, :]  # [R, T, 1, H]
+    x32 = x.astype(jnp.float32)
+    x1, x2 = x32[..., : H // 2], x32[..., H // 2:]
+    rot = jnp.concatenate([-x2, x1], axis=-1)
+    return (x32 * jnp.cos(ang) + rot * jnp.sin(ang)).astype(x.dtype)
+
+
+def _project_qkv(lp: Params, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
+    """a: [R, T, D] -> q [R, T, K, H], k, v [R, T, Kv, H] (normed, rotated)."""
+    R, T, _ = a.shape
+    dt = cfg.dtype
+    q = (a @ lp["q_proj"].astype(dt)).reshape(R, T, cfg.n_heads, cfg.head_dim)
+    k = (a @ lp["k_proj"].astype(dt)).reshape(R, T, cfg.n_kv_heads, cfg.head_dim)
+    v = (a @ lp["v_proj"].astype(dt)).reshape(R, T, cfg.n_kv_heads, cfg.head_dim)
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], eps=cfg.rms_norm_eps)
+        k = rms_norm(k, lp["k_norm"], eps=cfg.rms_norm_eps)
+    q = rope(q, positions, theta=cfg.rope_theta)
+    k = rope(k, positions, theta=cfg.rope_theta)
+    return q, k, v
+
+
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """softmax(q kᵀ/√H + mask) v with grouped-query heads.
+
+    q: [R, T, K, H]; k, v: [R, S, Kv, H]; mask: [R, T, S] bool (True = may attend). -> [R, T, K·H].
+    Fully masked query rows give a uniform average (finite), never NaN.
+    """
+    R, T, K, H = q.shape
+    Kv = k.shape[2]
+    G = K // Kv
+    qg = q.reshape(R, T, Kv, G, H)
+    scores = jnp.einsum("rtkgh,rskh->rkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(H)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)  # [R, Kv, G, T, S]
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("rkgts,rskh->rtkgh", probs, v)
+    return out.reshape(R, T, K * H)
+
+
+def _mlp(lp: Params, m: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """SwiGLU: (silu(m W_gate) ⊙ m W_up) W_down."""
+    dt = cfg.dtype
+    g = m @ lp["gate_proj"].astype(dt)
+    u = m @ lp["up_proj"].astype(dt)
+    return (jax.nn.silu(g) * u) @ lp["down_proj"].astype(dt)
+
+
+def _embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
+    return jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)  # [R, T, D]
+
+
+def logits_from_hidden(params: Params, h: jax.Array, *, cfg: ModelConfig) -> jax.Array:
+    """Final norm and LM head: h [..., D] -> float32 logits [..., V]."""
+    h = rms_norm(h, params["norm"], eps=cfg.rms_norm_eps)
+    w = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
+    return jnp.matmul(h, w.astype(cfg.dtype), preferred_element_type=jnp.float32)
+
+
+def _check_tokens(name: str, tokens, cfg: ModelConfig, ndim: int):
+    if tokens.ndim != ndim:
+        raise ValueError(f"{name} must have rank {ndim}, got shape {tuple(tokens.shape)}")
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+        raise ValueError(f"{name} must be an integer array, got dtype {tokens.dtype}")
+
+
+# ----------------------------------------------------------------------------- full forward
+
+
+def forward_hidden(params: Params, tokens: jax.Array, *, cfg: ModelConfig,
+                   positions: jax.Array | None = None, valid: jax.Array | None = None) -> jax.Array:
+    """``forward`` without the final norm/LM head: hidden states [R, T, D] (pre final norm)."""
+    _check_tokens("tokens", tokens, cfg, 2)
+    R, T = tokens.shape
+    if valid is None:
+        valid = jnp.ones((R, T), bool)
+    if valid.shape != (R, T):
+        raise ValueError(f"valid has shape {tuple(valid.shape)}, expected tokens' shape {(R, T)}")
+    valid = valid.astype(bool)
+    if positions is None:
+        positions = jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
+    if positions.shape != (R, T):
+        raise ValueError(f"positions has shape {tuple(positions.shape)}, expected tokens' shape {(R, T)}")
+    idx = jnp.arange(T)
+    causal = idx[None, :, None] >= idx[None, None, :]  # [1, T, S=T]
+    mask = causal & valid[:, None, :]  # [R, T, T]
+
+    def layer(h, lp):
+        a = rms_norm(h, lp["input_layernorm"], eps=cfg.rms_norm_eps)
+        q, k, v = _project_qkv(lp, a, positions, cfg)
+        h = h + _attention(q, k, v, mask, cfg) @ lp["o_proj"].astype(cfg.dtype)
+        m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
+        return h + _mlp(lp, m, cfg), None
+
+    h, _ = jax.lax.scan(layer, _embed(params, tokens, cfg), params["layers"])
+    return h
+
+
+def forward(params: Params, tokens: jax.Array, *, cfg: ModelConfig,
+            positions: jax.Array | None = None, valid: jax.Array | None = None) -> jax.Array:
+    """Logits of every position: tokens [R, T] int -> float32 logits [R, T, V].
+
+    Token ``t`` attends to tokens ``s <= t`` (by index) with ``valid[r, s]``; invalid tokens
+    still get (meaningless, finite) logits. ``positions`` (RoPE) default ``max(cumsum(valid) - 1, 0)``,
+    i.e. the index for right-padded rows. For a sampler ``Rollout`` pass
+    ``positions=rollout.positions, valid=rollout.valid``.
+    """
+    return logits_from_hidden(params, forward_hidden(params, tokens, cfg=cfg, positions=positions,
+                                                     valid=valid), cfg=cfg)
+
+
+# ----------------------------------------------------------------------------- cached decoding
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype: Any = None) -> Cache:
+    """Zero KV cache ``{"k", "v"}`` of shape [L, R, S, Kv, H] (R = ``batch``, S = ``max_len``)."""
+    if batch < 1 or max_len < 1:
+        raise ValueError(f"init_cache: batch={batch} and max_len={max_len} must be >= 1")
+    shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
+    dt = cfg.dtype if dtype is None else dtype
+    return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
+
+
+def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array,
+           write: jax.Array | None = None, *, cfg: ModelConfig) -> tuple[jax.Array, Cache]:
+    """Runs a block of C new tokens per row against the cache; returns hidden [R, C, D] and the cache.
+
+    tokens, positions: [R, C] (positions = cache slots, contiguous after the row's cached tokens);
+    write: [R, C] bool, which tokens to store (others are dropped; default all). Query (r, c)
+    attends to cache slots ``s <= positions[r, c]`` (after this block's writes), which equals the
+    causal mask of ``forward`` for right-padded rows. ``decode_step`` is C = 1; ``prefill`` is
+    C = P on an empty cache.
+    """
+    _check_tokens("tokens", tokens, cfg, 2)
+    R, C = tokens.shape
+    L, Rc, S = cache["k"].shape[:3]
+    if Rc != R or positions.shape != (R, C):
+        raise ValueError(f"extend: tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)} "
+                         f"and cache rows {Rc} disagree")
+    positions = positions.astype(jnp.int32)
+    if write is None:
+        write = jnp.ones((R, C), bool)
+    slots = jnp.where(write, positions, S)  # [R, C]; S is out of range -> dropped
+    rows = jnp.arange(R)[:, None]  # [R, 1]
+    mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]  # [R, C, S]
+
+    def layer(h, xs):
+        lp, ck, cv = xs  # ck, cv: [R, S, Kv, H]
+        a = rms_norm(h, lp["input_layernorm"], eps=cfg.rms_norm_eps)
+        q, k, v = _project_qkv(lp, a, positions, cfg)
+        ck = ck.at[rows, slots].set(k.astype(ck.dtype), mode="drop")
+        cv = cv.at[rows, slots].set(v.astype(cv.dtype), mode="drop")
+        h = h + _attention(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype), mask, cfg) @ lp["o_proj"].astype(cfg.dtype)
+        m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
+        return h + _mlp(lp, m, cfg), (ck, cv)
+
+    h, (ks, vs) = jax.lax.scan(layer, _embed(params, tokens, cfg), (params["layers"], cache["k"], cache["v"]))
+    return h, {"k": ks, "v": vs}
+
+
+def decode_step(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array, *,
+                cfg: ModelConfig) -> tuple[jax.Array, Cache]:
+    """One token per row: tokens [R], positions [R] (= the cache slot it is written to) ->
+    (float32 logits [R, V] of the next token, updated cache). Equal to ``forward``'s logits at
+    that position when the cache holds the row's earlier tokens at slots ``0..positions-1``."""
+    if tokens.ndim != 1 or positions.shape != tokens.shape:
+        raise ValueError(f"decode_step: tokens {tuple(tokens.shape)} and positions "
+                         f"{tuple(positions.shape)} must both be [R]")
+    h, cache = extend(params, cache, tokens[:, None], positions[:, None], cfg=cfg)
+    return logits_from_hidden(params, h[:, 0], cfg=cfg), cache
+
+
+def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, *, cfg: ModelConfig,
+            max_len: int, cache_dtype: Any = None) -> tuple[jax.Array, Cache]:
+    """Fills a fresh cache of ``max_len`` slots from right-padded prompts in one forward pass.
+
+    tokens: [R, P]; lengths: [R] valid tokens per row (>= 1). Returns (float32 logits [R, V] of the
+    token after each row's last prompt token, cache). Only the last-token logits are projected
+    to the vocabulary (no [R, P, V] tensor).
+    """
+    _check_tokens("tokens", tokens, cfg, 2)
+    R, P = tokens.shape
+    if P > max_len:
+        raise ValueError(f"prefill: prompt width P={P} exceeds the cache length max_len={max_len}")
+    if lengths.shape != (R,):
+        raise ValueError(f"prefill: lengths has shape {tuple(lengths.shape)}, expected {(R,)}")
+    cache = init_cache(cfg, R, max_len, dtype=cache_dtype)
+    positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), (R, P))
+    h, cache = extend(params, cache, tokens, positions, positions < lengths[:, None], cfg=cfg)
+    last = jnp.take_along_axis(h, jnp.maximum(lengths - 1, 0)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+    return logits_from_hidden(params, last, cfg=cfg), cache

@@ -1,0 +1,442 @@
+"""Prefix-conditioned, KV-cached, jit-compiled, data-sharded sampler (with multi-turn resume).
+
+Input rows ``tokens [R, P]`` hold the task prompt followed by a replayed prefix (Prefix Sampling:
+the prefix is *not* policy output of this call), right-padded, with ``lengths [R]``. ``sample``
+pads ``P`` up to a length bucket (``bucket_length``), fills a KV cache of ``S = P + T`` slots with
+one forward pass (``prefill``), then runs one ``lax.while_loop`` inside one ``jax.jit``: sample a
+token from the current logits, write it at each row's end, feed it through ``decode_step``. A row
+stops after ``eos_id`` or any ``stop_ids`` token (kept, and marked as policy output) or after
+``max_new_tokens`` tokens; the loop exits when every row has stopped. One compile per
+(R, P bucket, T, SamplerConfig, ModelConfig, sharding).
+
+Sampling distribution at step t, logits z (float32, from the cached decode):
+    z' = z / temperature;  top-k: keep z'_v >= (k-th largest z');  top-p (nucleus, Holtzman et al.
+    2019, arXiv:1904.09751, HF order: temperature, then top-k, then top-p on the renormalised
+    top-k distribution): keep the smallest set of highest-probability tokens whose mass reaches p
+    (a token is kept iff the mass of strictly more probable tokens, in sorted order, is < p).
+    Ties at a threshold are all kept. ``temperature == 0`` is greedy argmax.
+
+Log-probabilities recorded for each generated token y (exact statement):
+  * ``logprobs``          = log softmax(z)_y : the RAW policy at temperature 1, no truncation,
+    computed from the same cached-decode logits that drove sampling. This is the ``old_logp`` of
+    the PPO ratio. It equals ``log_softmax(forward(params, tokens, positions=..., valid=...))``
+    at the previous index up to float rounding (~1e-6 in fp32; larger in bf16).
+  * ``sampling_logprobs`` = log q(y), q the temperature/top-k/top-p-adjusted distribution actually
+    sampled from (0 for greedy: q is a point mass). Useful for importance corrections.
+
+Multi-turn (an agent environment): generate with ``stop_ids=(end_of_turn,)``; the caller appends
+observation tokens and resumes with ``append_and_resume``. Observation tokens get policy_mask 0.
+Rows with ``obs_lengths == 0`` are not resumed (they keep their tokens and flags). Two paths:
+  * ``cache`` given (fast, the common path): ``sample(..., return_cache=True)`` hands back the KV
+    cache, which already holds every token of every row (the loop feeds each sampled token,
+    including the stop token). Resuming costs one ``extend`` over just the O observation tokens
+    plus the new decode steps; the cache is padded to ``S + O + T`` slots (one copy: it cannot be
+    donated because it grows; drop the old one). Inside a call the cache never leaves the jit:
+    the ``while_loop`` carries it and XLA updates it in place.
+  * ``cache=None``: re-prefill the conversation so far (one forward over the S tokens), then the
+    same path — one full parallel pass over all ``S + O`` tokens per turn (O((S+O)²) attention, but one parallel pass; cheap next to T
+    sequential decode steps for short conversations), and no cache to hold between turns.
+Both paths give the same tokens for the same key (tested). Buffers grow by ``O + T`` per turn,
+so each turn index compiles once per shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from prs import model as model_lib
+from prs.model import Cache, ModelConfig, Params
+from prs.sharding import DATA_AXIS, replicate, shard_batch
+
+DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+    """Static sampler settings (hashable; a change recompiles).
+
+    Attributes:
+      max_new_tokens: T, tokens generated per row per call (>= 1).
+      temperature: 0 = greedy; otherwise logits are divided by it.
+      top_k: keep the k most likely tokens (0 = off).
+      top_p: nucleus mass in (0, 1] (1 = off).
+      eos_id: end-of-sequence id (None = none); the row stops and ``finished`` is set.
+      stop_ids: extra stop ids (end-of-turn); same effect as ``eos_id``.
+      pad_id: written after each row's end.
+      buckets: prompt-width buckets; None = use the given width as is.
+      max_len: optional cache capacity; ``P_bucket + T > max_len`` raises ValueError.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    eos_id: int | None = None
+    stop_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+    buckets: tuple[int, ...] | None = DEFAULT_BUCKETS
+    max_len: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplerConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplerConfig.temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplerConfig.top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplerConfig.top_p must be in (0, 1], got {self.top_p}")
+        object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
+        if self.buckets is not None:
+            object.__setattr__(self, "buckets", tuple(sorted(int(b) for b in self.buckets)))
+
+    @property
+    def all_stop_ids(self) -> tuple[int, ...]:
+        return self.stop_ids + (() if self.eos_id is None else (int(self.eos_id),))
+
+
+@flax.struct.dataclass
+class Rollout:
+    """Sampler output. L = P_bucket + T (+ O + T per resumed turn).
+
+    tokens            [R, L] int32: each row's input followed directly by its generated tokens, then pad_id.
+    policy_mask       [R, L] bool: True exactly on tokens this sampler generated (over all turns).
+    logprobs          [R, L] f32: raw policy log p_θ(y) at temperature 1 on policy tokens, else 0.
+    sampling_logprobs [R, L] f32: log q(y) under the adjusted sampling distribution, else 0.
+    valid             [R, L] bool: index < lengths.
+    positions         [R, L] int32: max(cumsum(valid) - 1, 0) (= index on valid tokens).
+    prompt_lengths    [R] int32: length of the input rows of the first call (prompt + prefix).
+    lengths           [R] int32: total length.
+    finished          [R] bool: the last turn ended on eos_id or a stop id.
+    truncated         [R] bool: the last turn hit max_new_tokens without a stop token.
+    stop_token        [R] int32: the stop token that ended the last turn, -1 if none.
+    """
+
+    tokens: jax.Array
+    policy_mask: jax.Array
+    logprobs: jax.Array
+    sampling_logprobs: jax.Array
+    valid: jax.Array
+    positions: jax.Array
+    prompt_lengths: jax.Array
+    lengths: jax.Array
+    finished: jax.Array
+    truncated: jax.Array
+    stop_token: jax.Array
+
+
+# ----------------------------------------------------------------------------- shape buckets
+
+
+def bucket_length(n: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> int:
+    """Smallest bucket >= n. Raises ValueError if n exceeds the largest bucket or n < 0."""
+    if n < 0:
+        raise ValueError(f"bucket_length: n={n} must be >= 0")
+    for b in sorted(buckets):
+        if b >= n:
+            return int(b)
+    raise ValueError(f"bucket_length: n={n} exceeds the largest bucket {max(buckets)}")
+
+
+def pad_to_bucket(tokens, lengths, *, pad_id: int = 0,
+                  buckets: Sequence[int] | None = DEFAULT_BUCKETS) -> np.ndarray:
+    """Right-pads (or trims trailing padding of) ``tokens [R, P]`` to width
+    ``bucket_length(max(lengths))`` with ``pad_id`` -> [R, P_bucket] (numpy, host side)."""
+    tokens = np.asarray(tokens)
+    lengths = np.asarray(lengths)
+    if tokens.ndim != 2 or lengths.shape != (tokens.shape[0],):
+        raise ValueError(f"pad_to_bucket: tokens {tokens.shape} must be [R, P] and lengths {lengths.shape} [R]")
+    need = int(lengths.max()) if lengths.size else 0
+    width = need if buckets is None else bucket_length(need, buckets)
+    width = max(width, 1)
+    out = np.full((tokens.shape[0], width), pad_id, dtype=np.int32)
+    keep = min(width, tokens.shape[1])
+    out[:, :keep] = tokens[:, :keep]
+    idx = np.arange(width)[None, :]
+    return np.where(idx < lengths[:, None], out, np.int32(pad_id)).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- token choice
+
+
+def adjust_logits(logits: jax.Array, *, temperature: float, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """Temperature, then top-k, then top-p (see module docstring). logits [R, V] -> [R, V] with
+    excluded tokens at -inf. ``temperature`` must be > 0 here (greedy is handled by the caller)."""
+    V = logits.shape[-1]
+    x = logits.astype(jnp.float32) / temperature
+    if 0 < top_k < V:
+        kth = jax.lax.top_k(x, top_k)[0][:, -1:]  # [R, 1]
+        x = jnp.where(x >= kth, x, -jnp.inf)
+    if top_p < 1.0:
+        desc = -jnp.sort(-x, axis=-1)  # [R, V] descending
+        probs = jax.nn.softmax(desc, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # mass of strictly earlier tokens
+        keep = before < top_p  # the first token is always kept
+        cutoff = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # [R, 1]
+        x = jnp.where(x >= cutoff, x, -jnp.inf)
+    return x
+
+
+def choose_tokens(logits: jax.Array, key: jax.Array, scfg: SamplerConfig):
+    """logits [R, V] -> (tokens [R], raw log p [R], sampling log q [R])."""
+    raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [R, V]
+    if scfg.temperature == 0:
+        tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        samp = jnp.zeros(tok.shape, jnp.float32)
+    else:
+        adj = adjust_logits(logits, temperature=scfg.temperature, top_k=scfg.top_k, top_p=scfg.top_p)
+        tok = jax.random.categorical(key, adj, axis=-1).astype(jnp.int32)
+        samp = jnp.take_along_axis(jax.nn.log_softmax(adj, axis=-1), tok[:, None], axis=-1)[:, 0]
+    lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
+    return tok, lp, samp
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@flax.struct.dataclass
+class _LoopState:
+    step: jax.Array  # []
+    tokens: jax.Array  # [R, L]
+    policy_mask: jax.Array  # [R, L]
+    logprobs: jax.Array  # [R, L]
+    sampling_logprobs: jax.Array  # [R, L]
+    cur: jax.Array  # [R] next write index
+    n_new: jax.Array  # [R] tokens generated this turn
+    done: jax.Array  # [R]
+    stop_token: jax.Array  # [R]
+    logits: jax.Array  # [R, V] next-token logits
+    cache: Cache
+
+
+def _constrain(x, mesh: Mesh | None, axis: int = 0):
+    if mesh is None:
+        return x
+    spec = [None] * x.ndim
+    spec[axis] = DATA_AXIS
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def _decode_loop(params, state: _LoopState, key, *, cfg: ModelConfig, scfg: SamplerConfig,
+                 mesh: Mesh | None) -> _LoopState:
+    T = scfg.max_new_tokens
+    L = state.tokens.shape[1]
+    stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
+    idx = jnp.arange(L)[None, :]  # [1, L]
+
+    def cond(s: _LoopState):
+        return (s.step < T) & ~jnp.all(s.done)
+
+    def body(s: _LoopState):
+        tok, lp, samp = choose_tokens(s.logits, jax.random.fold_in(key, s.step), scfg)
+        active = ~s.done  # [R]
+        at = (idx == s.cur[:, None]) & active[:, None]  # [R, L]
+        tokens = jnp.where(at, tok[:, None], s.tokens)
+        hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+        n_new = s.n_new + active.astype(jnp.int32)
+        cur = s.cur + active.astype(jnp.int32)
+        done = s.done | hit | (n_new >= T) | (cur >= L)
+        logits, cache = _decode_masked(params, s.cache, tok, s.cur, active, cfg)
+        cache = jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
+        return _LoopState(
+            step=s.step + 1,
+            tokens=_constrain(tokens, mesh),
+            policy_mask=s.policy_mask | at,
+            logprobs=jnp.where(at, lp[:, None], s.logprobs),
+            sampling_logprobs=jnp.where(at, samp[:, None], s.sampling_logprobs),
+            cur=cur, n_new=n_new, done=done,
+            stop_token=jnp.where(hit, tok, s.stop_token),
+            logits=jnp.where(active[:, None], logits, s.logits),
+            cache=cache,
+        )
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+def _decode_masked(params, cache, tok, pos, active, cfg):
+    """decode_step that writes the cache only for active rows (done rows keep their cache)."""
+    h, cache = model_lib.extend(params, cache, tok[:, None], pos[:, None], active[:, None], cfg=cfg)
+    return model_lib.logits_from_hidden(params, h[:, 0], cfg=cfg), cache
+
+
+def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: SamplerConfig) -> Rollout:
+    L = s.tokens.shape[1]
+    idx = jnp.arange(L)[None, :]
+    valid = idx < s.cur[:, None]
+    positions = jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
+    finished = s.stop_token >= 0
+    truncated = ~finished
+    if prev is not None:
+        finished = jnp.where(resumed, finished, prev.finished)
+        truncated = jnp.where(resumed, truncated, prev.truncated)
+    return Rollout(
+        tokens=jnp.where(valid, s.tokens, scfg.pad_id).astype(jnp.int32),
+        policy_mask=s.policy_mask & valid,
+        logprobs=jnp.where(valid, s.logprobs, 0.0),
+        sampling_logprobs=jnp.where(valid, s.sampling_logprobs, 0.0),
+        valid=valid, positions=positions, prompt_lengths=prompt_lengths, lengths=s.cur,
+        finished=finished, truncated=truncated,
+        stop_token=s.stop_token if prev is None else jnp.where(resumed, s.stop_token, prev.stop_token),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
+def _sample_jit(params, tokens, lengths, key, *, cfg: ModelConfig, scfg: SamplerConfig, mesh):
+    R, P = tokens.shape
+    L = P + scfg.max_new_tokens
+    logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
+    cache = jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
+    buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
+    zeros = jnp.zeros((R, L), jnp.float32)
+    state = _LoopState(
+        step=jnp.zeros((), jnp.int32), tokens=_constrain(buf, mesh),
+        policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
+        cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
+        done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32),
+        logits=logits, cache=cache,
+    )
+    s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), s.cache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
+def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: ModelConfig,
+                scfg: SamplerConfig, mesh):
+    R, L0 = prev.tokens.shape
+    O = obs.shape[1]
+    T = scfg.max_new_tokens
+    L = L0 + O + T
+    grow = lambda x, v: jnp.pad(x, ((0, 0), (0, L - L0)), constant_values=v)
+    cache = jax.tree.map(lambda c: _constrain(jnp.pad(c, ((0, 0), (0, 0), (0, L - L0), (0, 0), (0, 0))), mesh, 1),
+                         cache)
+    resumed = obs_lengths > 0  # [R]
+    pos = prev.lengths[:, None] + jnp.arange(O, dtype=jnp.int32)[None, :]  # [R, O]
+    write = jnp.arange(O)[None, :] < obs_lengths[:, None]  # [R, O]
+    h, cache = model_lib.extend(params, cache, obs.astype(jnp.int32), pos, write, cfg=cfg)
+    last = jnp.take_along_axis(h, jnp.maximum(obs_lengths - 1, 0)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+    logits = model_lib.logits_from_hidden(params, last, cfg=cfg)
+    tokens = grow(prev.tokens, scfg.pad_id)
+    rows = jnp.arange(R)[:, None]
+    tokens = tokens.at[rows, jnp.where(write, pos, L)].set(obs.astype(jnp.int32), mode="drop")
+    cur = prev.lengths + obs_lengths.astype(jnp.int32)
+    state = _LoopState(
+        step=jnp.zeros((), jnp.int32), tokens=_constrain(tokens, mesh),
+        policy_mask=grow(prev.policy_mask, False), logprobs=grow(prev.logprobs, 0.0),
+        sampling_logprobs=grow(prev.sampling_logprobs, 0.0),
+        cur=cur, n_new=jnp.zeros((R,), jnp.int32), done=~resumed,
+        stop_token=jnp.full((R,), -1, jnp.int32), logits=logits, cache=cache,
+    )
+    s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), s.cache
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def _validate_rows(name, tokens, lengths, cfg: ModelConfig, *, allow_empty: bool):
+    tokens_np, lengths_np = np.asarray(tokens), np.asarray(lengths)
+    if tokens_np.ndim != 2:
+        raise ValueError(f"{name} must be [R, P], got shape {tokens_np.shape}")
+    if not np.issubdtype(tokens_np.dtype, np.integer):
+        raise ValueError(f"{name} must be integer token ids, got dtype {tokens_np.dtype}")
+    R, P = tokens_np.shape
+    if lengths_np.shape != (R,):
+        raise ValueError(f"lengths for {name} must have shape {(R,)}, got {lengths_np.shape}")
+    lo = 0 if allow_empty else 1
+    if R and (lengths_np.min() < lo or lengths_np.max() > P):
+        bad = np.flatnonzero((lengths_np < lo) | (lengths_np > P))
+        raise ValueError(f"lengths for {name} must be in [{lo}, {P}] (empty rows are not allowed for prompts); "
+                         f"rows {bad[:8].tolist()} have lengths {lengths_np[bad[:8]].tolist()}")
+    in_row = np.arange(P)[None, :] < lengths_np[:, None]
+    if np.any(in_row & ((tokens_np < 0) | (tokens_np >= cfg.vocab_size))):
+        raise ValueError(f"{name} has token ids outside [0, {cfg.vocab_size}) within the row lengths")
+    return tokens_np, lengths_np
+
+
+def _place(mesh, params, *arrays):
+    if mesh is None:
+        return (params, *arrays)
+    return (replicate(params, mesh), *shard_batch(tuple(arrays), mesh))
+
+
+def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
+           mesh: Mesh | None = None, return_cache: bool = False):
+    """Generates up to ``scfg.max_new_tokens`` tokens after each row of ``tokens [R, P]``.
+
+    Args:
+      params: model parameters (replicated on ``mesh`` if given).
+      tokens: [R, P] int, prompt + replayed prefix, right-padded. lengths: [R] int in [1, P].
+      key: PRNG key; the same key gives the same tokens for any sharding of the batch.
+      cfg, scfg: model and sampler configs (static).
+      mesh: if given, the batch is split over its ``data`` axis (R divisible by its size).
+      return_cache: also return the KV cache for ``append_and_resume``.
+    Returns:
+      ``Rollout`` (or ``(Rollout, cache)``); see its docstring.
+    Raises:
+      ValueError on bad shapes, empty rows, out-of-vocabulary ids, or ``P_bucket + T > scfg.max_len``.
+    """
+    tokens_np, lengths_np = _validate_rows("tokens", tokens, lengths, cfg, allow_empty=False)
+    padded = pad_to_bucket(tokens_np, lengths_np, pad_id=scfg.pad_id, buckets=scfg.buckets)
+    need = padded.shape[1] + scfg.max_new_tokens
+    if scfg.max_len is not None and need > scfg.max_len:
+        raise ValueError(f"sample: prompt width {padded.shape[1]} (bucketed from max length "
+                         f"{int(lengths_np.max())}) + max_new_tokens {scfg.max_new_tokens} = {need} "
+                         f"exceeds the cache length max_len={scfg.max_len}")
+    params, padded, lengths_j = _place(mesh, params, padded, lengths_np.astype(np.int32))
+    rollout, cache = _sample_jit(params, padded, lengths_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return (rollout, cache) if return_cache else rollout
+
+
+def append_and_resume(params: Params, rollout: Rollout, obs_tokens, obs_lengths, key: jax.Array, *,
+                      cfg: ModelConfig, scfg: SamplerConfig, cache: Cache | None = None,
+                      mesh: Mesh | None = None, return_cache: bool = False):
+    """Appends observation tokens ``obs_tokens [R, O]`` (``obs_lengths [R]``, right-padded; policy
+    mask 0) after each row and generates the next turn. Rows with ``obs_lengths == 0`` are left
+    as they are. With ``cache`` (from ``sample(..., return_cache=True)`` or a previous resume; it is
+    donated) only the observation tokens are run through the model; with ``cache=None`` the whole
+    conversation is re-prefilled. Returns a ``Rollout`` widened by ``O + T`` (or ``(Rollout, cache)``).
+    """
+    obs_np, ol_np = _validate_rows("obs_tokens", obs_tokens, obs_lengths, cfg, allow_empty=True)
+    R, L0 = rollout.tokens.shape
+    if obs_np.shape[0] != R:
+        raise ValueError(f"obs_tokens has {obs_np.shape[0]} rows, the rollout has {R}")
+    if obs_np.shape[1] == 0:
+        raise ValueError("obs_tokens must have width O >= 1 (use obs_lengths == 0 to skip rows)")
+    if scfg.max_len is not None and L0 + obs_np.shape[1] + scfg.max_new_tokens > scfg.max_len:
+        raise ValueError(f"append_and_resume: {L0} + O={obs_np.shape[1]} + T={scfg.max_new_tokens} "
+                         f"exceeds max_len={scfg.max_len}")
+    if cache is None:
+        return _resume_by_prefill(params, rollout, obs_np, ol_np, key, cfg=cfg, scfg=scfg, mesh=mesh,
+                                  return_cache=return_cache)
+    if cache["k"].shape[1:3] != (R, L0):
+        raise ValueError(f"cache has rows/slots {tuple(cache['k'].shape[1:3])}, the rollout is {(R, L0)}")
+    params, obs_j, ol_j = _place(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    out, cache = _resume_jit(params, rollout, cache, obs_j, ol_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return (out, cache) if return_cache else out
+
+
+def _resume_by_prefill(params, rollout: Rollout, obs_np, ol_np, key, *, cfg, scfg, mesh, return_cache):
+    """Re-prefill path: run the cached path on a freshly prefilled cache of the same shape.
+
+    Same shapes and the same loop as the cache path, so the same key gives the same tokens."""
+    R, L0 = rollout.tokens.shape
+    rows_tokens = np.asarray(rollout.tokens)
+    lengths = np.asarray(rollout.lengths).astype(np.int32)
+    params_p, toks_j, len_j = _place(mesh, params, rows_tokens.astype(np.int32), lengths)
+    cache = _prefill_jit(params_p, toks_j, len_j, cfg=cfg, mesh=mesh)
+    params_p, obs_j, ol_j = _place(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    out, cache = _resume_jit(params_p, rollout, cache, obs_j, ol_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return (out, cache) if return_cache else out
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "mesh"))
+def _prefill_jit(params, tokens, lengths, *, cfg, mesh):
+    _, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=tokens.shape[1])
+    return jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
