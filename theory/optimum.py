@@ -1,0 +1,254 @@
+"""Numerical check that every pass-rate metric is maximised at p = 1/2 (Zhu et al. 2026, Sec. 2).
+
+For each metric ``f(p, n)`` and every group size ``n`` (default 2..64), all at once on a
+``[G, M]`` array (G grid points, M group sizes), in float64 (``jax.enable_x64`` context):
+
+1. grid ``pᵢ = (i + 1/2)/G`` (symmetric about 1/2, excludes 0, 1/2 and 1); values ``f`` and
+   derivatives ``f' = ∂f/∂p`` from ``jax.grad``;
+2. symmetry: ``|f(pᵢ) − f(1 − pᵢ)| <= sym_rtol · max|f|``;
+3. unimodality: ``f' > 0`` on every grid point left of 1/2 and ``f' < 0`` right of it (so the
+   grid has exactly one ascending→descending sign change and values rise then fall);
+4. maximiser: bisection of ``f'`` (64 halvings) inside the grid cell holding the sign change; the
+   root must be within ``tol`` (1e-9) of 1/2 and ``f(root)`` must not be below the grid maximum.
+
+A broken claim raises ``OptimumClaimError`` naming the metric, ``n`` and the claim.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theory import _checks as c
+from theory import grpo
+from theory import metrics as m
+
+MetricFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+class OptimumClaimError(AssertionError):
+    """A metric broke one of the claims (symmetric, unimodal, maximised at 1/2) for some n."""
+
+    def __init__(self, metric: str, n: int, claim: str, detail: str):
+        self.metric, self.n, self.claim = metric, n, claim
+        super().__init__(f"metric {metric!r}, n={n}: claim '{claim}' fails: {detail}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricOptimum:
+    """Result of the check for one metric over all n."""
+
+    metric: str
+    argmax: tuple[float, ...]  # per n, root of f' near 1/2
+    max_abs_error: float  # max over n of |argmax − 1/2|
+    max_symmetry_error: float  # max over n and grid of |f(p) − f(1−p)| / max|f|
+    unimodal: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimumReport:
+    """Outcome of ``check_optimum``; every listed metric passed (a failure raises instead)."""
+
+    n_values: tuple[int, ...]
+    grid_size: int
+    tol: float
+    results: tuple[MetricOptimum, ...]
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(r.max_abs_error for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_values": list(self.n_values), "grid_size": self.grid_size, "tol": self.tol,
+            "max_abs_error": self.max_abs_error,
+            "metrics": {r.metric: {"max_abs_error": r.max_abs_error,
+                                   "max_symmetry_error": r.max_symmetry_error,
+                                   "unimodal": r.unimodal} for r in self.results},
+        }
+
+    def summary(self) -> str:
+        lines = [f"optimum check: {len(self.results)} metrics x n in {self.n_values[0]}..{self.n_values[-1]}"
+                 f" ({len(self.n_values)} sizes), grid {self.grid_size}, tol {self.tol:g}: all maximised at p = 1/2"]
+        for r in self.results:
+            lines.append(f"  {r.metric:<28} max|argmax-1/2| = {r.max_abs_error:.1e}  "
+                         f"max sym err = {r.max_symmetry_error:.1e}  unimodal = {r.unimodal}")
+        return "\n".join(lines)
+
+
+def _entropy(p, n, kmax):
+    del n, kmax
+    return -(jax.scipy.special.xlogy(p, p) + jax.scipy.special.xlog1py(1.0 - p, -p)) / math.log(2.0)
+
+
+def _energy(p, n, kmax):
+    del kmax
+    return p * (1.0 - p) + 0.0 * n
+
+
+def _survival(p, n, kmax):
+    del kmax
+    return 1.0 - p**n - (1.0 - p) ** n
+
+
+def _table(p, n, kmax, t1, t0):
+    """``E|t1[k] − p·t0[k]|`` over ``k ~ Binomial(n, p)``; ``t1``, ``t0`` are ``[M, K]`` tables.
+
+    One compiled function serves every finite-n expectation (the tables are traced arguments).
+    """
+    def values(ks, ne):
+        del ks, ne
+        return jnp.abs(t1[None] - p[..., None] * t0[None])  # [G, M, K]
+
+    return m._binomial_sum(values, p, n, kmax)
+
+
+def _plain(fn):
+    def f(p, n, kmax):
+        del kmax
+        return fn(p, n)
+    return f
+
+
+def _k_tables(ns: np.ndarray, kmax: int, h) -> np.ndarray:
+    """``[M, K]`` table of ``h(k, n_m)`` for ``k <= n_m``, zero beyond."""
+    k = np.arange(kmax + 1, dtype=np.float64)[None, :]
+    n = ns.astype(np.float64)[:, None]
+    with jax.enable_x64(True):
+        vals = np.asarray(h(jnp.asarray(np.minimum(k, n)), jnp.asarray(n)))
+    return np.where(k <= n, vals, 0.0)
+
+
+def _builtin_metrics(ns: np.ndarray, kmax: int, include_advantages: bool) -> dict[str, tuple]:
+    zeros = np.zeros((ns.size, kmax + 1))
+    out = {"reward_entropy": (_entropy, ()), "advantage_energy": (_energy, ()),
+           "filter_survival": (_survival, ())}
+    for name, h in (("E[empirical_entropy]", m._h_entropy), ("E[group_reward_variance]", m._h_variance),
+                    ("E[contrast_pairs]", m._h_pairs), ("E[group_survives]", m._h_survives)):
+        out[name] = (_table, (_k_tables(ns, kmax, h), zeros))
+    if include_advantages:
+        for est in grpo.ESTIMATORS:
+            mom = grpo.advantage_moments(ns, kmax=kmax, estimator=est, dtype=jnp.float64)
+            out[f"E[A^2] {est}"] = (_table, (mom["sq"], zeros))
+            out[f"E|grad| {est}"] = (_table, (mom["ar"], mom["a"]))
+    return out
+
+
+def metric_names(*, include_advantages: bool = True) -> tuple[str, ...]:
+    """Names of the built-in metrics checked by ``check_optimum``."""
+    names = ("reward_entropy", "advantage_energy", "filter_survival", "E[empirical_entropy]",
+             "E[group_reward_variance]", "E[contrast_pairs]", "E[group_survives]")
+    if include_advantages:
+        names += tuple(f"{k} {e}" for e in grpo.ESTIMATORS for k in ("E[A^2]", "E|grad|"))
+    return names
+
+
+def _evaluate(f, p, n, kmax, *extra):
+    """Values and elementwise derivatives ``[G, M]`` of ``f`` at ``p`` (each entry its own p)."""
+    vals = f(p, n, kmax, *extra)
+    grads = jax.grad(lambda q: jnp.sum(f(q, n, kmax, *extra)))(p)
+    return vals, grads
+
+
+def _bisect(f, lo, hi, n, kmax, steps, *extra):
+    """Root of ``∂f/∂p`` in ``[lo, hi]`` ``[1, M]`` (``f' > 0`` at lo, ``<= 0`` at hi); also f(root)."""
+    dfn = jax.grad(lambda q: jnp.sum(f(q, n, kmax, *extra)))
+
+    def body(_, lh):
+        lo, hi = lh
+        mid = 0.5 * (lo + hi)
+        up = dfn(mid) > 0
+        return jnp.where(up, mid, lo), jnp.where(up, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, steps, body, (lo, hi))
+    root = 0.5 * (lo + hi)
+    return root, f(root, n, kmax, *extra)
+
+
+_evaluate_jit = jax.jit(_evaluate, static_argnums=(0, 3))
+_bisect_jit = jax.jit(_bisect, static_argnums=(0, 4, 5))
+
+
+def check_optimum(*, n_values: Any = range(2, 65), metrics: Mapping[str, MetricFn] | None = None,
+                  include_advantages: bool = True, grid_size: int = 1000, tol: float = 1e-9,
+                  sym_rtol: float = 1e-10, bisect_steps: int = 64) -> OptimumReport:
+    """Checks that each metric is symmetric about 1/2, unimodal and maximised at 1/2 within ``tol``.
+
+    Args:
+      n_values: group sizes (concrete integers >= 1).
+      metrics: optional ``{name: f(p, n)}`` of elementwise jnp functions of float arrays ``p``, ``n``
+        of one shape, replacing the built-in set (four metrics of p, the finite-n expectations of the
+        realised-k metrics and, with ``include_advantages``, ``E[A²]`` and ``E|ĝ|`` for grpo,
+        dr_grpo and rloo from ``theory.grpo``).
+      grid_size: even number of grid points in (0, 1).
+      tol: allowed ``|argmax − 1/2|``.
+      sym_rtol: allowed ``|f(p) − f(1−p)|`` relative to ``max|f|``.
+
+    Returns:
+      ``OptimumReport``. Raises ``OptimumClaimError`` on the first broken claim.
+    """
+    ns = c.as_group_size("n_values", np.asarray(list(n_values) if not np.isscalar(n_values) else n_values))
+    ns = ns.reshape(-1)
+    if ns.size == 0:
+        raise ValueError("n_values must not be empty")
+    if not isinstance(grid_size, int) or grid_size < 4 or grid_size % 2:
+        raise ValueError(f"grid_size must be an even int >= 4, got {grid_size!r}")
+    kmax = int(ns.max())
+    g = grid_size
+    grid = (np.arange(g) + 0.5) / g  # [G]
+    with jax.enable_x64(True):
+        if metrics is None:
+            fns = _builtin_metrics(ns, kmax, include_advantages)
+        else:
+            fns = {name: (_plain(fn), ()) for name, fn in metrics.items()}
+        p = jnp.asarray(np.broadcast_to(grid[:, None], (g, ns.size)), dtype=jnp.float64)  # [G, M]
+        n = jnp.asarray(ns[None, :], dtype=jnp.float64)  # [1, M]
+        results = []
+        for name, (f, extra) in fns.items():
+            extra = tuple(jnp.asarray(x, dtype=jnp.float64) for x in extra)
+            vals, d = _evaluate_jit(f, p, n, kmax, *extra)
+            vals, d = np.asarray(vals), np.asarray(d)
+            results.append(_judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, bisect_steps))
+    return OptimumReport(tuple(int(x) for x in ns), grid_size, tol, tuple(results))
+
+
+def _judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, steps) -> MetricOptimum:
+    g = grid.size
+    scale = np.maximum(np.max(np.abs(vals), axis=0), np.finfo(np.float64).tiny)  # [M]
+    if not np.all(np.isfinite(vals)) or not np.all(np.isfinite(d)):
+        j = int(np.argmax(~(np.isfinite(vals).all(0) & np.isfinite(d).all(0))))
+        raise OptimumClaimError(name, int(ns[j]), "finite", "NaN/Inf in values or derivative")
+    sym = np.max(np.abs(vals - vals[::-1]), axis=0) / scale  # [M]
+    if np.any(sym > sym_rtol):
+        j = int(np.argmax(sym))
+        raise OptimumClaimError(name, int(ns[j]), "symmetric about 1/2",
+                                f"max |f(p) - f(1-p)|/max|f| = {sym[j]:.3g} > {sym_rtol:g}")
+    left, right = grid < 0.5, grid > 0.5
+    rising = np.all(d[left] > 0, axis=0) & np.all(d[right] < 0, axis=0)  # [M]
+    if not np.all(rising):
+        j = int(np.argmin(rising))
+        bad = np.flatnonzero((left & (d[:, j] <= 0)) | (right & (d[:, j] >= 0)))
+        raise OptimumClaimError(name, int(ns[j]), "unimodal (f' > 0 left of 1/2, < 0 right)",
+                                f"derivative has the wrong sign at p = {grid[bad[:3]].tolist()}")
+    # Bracket from the sign change of f' (first grid point with f' <= 0), then bisection.
+    first_down = np.argmax(d <= 0, axis=0)  # [M]
+    lo = jnp.asarray(grid[first_down - 1][None, :])  # [1, M]
+    hi = jnp.asarray(grid[first_down][None, :])
+    root, at_root = _bisect_jit(f, lo, hi, n, kmax, steps, *extra)
+    root, at_root = np.asarray(root)[0], np.asarray(at_root)[0]  # [M]
+    err = np.abs(root - 0.5)
+    if np.any(err > tol):
+        j = int(np.argmax(err))
+        raise OptimumClaimError(name, int(ns[j]), "maximised at p = 1/2",
+                                f"root of f' at p = {root[j]!r}, |p - 1/2| = {err[j]:.3g} > {tol:g}")
+    short = np.max(vals, axis=0) - at_root
+    if np.any(short > 1e-12 * scale):
+        j = int(np.argmax(short))
+        raise OptimumClaimError(name, int(ns[j]), "global maximum at the root",
+                                f"grid value exceeds f(root) by {short[j]:.3g}")
+    return MetricOptimum(name, tuple(float(r) for r in root), float(err.max()), float(sym.max()), True)
