@@ -15,12 +15,14 @@ from prs.tasks import (
     VOCAB,
     ArithConfig,
     answer_start,
+    continue_demonstrations,
     demonstrations,
     describe,
     eval_problems,
     make_problems,
     problems_from_strings,
     simulate_pass_counts,
+    simulate_prefix_replay,
     verify,
 )
 
@@ -345,3 +347,59 @@ def test_noisy_policy_fills_every_bucket():
     hist = np.bincount(k, minlength=9)
     assert (hist[1:8] >= 0.005 * 1000).all(), hist
     assert hist[1:8].sum() > 0.7 * 1000, hist
+
+
+# ----------------------------------------------------------------------------- prefixes
+def _prefixed(cfg, prompts, prefixes):
+    probs = problems_from_strings(cfg, prompts)
+    toks, lens = rows(["^" + p for p in prompts], prefixes, width=cfg.max_len)
+    return probs, toks, lens
+
+
+def test_continuations_keep_the_prefix_and_mask_it():
+    cfg = dataclasses.replace(CFG, max_terms=4, max_restarts=2)
+    prefixes = ["", "8", "8,", "8,1", "8,1,", "8,1,8", "8,1,8!", "8,1,8!8,0", "8,0,7"] * 20
+    probs, toks, lens = _prefixed(cfg, ["3+5+2+7="] * len(prefixes), prefixes)
+    cont = continue_demonstrations(probs, toks, lens, cfg, seed=0, error_rate=0.1, fix_rate=0.5)
+    for i, pre in enumerate(prefixes):
+        row = VOCAB.decode(cont.tokens[i]).rstrip("_")
+        assert row.startswith("^3+5+2+7=" + pre) and row.endswith("$")
+        assert not cont.loss_mask[i, : lens[i]].any() and cont.loss_mask[i].sum() == len(row) - lens[i]
+        check_solution([3, 5, 2, 7], row[len("^3+5+2+7="):], 10)  # prefix + continuation parse
+    with pytest.raises(ValueError, match="not a solution prefix"):
+        continue_demonstrations(*_prefixed(cfg, ["3+5+2+7="], ["8,0,7,"]), cfg, seed=0)
+    with pytest.raises(ValueError, match="prefix_len"):
+        probs, toks, lens = _prefixed(cfg, ["3+5+2+7="], ["8"])
+        continue_demonstrations(probs, toks, lens - 5, cfg, seed=0)
+
+
+def test_failure_prefix_is_recoverable_and_success_prefix_easier():
+    cfg = dataclasses.replace(CFG, max_terms=6, max_restarts=1, max_fix_delay=1)
+    count = 1500
+    prompt = "3+5+2+7+4+1="  # running sums 8,0,7,1,2
+    # failure prefix (a wrong second step, propagated) and an error-free solver: success iff the
+    # error is noticed, i.e. with probability fix_rate; with no restart left it never recovers.
+    for pre, want in [("8,1,8", 0.4), ("8,1", 0.4), ("9!8,1,8", 0.0)]:
+        probs, toks, lens = _prefixed(cfg, [prompt] * count, [pre] * count)
+        cont = continue_demonstrations(probs, toks, lens, cfg, seed=1, error_rate=0.0, fix_rate=0.4)
+        r = np.asarray(verify(probs.answer, cont.tokens, probs.prompt_len, lens + cont.loss_mask.sum(1)))
+        assert abs(r.mean() - want) <= 4 * np.sqrt(want * (1 - want) / count) + 1e-9, (pre, r.mean())
+    # success prefix with j correct steps: the rest is n-1-j noisy steps (closed form, no fixes)
+    e = 0.25
+    for j, pre in enumerate(["", "8,", "8,0,", "8,0,7,"]):
+        probs, toks, lens = _prefixed(cfg, [prompt] * count, [pre] * count)
+        cont = continue_demonstrations(probs, toks, lens, cfg, seed=2, error_rate=e, fix_rate=0.0)
+        r = np.asarray(verify(probs.answer, cont.tokens, probs.prompt_len, lens + cont.loss_mask.sum(1)))
+        want = closed_form_pass_rate(6 - j, e, 10)
+        assert abs(r.mean() - want) < 4 * np.sqrt(want * (1 - want) / count), (pre, r.mean(), want)
+
+
+def test_prefix_replay_moves_buckets_toward_half():
+    out = simulate_prefix_replay(CFG, step_error_rate=0.2, fix_rate=0.5, n_problems=400, cut=0.5, seed=0)
+    assert set(out) >= {1, 2, 6, 7}
+    for k, (groups, p) in out.items():
+        assert groups > 0
+        if k < 4:
+            assert p > k / 8, (k, p)  # success prefix: easier
+        else:
+            assert 0 < p < k / 8, (k, p)  # failure prefix: harder, still recoverable

@@ -238,34 +238,68 @@ def eval_problems(cfg: ArithConfig, *, count: int = 512, seed: int = 0) -> Probl
     return make_problems(cfg, seed=EVAL_SEED + seed, count=count, split="eval")
 
 
+def _parse_prefix(prefix: str, terms: list[int], modulus: int) -> tuple[int, list[int], bool]:
+    """``(restarts, values of the current list, ends_with_value)`` of a solution prefix without
+    ``#``; ``ValueError`` when it is not a prefix of the solution grammar."""
+    n = len(terms)
+    attempts = prefix.split("!")
+    cur: list[str] = []
+    trailing = False
+    for j, att in enumerate(attempts):
+        items = att.split(",") if att else []
+        last = j == len(attempts) - 1
+        trailing = last and bool(items) and items[-1] == ""
+        vals = items[:-1] if trailing else items
+        ok = all(len(x) == 1 and x.isdigit() and int(x) < modulus for x in vals)
+        if last:
+            ok &= len(vals) <= n - 1 and not (trailing and len(vals) == n - 1)
+        else:
+            ok &= 1 <= len(vals) <= n - 1
+        if not ok:
+            raise ValueError(f"prefix {prefix!r} is not a solution prefix for {n} terms mod {modulus}")
+        cur = vals
+    return len(attempts) - 1, [int(x) for x in cur], bool(cur) and not trailing
+
+
 def _solution_text(
     terms: list[int], modulus: int, rng: np.random.Generator, *, error_rate: float, fix_rate: float,
-    max_fix_delay: int, max_restarts: int,
+    max_fix_delay: int, max_restarts: int, prefix: str = "",
 ) -> str:
-    """One written solution (without EOS) of a noisy solver (see ``demonstrations``)."""
+    """The rest (after ``prefix``, without EOS) of a solution written by the noisy solver of
+    ``demonstrations``. A prefix whose current list holds a wrong step is noticed like the
+    solver's own errors (probability ``fix_rate``, flagged ``U{0 … max_fix_delay}`` steps after
+    the first wrong one, but not before the next separator)."""
     n = len(terms)
+    restarts, vals, pending_sep = _parse_prefix(prefix, terms, modulus)
+    k = len(vals)  # values written in the current list (value k is s_{k+1})
+    s = vals[-1] if vals else terms[0]
+    flag_at = None  # step at which the pending error is flagged with '!'
+    prev = [terms[0], *vals[:-1]]
+    wrong = [j + 1 for j, (v, p) in enumerate(zip(vals, prev)) if v != (p + terms[j + 1]) % modulus]
+    if wrong and restarts < max_restarts and rng.random() < fix_rate:
+        earliest = k if pending_sep else k + 1
+        flag_at = min(max(wrong[0] + int(rng.integers(0, max_fix_delay + 1)), earliest), n - 1)
     out: list[str] = []
-    restarts = 0
     while True:
-        s = terms[0]
-        flag_at = None  # step index at which the pending error is flagged
-        restarted = False
-        for k in range(1, n):
+        if pending_sep:  # value k is written; its separator is due
+            pending_sep = False
+            if flag_at == k:
+                out.append("!")
+                restarts, k, s, flag_at = restarts + 1, 0, terms[0], None
+            elif k == n - 1:
+                out.append("#" + str(s))
+                return "".join(out)
+            else:
+                out.append(",")
+        else:
+            k += 1
             s = (s + terms[k]) % modulus  # s_k from the value written last (errors propagate)
             if rng.random() < error_rate:
                 s = (s + int(rng.integers(1, modulus))) % modulus  # a wrong value, uniform over m-1
                 if flag_at is None and restarts < max_restarts and rng.random() < fix_rate:
                     flag_at = min(k + int(rng.integers(0, max_fix_delay + 1)), n - 1)
             out.append(str(s))
-            if flag_at == k:
-                out.append("!")
-                restarts += 1
-                restarted = True
-                break
-            out.append("," if k < n - 1 else "#")
-        if not restarted:
-            out.append(str(s))
-            return "".join(out)
+            pending_sep = True
 
 
 def demonstrations(
@@ -305,6 +339,53 @@ def demonstrations(
         tokens[i, p : p + len(sol)] = sol
         loss_mask[i, p : p + len(sol)] = True
     return Demonstrations(tokens=tokens, loss_mask=loss_mask)
+
+
+def continue_demonstrations(
+    problems: Problems, tokens: np.ndarray, prefix_len: np.ndarray, cfg: ArithConfig, *, seed: int,
+    error_rate: float | None = None, fix_rate: float | None = None,
+) -> Demonstrations:
+    """The noisy solver of ``demonstrations`` continuing replayed prefixes (a model-free stand-in
+    for a policy in Prefix Sampling).
+
+    Row ``i`` keeps ``tokens[i, :prefix_len_i]`` (prompt, then a solution prefix without ``#``,
+    e.g. the start of another rollout) and appends the solver's continuation and EOS. Errors
+    already in the prefix's current list are noticed with probability ``fix_rate``; the prefix's
+    ``!`` count toward ``max_restarts``.
+
+    Returns ``Demonstrations(tokens [B, L], loss_mask [B, L])`` with the mask on the continuation
+    only (prefix masking); ``L = cfg.max_len``, or more when a prefix with extra restarts needs it.
+    """
+    er = cfg.demo_error_rate if error_rate is None else float(error_rate)
+    fr = cfg.demo_fix_rate if fix_rate is None else float(fix_rate)
+    _check_problems(problems, cfg)
+    b = problems.prompt.shape[0]
+    tokens = np.asarray(tokens)
+    prefix_len = np.asarray(prefix_len)
+    if tokens.ndim != 2 or tokens.shape[0] != b or prefix_len.shape != (b,):
+        raise ValueError(
+            f"tokens must be [B={b}, L] and prefix_len [B], got {tokens.shape} and {prefix_len.shape}"
+        )
+    if (prefix_len < problems.prompt_len).any() or (prefix_len > tokens.shape[1]).any():
+        raise ValueError(f"prefix_len must lie in [prompt_len, {tokens.shape[1]}], got {prefix_len}")
+    v = VOCAB
+    rng = np.random.default_rng([int(seed), 0xC047])
+    rows = []
+    for i in range(b):  # host-side simulation
+        n, p, c = int(problems.n_terms[i]), int(problems.prompt_len[i]), int(prefix_len[i])
+        text = _solution_text(
+            [int(a) for a in problems.terms[i, :n]], cfg.modulus, rng, error_rate=er, fix_rate=fr,
+            max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
+            prefix=v.decode(tokens[i, p:c]),
+        )
+        rows.append((list(tokens[i, :c]), v.encode(text) + [v.eos_id]))
+    width = max(cfg.max_len, max(len(a) + len(r) for a, r in rows))
+    out = np.full((b, width), v.pad_id, np.int32)
+    mask = np.zeros((b, width), bool)
+    for i, (a, r) in enumerate(rows):
+        out[i, : len(a) + len(r)] = a + r
+        mask[i, len(a) : len(a) + len(r)] = True
+    return Demonstrations(tokens=out, loss_mask=mask)
 
 
 def _check_problems(problems: Problems, cfg: ArithConfig) -> None:
@@ -394,6 +475,52 @@ def simulate_pass_counts(
     lengths = rep.prompt_len + demo.loss_mask.sum(axis=1)
     reward = np.asarray(verify(rep.answer, demo.tokens, rep.prompt_len, lengths))
     return reward.reshape(n_problems, n_rollouts).sum(axis=1).astype(np.int32), problems.n_terms
+
+
+def simulate_prefix_replay(
+    cfg: ArithConfig, *, step_error_rate: float, fix_rate: float, n_problems: int, n_rollouts: int = 8,
+    cut: float = 0.5, seed: int = 0,
+) -> dict[int, tuple[int, float]]:
+    """Model-free Prefix Sampling on this task: re-rollout pass rate per bucket.
+
+    Draws ``N`` noisy-solver rollouts per problem (as ``simulate_pass_counts``). For a group with
+    ``0 < k < N/2`` successes it replays the first successful rollout, for ``N/2 < k < N`` the first
+    failed one, cut after ``floor(cut * w)`` of its ``w`` tokens before ``#``; the same solver then
+    writes ``N`` continuations (``continue_demonstrations``), scored by ``verify``.
+
+    Returns ``{k: (groups, re-rollout pass rate)}`` for the buckets that occurred.
+    """
+    if not 0.0 <= cut <= 1.0:
+        raise ValueError(f"cut must lie in [0, 1], got {cut}")
+    problems = make_problems(cfg, seed=seed, count=n_problems)
+    rep = jax.tree.map(lambda x: np.repeat(x, n_rollouts, axis=0), problems)  # [R, ...]
+    demo = demonstrations(rep, cfg, seed=seed + 1, error_rate=step_error_rate, fix_rate=fix_rate)
+    lengths = rep.prompt_len + demo.loss_mask.sum(axis=1)
+    reward = np.asarray(verify(rep.answer, demo.tokens, rep.prompt_len, lengths)).reshape(n_problems, n_rollouts)
+    k = reward.sum(axis=1).astype(np.int32)  # [B]
+    half = n_rollouts / 2
+    chosen = (k > 0) & (k < n_rollouts) & (k != half)
+    want = np.where(k < half, 1.0, 0.0)  # replay a success in hard groups, a failure in easy ones
+    src = np.argmax(reward == want[:, None], axis=1)  # [B] first rollout with the wanted outcome
+    rows = np.arange(n_problems) * n_rollouts + src
+    stop = np.asarray(answer_start(demo.tokens, rep.prompt_len, lengths))[rows]
+    plen = problems.prompt_len
+    cut_at = plen + np.floor(cut * (stop - plen)).astype(np.int32)
+    sel = np.nonzero(chosen)[0]
+    if sel.size == 0:
+        return {}
+    sub = jax.tree.map(lambda x: np.repeat(x[sel], n_rollouts, axis=0), problems)
+    cont = continue_demonstrations(
+        sub, np.repeat(demo.tokens[rows[sel]], n_rollouts, axis=0), np.repeat(cut_at[sel], n_rollouts),
+        cfg, seed=seed + 2, error_rate=step_error_rate, fix_rate=fix_rate,
+    )
+    clen = np.repeat(cut_at[sel], n_rollouts) + cont.loss_mask.sum(axis=1)
+    r2 = np.asarray(verify(sub.answer, cont.tokens, sub.prompt_len, clen)).reshape(sel.size, n_rollouts)
+    out = {}
+    for b in sorted(set(k[sel].tolist())):  # over buckets (at most N), not the batch
+        m = k[sel] == b
+        out[b] = (int(m.sum()), float(r2[m].mean()))
+    return out
 
 
 def describe(cfg: ArithConfig) -> str:
