@@ -272,6 +272,7 @@ def test_error_free_demonstrations_are_correct():
         assert row[:p] == VOCAB.decode(probs.prompt[i, :p])
         assert not demo.loss_mask[i, :p].any() and row[p + len(sol):].strip("_") == ""
     np.testing.assert_array_equal(np.asarray(verify(probs.answer, demo.tokens, probs.prompt_len, lens)), 1.0)
+    np.testing.assert_array_equal(np.asarray(verify(probs, demo.tokens, probs.prompt_len, lens)), 1.0)
 
 
 def test_noisy_demonstrations_are_correct_up_to_injected_errors():

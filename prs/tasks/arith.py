@@ -65,7 +65,7 @@ class ArithConfig:
     max_terms: int = 7
     modulus: int = 10
     term_weights: tuple[float, ...] | None = None
-    demo_error_rate: float = 0.15
+    demo_error_rate: float = 0.2
     demo_fix_rate: float = 0.5
     max_fix_delay: int = 1
     max_restarts: int = 1
@@ -409,13 +409,16 @@ def verify(answer: jax.Array, tokens: jax.Array, prompt_len: jax.Array, lengths:
     DAPO-style math RL (exact match of the final answer; malformed = 0).
 
     Args:
-      answer:     int [R]     the answer digit value (``problems.answer``, repeated per rollout).
+      answer:     int [R]     the answer digit value (``problems.answer``, repeated per rollout),
+                              or a ``Problems`` with ``R`` rows (its ``answer`` is used).
       tokens:     int [R, L]  prompt then generation, any padding after.
       prompt_len: int [R]     number of prompt tokens (generation starts there).
       lengths:    int [R]     number of valid tokens (prompt + generation); ``L`` when unknown.
     Returns:
       float32 [R] in {0, 1}.
     """
+    if isinstance(answer, Problems):
+        answer = answer.answer
     if jnp.ndim(tokens) != 2:
         raise ValueError(f"tokens must be [R, L], got shape {jnp.shape(tokens)}")
     r, width = jnp.shape(tokens)
