@@ -29,7 +29,8 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
     ``log_softmax(z)[y] = z_y − logsumexp(z)``, gathered with ``take_along_axis`` (no ``[R, T, V]``
     one-hot) and computed in float32 whatever the logits dtype (bf16 logits are upcast), so huge
-    logits stay finite. A token id outside ``[0, V)`` gives NaN (mask such positions out).
+    logits stay finite. A token id outside ``[0, V)`` (e.g. a ``-1`` pad) gives NaN rather than wrapping
+    around; ``policy_loss`` ignores NaN on masked positions.
 
     Args:
       logits: ``[R, T, V]`` floating.
@@ -41,7 +42,9 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     v.check_shape("tokens", tokens, logits.shape[:2])
     z = jnp.asarray(logits).astype(jnp.promote_types(logits.dtype, jnp.float32))  # [R, T, V]
     lse = jax.nn.logsumexp(z, axis=-1)  # [R, T]
-    picked = jnp.take_along_axis(z, jnp.asarray(tokens)[..., None], axis=-1, mode="fill")[..., 0]  # [R, T]
+    tokens = jnp.asarray(tokens)
+    tokens = jnp.where(tokens < 0, z.shape[-1], tokens)  # negative ids must not wrap around: -> NaN
+    picked = jnp.take_along_axis(z, tokens[..., None], axis=-1, mode="fill")[..., 0]  # [R, T]
     return picked - lse
 
 

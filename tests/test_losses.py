@@ -83,6 +83,7 @@ def test_token_logprobs_matches_numpy_and_is_stable():
     want_bf = np.take_along_axis(np_log_softmax(np.asarray(bf, np.float32)), tokens[..., None], -1)[..., 0]
     np.testing.assert_allclose(got_bf, want_bf, rtol=1e-5, atol=1e-5)  # same up-cast logits: f32-exact
     assert np.isnan(np.asarray(token_logprobs(logits, np.full((3, 4), 11)))).all()  # out of range -> NaN
+    assert np.isnan(np.asarray(token_logprobs(logits, np.full((3, 4), -1)))).all()  # a -1 pad must not wrap
 
 
 def test_token_entropy_matches_numpy_and_closed_forms():
@@ -336,3 +337,20 @@ _M = np.ones((2, 3), bool)
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_pad_ids_on_masked_positions_do_not_leak_into_logit_gradients():
+    """-1/out-of-range pads give NaN log-probs; masked, they must leave logits' gradients finite and 0 there."""
+    rng = np.random.default_rng(13)
+    logits = rng.normal(size=(3, 5, 7)).astype(np.float32)
+    mask = np.arange(5)[None, :] < np.array([[5], [2], [0]])
+    tokens = np.where(mask, rng.integers(0, 7, (3, 5)), -1)
+    adv = np.array([1.0, -1.0, 0.5], np.float32)
+
+    def f(z):
+        lp = token_logprobs(z, tokens)
+        return policy_loss(lp, jax.lax.stop_gradient(lp), adv, mask)[0]
+
+    g = np.asarray(jax.grad(f)(jnp.asarray(logits)))
+    assert np.all(np.isfinite(g))
+    assert np.all(g[~mask] == 0.0) and np.any(g[mask] != 0.0)
