@@ -57,7 +57,7 @@ def reward_entropy(p: Any) -> jax.Array:
     ``H(0) = H(1) = 0`` exactly (``xlogy``), ``H(1/2) = 1``. Zhu et al. 2026, arXiv:2605.05112, Fig. 2.
     """
     p = _as_p(p)
-    return -(xlogy(p, p) + xlog1py(1.0 - p, -p)) / _LN2
+    return (0.0 - xlogy(p, p) - xlog1py(1.0 - p, -p)) / _LN2  # 0.0 - ...: H(0) = +0.0, not -0.0
 
 
 def advantage_energy(p: Any) -> jax.Array:

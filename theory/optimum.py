@@ -175,7 +175,7 @@ _bisect_jit = jax.jit(_bisect, static_argnums=(0, 4, 5))
 
 
 def check_optimum(*, n_values: Any = range(2, 65), metrics: Mapping[str, MetricFn] | None = None,
-                  include_advantages: bool = True, grid_size: int = 1000, tol: float = 1e-9,
+                  include_advantages: bool = True, grid_size: int = 512, tol: float = 1e-9,
                   sym_rtol: float = 1e-10, bisect_steps: int = 64) -> OptimumReport:
     """Checks that each metric is symmetric about 1/2, unimodal and maximised at 1/2 within ``tol``.
 
