@@ -164,6 +164,7 @@ def _best_at_k(scores: jax.Array, correct: jax.Array, mask: jax.Array, *, k: int
     return jnp.sum(p * jnp.asarray(correct, jnp.float32), axis=-1).astype(jnp.float32)
 
 
+@jax.jit
 def select_best(scores: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
     """Index of the highest-scored valid candidate per task (deterministic: ties -> lowest index).
 
@@ -211,6 +212,7 @@ def execution_free_score(
     return s if mask is None else jnp.where(jnp.asarray(mask, bool), s, -jnp.inf)
 
 
+@jax.jit
 def execution_based_score(
     test_score: jax.Array, regression_score: jax.Array, *, mask: jax.Array | None = None
 ) -> jax.Array:
@@ -242,6 +244,7 @@ def execution_based_score(
     return jnp.where(mask, s, -jnp.inf)
 
 
+@functools.partial(jax.jit, static_argnames="n")
 def top_n_scores(scores: jax.Array, *, n: int, mask: jax.Array | None = None) -> jax.Array:
     """Top_n(s)_k = s_k if candidate k is among the n highest-scored valid candidates, else -inf.
 
@@ -261,6 +264,7 @@ def top_n_scores(scores: jax.Array, *, n: int, mask: jax.Array | None = None) ->
     return jnp.where(mask & (rank < n), scores, -jnp.inf)
 
 
+@functools.partial(jax.jit, static_argnames="top_n")
 def hybrid_score(
     ef_score: jax.Array,
     test_score: jax.Array,
@@ -279,6 +283,7 @@ def hybrid_score(
     return top_n_scores(ef_score, n=top_n, mask=mask) + eb
 
 
+@functools.partial(jax.jit, static_argnames="cap")
 def cap_successes_per_task(
     task_ids: jax.Array, success: jax.Array, *, key: jax.Array, cap: int = 2
 ) -> jax.Array:
