@@ -68,6 +68,7 @@ __all__ = [
     "parse_search_replace",
     "swe_rl_reward",
     "swe_rl_rewards",
+    "render_patch",
     "RewardFn",
     "register_reward",
     "get_reward",
@@ -164,7 +165,8 @@ _MARKERS = ("<<<<<<< SEARCH", ">>>>>>> REPLACE")
 
 @dataclasses.dataclass(frozen=True)
 class SweRlResult:
-    """Outcome of one SWE-RL scoring.
+    """Outcome of one SWE-RL scoring (invalid ``files``/``oracle`` from the caller raise ValueError;
+    anything wrong with the policy's ``response`` is a −1 result instead).
 
     Attributes:
       score: −1.0 on a format violation, else the similarity in [0, 1] (or 0/1 when exact).
@@ -268,7 +270,13 @@ def _patches(files: Mapping[str, str], new: Mapping[str, str]) -> dict[str, str]
     return out
 
 
-def _joined(patch: Mapping[str, str]) -> str:
+def render_patch(patch: Mapping[str, str]) -> str:
+    """One patch string from per-file hunks ``{path: hunks}`` (as in ``SweRlResult.patch``).
+
+    Files in sorted order, each as ``--- a/{path}\\n+++ b/{path}\\n{hunks}``, joined by newlines.
+    This is the form a string ``oracle`` must have for ``swe_rl_reward``; a raw ``git diff``
+    (``diff --git``/``index`` lines, other context sizes) is not, so prefer the dict oracle.
+    """
     return "\n".join(f"--- a/{p}\n+++ b/{p}\n{d}" for p, d in sorted(patch.items()))
 
 
@@ -291,14 +299,18 @@ def swe_rl_reward(
     Args:
       response: the policy's text (anything else scores −1, ``not_a_string``).
       files: ``{path: original content}`` shown to the policy; edits to other paths are violations.
-      oracle: ``{path: content after the oracle patch}`` (per-file scoring as above), or an oracle
-        unified-diff string; then the prediction is rendered as one patch string (files sorted,
-        ``--- a/p``/``+++ b/p`` headers, hunks as produced here) and compared as a whole.
+      oracle: ``{path: content after the oracle patch}`` (per-file scoring as above; the SWE-RL
+        convention), or an oracle patch string in ``render_patch`` form; then the prediction is
+        rendered the same way and compared as a whole.
       exact: the discrete exact-match variant.
 
     Returns:
       ``SweRlResult(score, reason, detail, patch)``.
     """
+    if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
+        raise ValueError(f"swe_rl_reward: files must be a mapping path -> str, got {type(files).__name__}")
+    if not isinstance(oracle, (str, Mapping)):
+        raise ValueError(f"swe_rl_reward: oracle must be a str patch or a mapping path -> str, got {type(oracle).__name__}")
     try:
         if not isinstance(response, str):
             raise _FormatViolation("not_a_string", f"response is {type(response).__name__}")
@@ -308,7 +320,7 @@ def swe_rl_reward(
     except _FormatViolation as e:
         return SweRlResult(-1.0, e.reason, e.detail)
     if isinstance(oracle, str):
-        a, b = _joined(pred), oracle
+        a, b = render_patch(pred), oracle
         score = float(a == b) if exact else difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
         return SweRlResult(float(score), "ok", "whole-patch comparison", pred)
     gold = _patches(files, oracle)

@@ -158,6 +158,7 @@ def test_swe_rl_sequential_blocks_deletion_and_whole_patch_oracle():
     single = _block("pkg/a.py", "    return x + 1\n", "    return x + 2\n")
     ok = rw.swe_rl_reward(single, files=FILES, oracle=ORACLE)
     oracle_str = "--- a/pkg/a.py\n+++ b/pkg/a.py\n" + ok.patch["pkg/a.py"]
+    assert rw.render_patch(ok.patch) == oracle_str
     assert rw.swe_rl_reward(single, files=FILES, oracle=oracle_str, exact=True).score == 1.0
     assert rw.swe_rl_reward(single, files=FILES, oracle=oracle_str + "\n+x").score < 1.0
 
@@ -207,6 +208,10 @@ def test_swe_rl_batch_helper():
     assert [r.score for r in out] == [1.0, -1.0]
     with pytest.raises(ValueError, match="same length"):
         rw.swe_rl_rewards([good], files=[FILES, FILES], oracle=[ORACLE])
+    with pytest.raises(ValueError, match="files must be a mapping"):
+        rw.swe_rl_reward(good, files=None, oracle=ORACLE)
+    with pytest.raises(ValueError, match="oracle must be"):
+        rw.swe_rl_reward(good, files=FILES, oracle=None)
     with pytest.raises(ValueError, match="parse_search_replace: no_edit_blocks"):
         rw.parse_search_replace("nothing here")
     assert rw.parse_search_replace(good) == [("pkg/a.py", "    return x + 1\n", "    return x + 2\n")]

@@ -174,6 +174,10 @@ def test_top_n_and_hybrid_selection():
     assert int(vf.select_best(vf.hybrid_score(ef, ts, rs, top_n=4))[0]) == 3
     with pytest.raises(ValueError, match="n must be"):
         vf.top_n_scores(s, n=0)
+    # An empty candidate set: every score -inf, no NaN, nothing selected.
+    none = np.zeros((1, 4), bool)
+    h0 = np.asarray(vf.hybrid_score(ef, ts, rs, top_n=2, mask=none))
+    assert np.all(h0 == -np.inf) and int(vf.select_best(h0, mask=none)[0]) == -1
 
 
 # ---------------------------------------------------------------- SWE-Gym capping
