@@ -83,8 +83,8 @@ def test_singleton_verl_mode():
 # ---------------------------------------------------------------- property tests vs the reference
 @st.composite
 def reward_batches(draw):
-    b = draw(st.integers(1, 4))
-    n = draw(st.integers(1, 8))
+    b = draw(st.sampled_from([1, 3]))  # few shapes (each compiles once); masks vary the group sizes
+    n = draw(st.sampled_from([1, 4, 8]))
     binary = draw(st.booleans())
     if binary:
         r = draw(hnp.arrays(np.float32, (b, n), elements=st.sampled_from([0.0, 1.0])))
@@ -173,19 +173,24 @@ def test_rloo_std_bounded_on_binary_rewards():
 @given(reward_batches())
 def test_pass_rates_and_mixed_vs_reference(batch):
     r, valid = batch
-    k, n, p = (np.asarray(x) for x in group_pass_rates(r, valid))
-    keep_std = np.asarray(mixed_groups(r, valid))
-    keep_mm = np.asarray(mixed_groups(r, valid, rule="minmax"))
+    k, n, p, keep_std, keep_mm = (np.asarray(x) for x in _jit_rates(r, valid))
     for b in range(r.shape[0]):
         vals = [float(x) for x, m in zip(r[b], valid[b]) if m]
         assert n[b] == len(vals)
         assert k[b] == sum(x > 0 for x in vals)
         assert p[b] == pytest.approx(k[b] / n[b] if vals else 0.0)
-        assert keep_std[b] == (len(vals) > 1 and float(np.std(vals)) > 0)
+        assert keep_std[b] == (len(set(vals)) > 1)  # "std > 0" stated exactly: not all values equal
         mu = float(np.mean(np.asarray(vals, np.float32))) if vals else 0.0
-        if len(vals) > 1 and max(vals) > min(vals) and min(vals) < mu < max(vals):
+        if len(vals) > 1 and min(vals) < mu < max(vals):
             assert keep_mm[b]
+        if keep_mm[b]:
+            assert keep_std[b]
     assert k.dtype == np.int32 and n.dtype == np.int32 and p.dtype == np.float32
+
+
+@jax.jit
+def _jit_rates(r, valid):
+    return (*group_pass_rates(r, valid), mixed_groups(r, valid), mixed_groups(r, valid, rule="minmax"))
 
 
 def test_pass_rates_from_paper_buckets():
