@@ -39,8 +39,9 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     v.check_rank("logits", logits, 3)
     v.check_dtype_kind("logits", logits, "f")
     v.check_dtype_kind("tokens", tokens, "iu")
+    logits = jnp.asarray(logits)
     v.check_shape("tokens", tokens, logits.shape[:2])
-    z = jnp.asarray(logits).astype(jnp.promote_types(logits.dtype, jnp.float32))  # [R, T, V]
+    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # [R, T, V]
     lse = jax.nn.logsumexp(z, axis=-1)  # [R, T]
     tokens = jnp.asarray(tokens)
     tokens = jnp.where(tokens < 0, z.shape[-1], tokens)  # negative ids must not wrap around: -> NaN
@@ -59,7 +60,8 @@ def token_entropy(logits: jax.Array) -> jax.Array:
     """
     v.check_rank("logits", logits, (2, 3))
     v.check_dtype_kind("logits", logits, "f")
-    z = jnp.asarray(logits).astype(jnp.promote_types(logits.dtype, jnp.float32))  # [R, T, V]
+    logits = jnp.asarray(logits)
+    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # [R, T, V]
     lse = jax.nn.logsumexp(z, axis=-1, keepdims=True)  # [R, T, 1]
     p = jnp.exp(z - lse)  # [R, T, V]
     live = p > 0
@@ -187,7 +189,8 @@ def policy_loss(
     v.check_dtype_kind("loss_mask", loss_mask, "biuf")
     v.check_rank("advantages", advantages, (1, 2))
     v.check_dtype_kind("advantages", advantages, "f")
-    r_, t_ = logp.shape
+    advantages = jnp.asarray(advantages)
+    r_, t_ = jnp.shape(logp)
     v.check_shape("advantages", advantages, (r_,) if advantages.ndim == 1 else (r_, t_))
     for name, x in (("ref_logp", ref_logp), ("entropy", entropy)):
         if x is not None:
