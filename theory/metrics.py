@@ -132,6 +132,7 @@ def _binomial_sum(values: Callable[[jax.Array, jax.Array], jax.Array], p: jax.Ar
     inside = k <= ne  # [..., K]
     ks = jnp.where(inside, k, 0.0)
     log_comb = gammaln(ne + 1.0) - gammaln(ks + 1.0) - gammaln(ne - ks + 1.0)
+    log_comb = jnp.where((ks == 0) | (ks == ne), 0.0, log_comb)  # exact pmf at p ∈ {0, 1}
     log_pmf = log_comb + xlogy(ks, pe) + xlog1py(ne - ks, -pe)  # [..., K]
     pmf = jnp.where(inside, jnp.exp(log_pmf), 0.0)
     vals = jnp.where(inside, values(ks, ne), 0.0)
@@ -140,6 +141,10 @@ def _binomial_sum(values: Callable[[jax.Array, jax.Array], jax.Array], p: jax.Ar
     # which keeps the sign of ∂E/∂p right near p = 1/2 (check_optimum bisects on it).
     centre = jnp.take_along_axis(vals, jnp.floor(ne / 2.0).astype(jnp.int32), axis=-1)  # [..., 1]
     return centre[..., 0] + jnp.sum(pmf * (vals - centre), axis=-1)
+
+
+# One compile per (values function, shape, kmax) instead of ~20 eager dispatches per call.
+_binomial_sum_jit = jax.jit(_binomial_sum, static_argnums=(0, 3))
 
 
 def binomial_expectation(values: Callable[[jax.Array, jax.Array], jax.Array], p: Any, n: Any) -> jax.Array:
@@ -151,7 +156,7 @@ def binomial_expectation(values: Callable[[jax.Array, jax.Array], jax.Array], p:
     p = _as_p(p)
     nn = c.as_group_size("n", n)
     p, nf = _broadcast(p, jnp.asarray(nn, dtype=p.dtype))
-    return _binomial_sum(values, p, nf, int(nn.max()))
+    return _binomial_sum_jit(values, p, nf, int(nn.max()))
 
 
 def _h_entropy(k, n):
