@@ -1,0 +1,420 @@
+"""A many-seed simulator of GRPO-family training with Prefix Sampling on a synthetic learner.
+
+The synthetic learner (issue #9). A population of M tasks; task m is a chain of L steps; the policy
+has one logit per task and step, theta [M, L], and step l of task m succeeds with probability
+q_ml = sigmoid(theta_ml). A rollout executes the steps in order and stops at the first failed
+decision; it succeeds (reward 1) iff every step succeeds:
+
+    P_m(theta) = prod_l q_ml                                   (closed form, `success_prob`)
+
+A step may be *replayed* (done already, no decision) or *handicapped* by a logit offset o_l <= 0
+(o_l = 0 normally). With both, the success probability of a (re-)rollout is
+
+    P = prod_{l not replayed} sigmoid(theta_l + o_l).
+
+Prefix Sampling (see `prs.prefix`) re-rolls the skewed groups from a prefix of one of their own
+rollouts, cut at c = round(rho_b * source_len) steps:
+
+* success prefix (hard buckets): the first c steps of a successful rollout are replayed: they are
+  done, are NOT policy decisions and get no gradient (prefix masking); the policy executes steps
+  c..L-1, so P_hard(c) = prod_{l >= c} q_l  (> P).
+* failure prefix (easy buckets): replaying the first c steps of a failed rollout leaves the agent in
+  a recoverable bad state. Documented cost: its progress is lost (the chain restarts at step 0) and
+  each of the c spoiled steps must be redone from the bad state, which is harder by a fixed logit
+  handicap delta = `recovery_handicap`: step l < c succeeds with sigmoid(theta_l - delta), so
+  P_easy(c) = prod_{l < c} sigmoid(theta_l - delta) prod_{l >= c} q_l  (< P). These are decisions of
+  step l's own skill and get gradient (learning to recover trains the skill). A handicap in logits,
+  rather than a number of extra decisions, keeps the cost felt when q_l is near 1 (a k = 7/8 group
+  late in training): with kappa extra decisions the cost q_l ** kappa would vanish there and the
+  easy buckets could never be steered to 0.5. The failed source's replayed steps carry no decision
+  in this model, hence no gradient either.
+
+Exact policy gradient. With o_l in {0, 1} the outcome of step l and m_l = (step l reached and not
+replayed) the policy mask, q'_l = sigmoid(theta_l + o_l) the step's success probability, the
+log-likelihood of a rollout is
+
+    log pi = sum_l m_l (o_l log q'_l + (1 - o_l) log(1 - q'_l)),    d log pi / d theta_l = m_l (o_l - q'_l),
+
+the "(outcome - sigmoid)" score of every executed decision; E[R grad log pi] = grad P exactly
+(REINFORCE; tested). One training step per task is the group-relative policy gradient
+
+    theta_m <- theta_m + lr * (1/N) sum_i A_i grad log pi_i,   A = prs.group_advantages(R, estimator)
+
+(the seq-mean-token-sum aggregation of the GRPO++ recipe, with the 1/(B N) factor folded into lr;
+one on-policy step, so the PPO ratio is 1 and clipping is inactive). A re-rolled group replaces its
+original group in the batch (group filtering is implicit: all-0/all-1 groups get A = 0).
+
+Training (`make_train`) is purejaxrl-shaped: `train(key, params)` is pure, `lax.scan` over steps,
+and `simulate` `vmap`s it over seeds under one `jit`, compiled once per static `SimConfig`
+(mode, N, sizes); the difficulty mixture and the controller target are traced `SimParams`, so a
+sweep over them reuses the compiled program.
+
+Difficulty: the initial success probability of each task is drawn from a Beta mixture
+(`DIFFICULTIES`: uniform, easy-heavy, hard-heavy, bimodal), clipped to [p_lo, p_hi], and spread
+evenly over the steps: theta_ml = logit(P0_m ** (1/L)).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs import prefix as px
+from prs.advantages import group_advantages
+
+__all__ = [
+    "SimConfig",
+    "Difficulty",
+    "DIFFICULTIES",
+    "SimParams",
+    "Rollouts",
+    "success_prob",
+    "sample_rollouts",
+    "log_likelihood",
+    "policy_gradient",
+    "initial_theta",
+    "make_train",
+    "simulate",
+    "steps_to_reach",
+    "bootstrap_ci",
+    "speedup_ci",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """Static configuration of the simulator (one compiled program per distinct value).
+
+    Attributes:
+      mode: Prefix Sampling mode, one of prs.prefix.MODES.
+      n: rollouts per group N.
+      n_tasks: task population size M.
+      chain_len: steps per task L.
+      groups: groups (tasks) per training step B <= M, drawn without replacement.
+      steps: training steps T.
+      lr: step size of the per-task policy-gradient update.
+      recovery_handicap: delta >= 0, logit handicap of each spoiled step after a failure prefix.
+      estimator: advantage estimator passed to prs.group_advantages.
+      p_lo, p_hi: clip of the initial per-task success probability.
+      ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.prefix).
+    """
+
+    mode: str = "ps_ada"
+    n: int = 8
+    n_tasks: int = 128
+    chain_len: int = 8
+    groups: int = 32
+    steps: int = 200
+    lr: float = 1.0
+    recovery_handicap: float = 3.0
+    estimator: str = "rloo"
+    p_lo: float = 0.01
+    p_hi: float = 0.99
+    ema_decay: float = 0.8
+    gain: float = 2.0
+    rho_init: float = 0.5
+    rho_min: float = 0.05
+    rho_max: float = 0.95
+
+    def __post_init__(self):
+        for name in ("n_tasks", "chain_len", "groups", "steps"):
+            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.chain_len < 2:
+            raise ValueError(f"chain_len must be >= 2 (a prefix needs a proper cut), got {self.chain_len}")
+        if self.groups > self.n_tasks:
+            raise ValueError(f"groups (B={self.groups}) must be <= n_tasks (M={self.n_tasks})")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not self.recovery_handicap >= 0:
+            raise ValueError(f"recovery_handicap must be >= 0, got {self.recovery_handicap!r}")
+        if not 0.0 < self.p_lo <= self.p_hi < 1.0:
+            raise ValueError(f"need 0 < p_lo <= p_hi < 1, got p_lo={self.p_lo}, p_hi={self.p_hi}")
+        self.prefix_config()  # validates mode, n and the controller constants
+
+    def prefix_config(self, mode: str | None = None) -> px.PrefixConfig:
+        return px.PrefixConfig(mode=self.mode if mode is None else mode, n=self.n, ema_decay=self.ema_decay,
+                               gain=self.gain, rho_init=self.rho_init, rho_min=self.rho_min,
+                               rho_max=self.rho_max)
+
+
+@dataclasses.dataclass(frozen=True)
+class Difficulty:
+    """Beta mixture of the initial per-task success probability: sum_c weight_c Beta(alpha_c, beta_c)."""
+
+    weight: tuple[float, ...]
+    alpha: tuple[float, ...]
+    beta: tuple[float, ...]
+
+    def __post_init__(self):
+        if not len(self.weight) == len(self.alpha) == len(self.beta) >= 1:
+            raise ValueError(f"weight, alpha, beta must have one equal length >= 1, got "
+                             f"{len(self.weight)}, {len(self.alpha)}, {len(self.beta)}")
+        if min(self.weight) < 0 or sum(self.weight) <= 0 or min(self.alpha) <= 0 or min(self.beta) <= 0:
+            raise ValueError(f"need weight >= 0 (sum > 0), alpha > 0, beta > 0, got {self}")
+
+    def mean(self) -> float:
+        w = np.asarray(self.weight) / np.sum(self.weight)
+        return float(np.sum(w * np.asarray(self.alpha) / (np.asarray(self.alpha) + np.asarray(self.beta))))
+
+
+DIFFICULTIES = {
+    "uniform": Difficulty((1.0,), (1.0,), (1.0,)),
+    "easy_heavy": Difficulty((1.0,), (4.0,), (1.5,)),
+    "hard_heavy": Difficulty((1.0,), (1.5,), (4.0,)),
+    "bimodal": Difficulty((0.5, 0.5), (1.0, 6.0), (6.0, 1.0)),
+}
+
+_MAX_COMPONENTS = 4  # mixtures are padded to this many components so that they share one compile
+
+
+class SimParams(NamedTuple):
+    """Traced parameters of one simulated configuration (vmappable, no recompile when they change)."""
+
+    target: jax.Array      # [] controller target pass rate
+    log_weight: jax.Array  # [C] log mixture weights (-inf = unused component)
+    alpha: jax.Array       # [C]
+    beta: jax.Array        # [C]
+
+    @staticmethod
+    def make(difficulty: Difficulty | str, target: float = 0.5) -> "SimParams":
+        d = DIFFICULTIES[difficulty] if isinstance(difficulty, str) else difficulty
+        C = len(d.weight)
+        if C > _MAX_COMPONENTS:
+            raise ValueError(f"difficulty has {C} components, at most {_MAX_COMPONENTS} supported")
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"target must lie in (0, 1), got {target!r}")
+        pad = _MAX_COMPONENTS - C
+        w = np.asarray(d.weight, np.float64) / np.sum(d.weight)
+        with np.errstate(divide="ignore"):
+            lw = np.log(np.concatenate([w, np.zeros(pad)]))
+        return SimParams(target=jnp.float32(target), log_weight=jnp.asarray(lw, jnp.float32),
+                         alpha=jnp.asarray(list(d.alpha) + [1.0] * pad, jnp.float32),
+                         beta=jnp.asarray(list(d.beta) + [1.0] * pad, jnp.float32))
+
+
+class Rollouts(NamedTuple):
+    reward: jax.Array   # [B, N] float32 0/1
+    outcome: jax.Array  # [B, N, L] float32 1 = step cleared (a replayed step counts as cleared), 0 = failed
+    policy: jax.Array   # [B, N, L] bool: step l was a policy decision (reached and not replayed)
+    offset: jax.Array   # [B, L] float32 logit handicap the rollouts were sampled with
+    length: jax.Array   # [B, N] int32 steps reached (executed or replayed), the source length of a prefix
+
+
+def success_prob(theta: jax.Array, offset: jax.Array | None = None, replay: jax.Array | None = None) -> jax.Array:
+    """P = prod_{l not replayed} sigmoid(theta_l + offset_l) over the last axis: [..., L] -> [...]."""
+    theta = jnp.asarray(theta, jnp.float32)
+    off = jnp.zeros(theta.shape, jnp.float32) if offset is None else jnp.asarray(offset, jnp.float32)
+    if off.shape != theta.shape:
+        raise ValueError(f"offset must have the shape of theta {theta.shape}, got {off.shape}")
+    lq = jax.nn.log_sigmoid(theta + off)
+    if replay is not None:
+        if jnp.shape(replay) != theta.shape:
+            raise ValueError(f"replay must have the shape of theta {theta.shape}, got {jnp.shape(replay)}")
+        lq = jnp.where(replay, 0.0, lq)
+    return jnp.exp(jnp.sum(lq, axis=-1))
+
+
+def sample_rollouts(key: jax.Array, theta: jax.Array, offset: jax.Array, replay: jax.Array, *, n: int) -> Rollouts:
+    """N rollouts of each of B chains: theta [B, L], offset [B, L] (logit handicap), replay [B, L] bool.
+
+    Step l is cleared iff it is replayed or u_l < sigmoid(theta_l + offset_l); the rollout stops at
+    the first step that is not cleared (later steps are not reached: no decision, no gradient).
+    """
+    theta = jnp.asarray(theta, jnp.float32)
+    if theta.ndim != 2 or jnp.shape(offset) != theta.shape or jnp.shape(replay) != theta.shape:
+        raise ValueError(f"theta, offset, replay must all have shape [B, L], got {theta.shape}, "
+                         f"{jnp.shape(offset)}, {jnp.shape(replay)}")
+    B, L = theta.shape
+    off = jnp.asarray(offset, jnp.float32)
+    rp = jnp.asarray(replay, bool)[:, None, :]  # [B, 1, L]
+    q = jax.nn.sigmoid(theta + off)[:, None, :]  # [B, 1, L]
+    u = jax.random.uniform(key, (B, n, L))  # [B, N, L]
+    cleared = rp | (u < q)  # [B, N, L]
+    reached = jnp.cumprod(jnp.concatenate([jnp.ones((B, n, 1), jnp.int32), cleared[..., :-1].astype(jnp.int32)],
+                                          axis=-1), axis=-1).astype(bool)  # [B, N, L] step l was reached
+    return Rollouts(reward=jnp.all(cleared, axis=-1).astype(jnp.float32),
+                    outcome=cleared.astype(jnp.float32),
+                    policy=reached & ~rp,
+                    offset=off,
+                    length=jnp.sum(reached, axis=-1, dtype=jnp.int32))
+
+
+def log_likelihood(theta: jax.Array, ro: Rollouts) -> jax.Array:
+    """log pi of each rollout, [B, N]: sum_l m_l (o_l log q'_l + (1 - o_l) log(1 - q'_l)), m = ro.policy.
+
+    Prefix masking happens here: replayed steps have o_l = 1 (their decision was a success) but
+    m_l = 0, so they contribute nothing to log pi and get no gradient.
+    """
+    z = (theta + ro.offset)[:, None, :]  # [B, 1, L]
+    per_step = ro.outcome * jax.nn.log_sigmoid(z) + (1.0 - ro.outcome) * jax.nn.log_sigmoid(-z)  # [B, N, L]
+    return jnp.sum(jnp.where(ro.policy, per_step, 0.0), axis=-1)
+
+
+def policy_gradient(theta: jax.Array, ro: Rollouts, adv: jax.Array) -> jax.Array:
+    """grad_theta (1/N) sum_i A_i log pi_i, [B, L] (ascent direction; A is not differentiated)."""
+    n = ro.reward.shape[1]
+    adv = jax.lax.stop_gradient(adv)
+    return jax.grad(lambda th: jnp.sum(adv * log_likelihood(th, ro)) / n)(theta)
+
+
+def initial_theta(key: jax.Array, params: SimParams, cfg: SimConfig) -> jax.Array:
+    """[M, L] logits: P0_m ~ the Beta mixture, clipped to [p_lo, p_hi], theta_ml = logit(P0_m ** (1/L))."""
+    kc, kb = jax.random.split(key)
+    M, L = cfg.n_tasks, cfg.chain_len
+    comp = jax.random.categorical(kc, params.log_weight, shape=(M,))  # [M]
+    p0 = jax.random.beta(kb, params.alpha[comp], params.beta[comp])  # [M]
+    p0 = jnp.clip(p0, cfg.p_lo, cfg.p_hi)
+    log_q = jnp.log(p0) / L  # [M]
+    theta = log_q - jnp.log(-jnp.expm1(log_q))  # logit(q) = log q - log(1 - q)
+    return jnp.broadcast_to(theta[:, None], (M, L)).astype(jnp.float32)
+
+
+def _gather(table: np.ndarray, bucket: jax.Array, fill) -> jax.Array:
+    t = jnp.concatenate([jnp.asarray(table), jnp.full((1,), fill, jnp.asarray(table).dtype)])
+    return t[jnp.where(bucket < 0, t.shape[0] - 1, bucket)]
+
+
+def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
+    """Returns a pure `train(key, params) -> metrics` (purejaxrl style; scan over cfg.steps).
+
+    metrics (leading axis T = cfg.steps unless noted):
+      success0 []        population success rate mean_m P_m before training
+      success [T]        population success rate after each step (closed form, no sampling noise)
+      batch_pass [T]     mean reward of the step's original rollouts
+      skewed [T]         share of the step's groups in a PS bucket (ps_ada buckets, whatever the mode)
+      rerolled [T]       share of groups re-rolled from a prefix
+      reroll_pass [T]    mean pass rate of the re-rolled groups (NaN-free: 0 where none)
+      energy [T]         mean p(1 - p) of the groups trained on (advantage energy, p = k/N)
+      decisions [T]      policy decisions sampled this step (original + re-rollouts): compute proxy
+      rho, ema [T, K]    controller state after the step
+    """
+    pcfg = cfg.prefix_config()
+    full = cfg.prefix_config("ps_ada")
+    M, L, B, N = cfg.n_tasks, cfg.chain_len, cfg.groups, cfg.n
+    delta = float(cfg.recovery_handicap)
+    direction = px.bucket_direction(pcfg)  # [K]
+    do_reroll = pcfg.mode != "baseline"
+    steps_l = jnp.arange(L, dtype=jnp.int32)  # [L]
+
+    def pop_success(theta):
+        return jnp.mean(success_prob(theta))
+
+    def step(carry, key):
+        theta, ctrl, target = carry
+        k_task, k_roll, k_src, k_re = jax.random.split(key, 4)
+        tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
+        th = theta[tasks]  # [B, L]
+        ro = sample_rollouts(k_roll, th, jnp.zeros((B, L)), jnp.zeros((B, L), bool), n=N)
+        k = jnp.sum(ro.reward, axis=1).astype(jnp.int32)  # [B]
+        skewed = jnp.mean((px.assign_buckets(k, full) >= 0).astype(jnp.float32))
+        decisions = jnp.sum(ro.policy)
+        if do_reroll:
+            bucket = px.assign_buckets(k, pcfg)  # [B]
+            src = px.choose_sources(k_src, ro.reward, bucket, pcfg)  # [B]
+            src_len = jnp.take_along_axis(ro.length, jnp.maximum(src, 0)[:, None], axis=1)[:, 0]  # [B]
+            cut = px.cut_points(ctrl, bucket, jnp.where(src >= 0, src_len, 0), pcfg)  # [B]
+            reroll = cut > 0  # [B]
+            hard = _gather(direction, bucket, 0) > 0  # [B]
+            before = steps_l[None, :] < cut[:, None]  # [B, L] the prefix's steps
+            replay = before & hard[:, None]  # success prefix: steps done, not policy decisions
+            offset = jnp.where(before & ~hard[:, None], -delta, 0.0)  # failure prefix: handicapped redo
+            re = sample_rollouts(k_re, th, offset, replay, n=N)
+            pick = lambda a, b: jnp.where(reroll.reshape((B,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+            train_ro = jax.tree.map(pick, re, ro)
+            re_rate = jnp.mean(re.reward, axis=1)  # [B]
+            ctrl = px.update(ctrl, jnp.where(reroll, bucket, -1), re_rate, pcfg, target=target)
+            n_re = jnp.sum(reroll)
+            rerolled = n_re / B
+            reroll_pass = jnp.sum(jnp.where(reroll, re_rate, 0.0)) / jnp.maximum(n_re, 1)
+            decisions = decisions + jnp.sum(reroll[:, None, None] & re.policy)
+        else:
+            train_ro = ro
+            rerolled = jnp.float32(0.0)
+            reroll_pass = jnp.float32(0.0)
+        adv = group_advantages(train_ro.reward, estimator=cfg.estimator)  # [B, N]
+        g = policy_gradient(th, train_ro, adv)  # [B, L]
+        theta = theta.at[tasks].add(cfg.lr * g)
+        p = jnp.mean(train_ro.reward, axis=1)  # [B]
+        out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward), skewed=skewed,
+                   rerolled=jnp.asarray(rerolled, jnp.float32), reroll_pass=jnp.asarray(reroll_pass, jnp.float32),
+                   energy=jnp.mean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
+        return (theta, ctrl, target), out
+
+    def train(key: jax.Array, params: SimParams) -> dict:
+        k_init, k_steps = jax.random.split(key)
+        theta0 = initial_theta(k_init, params, cfg)
+        carry = (theta0, px.init(pcfg), params.target)
+        _, metrics = jax.lax.scan(step, carry, jax.random.split(k_steps, cfg.steps))
+        metrics["success0"] = pop_success(theta0)
+        return metrics
+
+    return train
+
+
+@functools.lru_cache(maxsize=64)
+def _runner(cfg: SimConfig):
+    return jax.jit(jax.vmap(make_train(cfg), in_axes=(0, None)))
+
+
+def simulate(cfg: SimConfig, params: SimParams, *, seeds: int, seed0: int = 0) -> dict[str, np.ndarray]:
+    """Runs `seeds` independent trainings (seed s uses jax.random.key(seed0 + s)), vmapped in one jit.
+
+    The same seed gives the same task population and the same sampling keys in every mode, so
+    methods compared at equal seeds are paired. Returns numpy metrics with a leading [S] axis.
+    """
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    keys = jax.vmap(jax.random.key)(jnp.arange(seed0, seed0 + seeds))
+    out = _runner(cfg)(keys, params)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def steps_to_reach(success: np.ndarray, success0: np.ndarray, *, reach: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Training steps until the population success closes `reach` of its gap to 1.
+
+    threshold_s = success0_s + reach * (1 - success0_s); steps_s = 1 + first t with success[s, t] >=
+    threshold_s. Seeds that never reach it get T + 1 (censored) and are flagged in the second output.
+    success [S, T], success0 [S] -> (steps [S] int, censored [S] bool).
+    """
+    success = np.asarray(success)
+    success0 = np.asarray(success0)
+    if success.ndim != 2 or success0.shape != success.shape[:1]:
+        raise ValueError(f"success must be [S, T] and success0 [S], got {success.shape} and {success0.shape}")
+    if not 0.0 < reach <= 1.0:
+        raise ValueError(f"reach must lie in (0, 1], got {reach!r}")
+    thr = success0 + reach * (1.0 - success0)  # [S]
+    hit = success >= thr[:, None]  # [S, T]
+    ever = hit.any(axis=1)
+    steps = np.where(ever, hit.argmax(axis=1) + 1, success.shape[1] + 1)
+    return steps, ~ever
+
+
+def bootstrap_ci(data, stat: Callable = np.mean, *, n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """(stat(data), lo, hi): percentile bootstrap over the leading (seed) axis, seeded.
+
+    `data` is an array [S, ...] or a tuple of arrays sharing S, resampled jointly (paired) and
+    passed to `stat` as separate arguments. Efron & Tibshirani 1993, ch. 13.
+    """
+    arrays = tuple(np.asarray(a) for a in (data if isinstance(data, tuple) else (data,)))
+    S = arrays[0].shape[0]
+    if S < 2 or any(a.shape[0] != S for a in arrays):
+        raise ValueError(f"need >= 2 samples sharing the leading axis, got shapes {[a.shape for a in arrays]}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, S, size=(n_boot, S))
+    boots = np.array([stat(*(a[i] for a in arrays)) for i in idx])
+    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
+    return float(stat(*arrays)), float(lo), float(hi)
+
+
+def speedup_ci(base_steps: np.ndarray, method_steps: np.ndarray, **kw) -> tuple[float, float, float]:
+    """Speed-up mean(base) / mean(method) over paired seeds, with its bootstrap CI."""
+    return bootstrap_ci((np.asarray(base_steps, float), np.asarray(method_steps, float)),
+                        lambda b, m: b.mean() / m.mean(), **kw)

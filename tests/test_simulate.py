@@ -1,0 +1,190 @@
+"""Tests for prs.sim: the synthetic learner, its exact policy gradient, seeds, sweep statistics."""
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prs import sim
+from prs.advantages import group_advantages
+
+TINY = dict(n_tasks=16, chain_len=4, groups=8, steps=60, lr=3.0)  # one compiled program shared by the tests
+
+
+def _np_sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def test_success_prob_closed_form_and_monte_carlo():
+    rng = np.random.default_rng(0)
+    theta = rng.normal(1.0, 1.0, (3, 5)).astype(np.float32)
+    offset = np.where(rng.random((3, 5)) < 0.3, -2.0, 0.0).astype(np.float32)
+    replay = rng.random((3, 5)) < 0.3
+    q = _np_sigmoid(theta + offset)
+    want = np.prod(np.where(replay, 1.0, q), axis=1)
+    got = sim.success_prob(jnp.asarray(theta), jnp.asarray(offset), jnp.asarray(replay))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # the sampler's success frequency matches the closed form (5-sigma binomial band)
+    n = 40000
+    ro = sim.sample_rollouts(jax.random.key(1), jnp.asarray(theta), jnp.asarray(offset), jnp.asarray(replay), n=n)
+    freq = np.asarray(ro.reward.mean(1))
+    assert (np.abs(freq - want) < 5 * np.sqrt(want * (1 - want) / n) + 1e-4).all(), (freq, want)
+    # a rollout stops at its first failure: steps reached = 1 + index of the first failure
+    out = np.asarray(ro.outcome)
+    first_fail = np.where((out == 0).any(-1), (out == 0).argmax(-1) + 1, 5)
+    np.testing.assert_array_equal(ro.length, first_fail)
+    pol = np.asarray(ro.policy)
+    np.testing.assert_array_equal(pol, (np.arange(5)[None, None, :] < first_fail[..., None]) & ~replay[:, None, :])
+
+
+def test_success_prob_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    theta = rng.normal(0.5, 1.0, (2, 4))
+    offset = np.array([[-3.0, 0, 0, 0], [0, 0, 0, 0]])
+    replay = np.array([[False] * 4, [True, False, False, False]])
+    f = lambda th: float(np.sum(np.prod(np.where(replay, 1.0, _np_sigmoid(th + offset)), axis=1)))  # noqa: E731
+    g = np.asarray(jax.grad(lambda th: sim.success_prob(th, jnp.asarray(offset, jnp.float32),
+                                                        jnp.asarray(replay)).sum())(jnp.asarray(theta, jnp.float32)))
+    h = 1e-5
+    fd = np.zeros_like(theta)
+    for i, j in itertools.product(range(2), range(4)):
+        e = np.zeros_like(theta)
+        e[i, j] = h
+        fd[i, j] = (f(theta + e) - f(theta - e)) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-3, atol=1e-6)
+    assert g[1, 0] == 0.0  # replayed step: no gradient
+
+
+def test_score_function_gradient_is_unbiased_and_prefix_masked():
+    # E[(1/N) sum_i A_i grad log pi_i] equals grad P exactly, for leave-one-out advantages and for
+    # plain REINFORCE (A = r). Prefix masking: the replayed steps are not policy decisions. Without
+    # the mask, REINFORCE credits them with E[r (1 - q)] = P (1 - q) > 0 (biased); with a group-
+    # centred advantage (sum_i A_i = 0) their identical score (1 - q) cancels exactly instead.
+    theta = jnp.asarray([[1.0, 0.5, 2.0, -0.3, 1.5], [0.2, 0.1, 1.0, 0.4, 0.0]])
+    offset = jnp.asarray([[-3.0, -3.0, 0, 0, 0], [0.0] * 5])
+    replay = jnp.asarray([[False] * 5, [True, True, False, False, False]])
+    exact = np.asarray(jax.grad(lambda th: sim.success_prob(th, offset, replay).sum())(theta))
+
+    def est(key):
+        ro = sim.sample_rollouts(key, theta, offset, replay, n=8)
+        bad = ro._replace(policy=ro.policy | replay[:, None, :])
+        loo = group_advantages(ro.reward, estimator="rloo")
+        return (sim.policy_gradient(theta, ro, loo), sim.policy_gradient(theta, bad, loo),
+                sim.policy_gradient(theta, ro, ro.reward), sim.policy_gradient(theta, bad, ro.reward))
+
+    keys = jax.random.split(jax.random.key(0), 6000)
+    loo, loo_bad, rf, rf_bad = (np.asarray(x) for x in jax.jit(jax.vmap(est))(keys))
+    for g in (loo, rf):
+        se = g.std(0) / math.sqrt(len(keys))
+        assert (np.abs(g.mean(0) - exact) < 5 * se + 1e-5).all(), (g.mean(0), exact, se)
+    np.testing.assert_allclose(loo_bad, loo, atol=1e-6)  # exact cancellation per sample
+    q = _np_sigmoid(np.asarray(theta[1, :2]))
+    bias = float(sim.success_prob(theta, offset, replay)[1]) * (1 - q)
+    se = rf_bad.std(0)[1, :2] / math.sqrt(len(keys))
+    assert (np.abs(rf_bad.mean(0)[1, :2] - bias) < 5 * se).all() and (bias > 10 * se).all()
+
+
+def test_policy_gradient_equals_closed_form_score():
+    ro = sim.sample_rollouts(jax.random.key(3), jnp.zeros((2, 4)) + 0.7, jnp.zeros((2, 4)),
+                             jnp.asarray([[False] * 4, [True, False, False, False]]), n=6)
+    adv = jax.random.normal(jax.random.key(4), (2, 6))
+    theta = jnp.zeros((2, 4)) + 0.7
+    got = sim.policy_gradient(theta, ro, adv)
+    q = _np_sigmoid(0.7)
+    score = np.where(np.asarray(ro.policy), np.asarray(ro.outcome) - q, 0.0)  # [B, N, L]
+    want = np.einsum("bn,bnl->bl", np.asarray(adv), score) / 6
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_initial_difficulty_distribution():
+    cfg = sim.SimConfig(n_tasks=4000, chain_len=5, groups=8)
+    init = jax.jit(sim.initial_theta, static_argnums=2)
+    for name, d in sim.DIFFICULTIES.items():
+        th = init(jax.random.key(0), sim.SimParams.make(name), cfg)
+        assert th.shape == (4000, 5)
+        np.testing.assert_allclose(th[:, 0], th[:, 4])  # spread evenly over the steps
+        p0 = np.asarray(sim.success_prob(th))
+        assert p0.min() >= cfg.p_lo - 1e-5 and p0.max() <= cfg.p_hi + 1e-5
+        assert abs(p0.mean() - d.mean()) < 0.02, name  # clipping moves the mean by < 0.01
+
+
+def test_seeds_reproducible_and_independent():
+    cfg = sim.SimConfig(mode="ps_ada", **TINY)
+    params = sim.SimParams.make("uniform")
+    a = sim.simulate(cfg, params, seeds=4)
+    b = sim.simulate(cfg, params, seeds=4, seed0=2)
+    c = sim.simulate(cfg, params, seeds=4)
+    np.testing.assert_array_equal(a["success"], c["success"])
+    # seed s is the same run whatever else is in the vmapped batch
+    np.testing.assert_allclose(a["success"][2:], b["success"][:2], rtol=1e-5, atol=1e-6)
+    # different seeds differ
+    assert len({tuple(np.round(x, 6)) for x in a["success"]}) == 4
+    for k in ("success", "rho", "ema", "energy", "reroll_pass"):
+        assert np.isfinite(a[k]).all(), k
+
+
+def test_no_recompile_across_difficulty_and_target():
+    cfg = sim.SimConfig(mode="ps_ada", **TINY)
+    sim.simulate(cfg, sim.SimParams.make("uniform", 0.5), seeds=4)
+    runner = sim._runner(cfg)
+    n0 = runner._cache_size()
+    for d, t in [("bimodal", 0.3), ("hard_heavy", 0.7)]:
+        sim.simulate(cfg, sim.SimParams.make(d, t), seeds=4)
+    assert runner._cache_size() == n0 == 1
+
+
+def test_easy_case_converges_and_controller_tracks_target():
+    # a population of moderately easy tasks: every method drives the population success rate up
+    easy = sim.Difficulty((1.0,), (6.0,), (3.0,))  # mean initial success 2/3
+    m = sim.simulate(sim.SimConfig(mode="ps_ada", **TINY), sim.SimParams.make(easy), seeds=4)
+    assert (m["success"][:, -1] > 0.9).all()
+    assert (m["success"][:, -1] > m["success0"] + 0.2).all()
+    assert m["rerolled"].mean() > 0.05
+
+
+def test_steps_to_reach_against_loop_reference():
+    rng = np.random.default_rng(0)
+    success = np.cumsum(rng.random((20, 30)) * 0.04, axis=1) + 0.2
+    success0 = np.full(20, 0.2)
+    steps, cens = sim.steps_to_reach(success, success0, reach=0.5)
+    for s in range(20):
+        thr = 0.2 + 0.5 * 0.8
+        want = next((t + 1 for t in range(30) if success[s, t] >= thr), 31)
+        assert steps[s] == want and cens[s] == (want == 31)
+    with pytest.raises(ValueError, match="reach"):
+        sim.steps_to_reach(success, success0, reach=0.0)
+    with pytest.raises(ValueError, match="success"):
+        sim.steps_to_reach(success, success0[:3])
+
+
+def test_bootstrap_ci_covers_and_is_seeded():
+    rng = np.random.default_rng(0)
+    x = rng.normal(2.0, 1.0, 400)
+    est, lo, hi = sim.bootstrap_ci(x, seed=1)
+    assert est == pytest.approx(x.mean())
+    half = 1.96 * x.std(ddof=1) / math.sqrt(400)  # normal-theory interval as the reference
+    assert lo == pytest.approx(x.mean() - half, abs=0.03) and hi == pytest.approx(x.mean() + half, abs=0.03)
+    assert sim.bootstrap_ci(x, seed=1) == (est, lo, hi)
+    base, meth = rng.poisson(100, 200).astype(float), rng.poisson(50, 200).astype(float)
+    r, lo, hi = sim.speedup_ci(base, meth)
+    assert r == pytest.approx(base.mean() / meth.mean()) and lo < r < hi
+    with pytest.raises(ValueError):
+        sim.bootstrap_ci(np.ones(1))
+
+
+@pytest.mark.parametrize("kwargs", [dict(n=1), dict(mode="x"), dict(groups=200, n_tasks=10), dict(chain_len=1),
+                                    dict(lr=0.0), dict(recovery_handicap=-1.0), dict(p_lo=0.0), dict(steps=0)])
+def test_bad_sim_config_raises(kwargs):
+    with pytest.raises(ValueError):
+        sim.SimConfig(**kwargs)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="target"):
+        sim.SimParams.make("uniform", 1.0)
+    with pytest.raises(ValueError):
+        sim.Difficulty((1.0,), (1.0, 2.0), (1.0,))
+    with pytest.raises(ValueError, match="shape"):
+        sim.sample_rollouts(jax.random.key(0), jnp.zeros((2, 3)), jnp.zeros((2, 4)), jnp.zeros((2, 3), bool), n=2)
