@@ -11,8 +11,8 @@ prefix leaves fewer steps to get right (easier), a prefix with a wrong running s
 answer unless the policy notices it.
 
 Self-correction: ``!`` means "what I wrote since the last restart is wrong; start the list again".
-A demonstration that makes a wrong step may, one to ``max_fix_delay + 1`` steps later, write ``!``
-and restart from ``s_2``: ``8,1,8!8,0,7#7$``. Because ``!`` is legal anywhere before ``#``, a
+A demonstration that makes a wrong step may notice it, right after that step or up to
+``max_fix_delay`` steps later, write ``!`` and restart from ``s_2``: ``8,1,8!8,0,7#7$``. Because ``!`` is legal anywhere before ``#``, a
 failure prefix (one that contains a wrong step) is a handicap, never a dead end: the continuation
 can always restart. Only a prefix that already contains ``#`` is decided.
 
