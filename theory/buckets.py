@@ -36,8 +36,9 @@ class BucketTable:
     reference_label: str
 
     def ratio(self, metric: str) -> np.ndarray:
-        """``value / reference`` per bucket ``[n+1]``."""
-        return self.values[metric] / self.reference[metric]
+        """``value / reference`` per bucket ``[n+1]``; 0 where the reference is 0 (survival at n = 1)."""
+        ref = self.reference[metric]
+        return self.values[metric] / ref if ref != 0 else np.zeros_like(self.values[metric])
 
     def to_dict(self) -> dict[str, Any]:
         return {
