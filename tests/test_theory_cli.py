@@ -1,0 +1,54 @@
+"""``python -m theory``: text, --json and --out (PNG + json), and the Fig. 2 data."""
+import json
+import runpy
+import sys
+
+import numpy as np
+import pytest
+
+import theory
+from theory import cli
+
+
+def test_json_and_out(tmp_path, capsys):
+    out = tmp_path / "theory"
+    assert cli.main(["--n", "8", "--json", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["bucket_table"]["n"] == 8 and len(doc["bucket_table"]["rows"]) == 9
+    assert doc["optimum"]["max_abs_error"] <= 1e-9
+    assert doc["partial_pass"]["break_even_p_honest"] == pytest.approx(0.4)
+    assert json.loads((out / "theory.json").read_text())["bucket_table"] == doc["bucket_table"]
+    png = (out / "fig2_pass_rate_metrics.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_module_entry_point_text(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["theory", "--n", "5"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("theory", run_name="__main__")
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "bucket table, n = 5" in text and "odd" in text
+    assert "all maximised at p = 1/2" in text and "partial-pass trap" in text
+
+
+def test_bad_n_exits(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--n", "0"])
+    assert "--n must be >= 1" in capsys.readouterr().err
+
+
+def test_figure_data_normalised_and_buckets_match_table():
+    data = theory.figure_data(8, num_points=101)
+    table = theory.bucket_table(8)
+    for name, curve in data["curves"].items():
+        assert curve[50] == pytest.approx(1.0) and np.max(curve) == pytest.approx(1.0)
+    b = list(data["buckets"].values())
+    np.testing.assert_allclose(b[0], table.ratio("entropy_bits"))
+    np.testing.assert_allclose(b[1], table.ratio("variance"))
+    np.testing.assert_allclose(b[2], table.ratio("pairs"))
+    np.testing.assert_allclose(b[3], table.ratio("survival"))
+    fig = theory.plot_fig2(8)
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith("pass rate p") and ax.get_ylabel()
+    assert len(ax.get_legend().get_texts()) == 4
