@@ -253,7 +253,7 @@ def _decode_loop(params, state: _LoopState, key, *, cfg: ModelConfig, scfg: Samp
             sampling_logprobs=jnp.where(at, samp[:, None], s.sampling_logprobs),
             cur=cur, n_new=n_new, done=done,
             stop_token=jnp.where(hit, tok, s.stop_token),
-            logits=jnp.where(active[:, None], logits, s.logits),
+            logits=logits,  # rows already done get junk logits, never used
             cache=cache,
         )
 
@@ -319,7 +319,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
     resumed = obs_lengths > 0  # [R]
     pos = prev.lengths[:, None] + jnp.arange(O, dtype=jnp.int32)[None, :]  # [R, O]
     write = jnp.arange(O)[None, :] < obs_lengths[:, None]  # [R, O]
-    h, cache = model_lib.extend(params, cache, obs.astype(jnp.int32), pos, write, cfg=cfg)
+    h, cache = model_lib.extend(params, cache, obs.astype(jnp.int32), pos, write, cfg=cfg, kv_len=L0 + O)
     last = jnp.take_along_axis(h, jnp.maximum(obs_lengths - 1, 0)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
     logits = model_lib.logits_from_hidden(params, last, cfg=cfg)
     tokens = grow(prev.tokens, scfg.pad_id)
