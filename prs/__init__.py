@@ -6,7 +6,7 @@ from prs.advantages import group_advantages, group_pass_rates, mixed_groups  # n
 from prs import prefix  # noqa: F401
 from prs.prefix import PrefixConfig, PrefixState  # noqa: F401
 from prs.losses import agg_denominator, policy_loss, token_entropy, token_logprobs  # noqa: F401
-from prs.model import ModelConfig, decode_step, forward, init_cache, init_params, prefill  # noqa: F401
+from prs.model import ModelConfig, decode_step, forward, init_cache, init_params, load_hf_state_dict, prefill  # noqa: F401
 from prs.sampler import Rollout, SamplerConfig, append_and_resume, bucket_length, pad_to_bucket, sample  # noqa: F401
 from prs import audit, rewards, verifiers  # noqa: F401
 from prs.rewards import available_rewards, binary_test_reward, fraction_test_reward, get_reward, register_reward, swe_rl_reward  # noqa: F401

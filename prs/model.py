@@ -380,3 +380,58 @@ def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, *, cfg: Model
     h, cache = extend(params, cache, tokens, positions, positions < lengths[:, None], cfg=cfg, kv_len=P)
     last = jnp.take_along_axis(h, jnp.maximum(lengths - 1, 0)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
     return logits_from_hidden(params, last, cfg=cfg), cache
+
+
+# ----------------------------------------------------------------------------- Hugging Face names
+
+_HF_LAYER = {  # our stacked name -> (HF suffix under model.layers.{i}., transpose)
+    "input_layernorm": ("input_layernorm.weight", False),
+    "q_proj": ("self_attn.q_proj.weight", True),
+    "k_proj": ("self_attn.k_proj.weight", True),
+    "v_proj": ("self_attn.v_proj.weight", True),
+    "o_proj": ("self_attn.o_proj.weight", True),
+    "q_norm": ("self_attn.q_norm.weight", False),
+    "k_norm": ("self_attn.k_norm.weight", False),
+    "post_attention_layernorm": ("post_attention_layernorm.weight", False),
+    "gate_proj": ("mlp.gate_proj.weight", True),
+    "up_proj": ("mlp.up_proj.weight", True),
+    "down_proj": ("mlp.down_proj.weight", True),
+}
+
+
+def load_hf_state_dict(state, cfg: ModelConfig) -> Params:
+    """Parameters from a Hugging Face Qwen3 ``state_dict`` (name -> array-like, e.g. numpy arrays
+    from safetensors): ``nn.Linear`` weights ``[out, in]`` are transposed to ``[in, out]`` and
+    layers stacked on ``[L]`` (layout in the module docstring). A tied checkpoint's
+    ``lm_head.weight`` is ignored. Raises ValueError naming a missing key or a wrong shape."""
+    def get(name):
+        if name not in state:
+            raise ValueError(f"load_hf_state_dict: missing key {name!r}")
+        return np.asarray(state[name])
+
+    want = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    layers = {}
+    for ours, (suffix, transpose) in _HF_LAYER.items():
+        if ours not in want["layers"]:
+            continue
+        mats = []
+        for i in range(cfg.n_layers):
+            m = get(f"model.layers.{i}.{suffix}")
+            m = m.T if transpose else m
+            if m.shape != want["layers"][ours].shape[1:]:
+                raise ValueError(f"load_hf_state_dict: model.layers.{i}.{suffix} gives shape {m.shape} "
+                                 f"as {ours} [in, out], config expects {want['layers'][ours].shape[1:]}")
+            mats.append(m)
+        layers[ours] = np.stack(mats)
+    params = {"embed_tokens": get("model.embed_tokens.weight"), "layers": layers,
+              "norm": get("model.norm.weight")}
+    if not cfg.tie_embeddings:
+        params["lm_head"] = get("lm_head.weight").T
+
+    def check(path, x, ref):
+        if tuple(x.shape) != tuple(ref.shape):
+            raise ValueError(f"load_hf_state_dict: {jax.tree_util.keystr(path)} has shape {tuple(x.shape)} "
+                             f"after conversion, config expects {tuple(ref.shape)}")
+        return jnp.asarray(x, cfg.param_dtype)
+
+    return jax.tree_util.tree_map_with_path(check, params, want)

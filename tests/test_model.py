@@ -34,42 +34,60 @@ def _np_rope(x, pos, theta):
     return x * np.cos(ang) + rot * np.sin(ang)
 
 
-def _np_forward(params, tokens, cfg, valid):
-    """Per-row, per-head loops in float64, written from the Qwen3 equations (not from prs.model)."""
+def _to_hf(params, cfg):
+    """Our stacked [in, out] layout -> a Hugging Face Qwen3 state_dict ([out, in] per layer)."""
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    sd = {"model.embed_tokens.weight": p["embed_tokens"], "model.norm.weight": p["norm"]}
+    if not cfg.tie_embeddings:
+        sd["lm_head.weight"] = p["lm_head"].T
+    lay = p["layers"]
+    for i in range(cfg.n_layers):
+        pre = f"model.layers.{i}."
+        sd[pre + "input_layernorm.weight"] = lay["input_layernorm"][i]
+        sd[pre + "post_attention_layernorm.weight"] = lay["post_attention_layernorm"][i]
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            sd[pre + f"self_attn.{n}.weight"] = lay[n][i].T
+        if cfg.qk_norm:
+            sd[pre + "self_attn.q_norm.weight"] = lay["q_norm"][i]
+            sd[pre + "self_attn.k_norm.weight"] = lay["k_norm"][i]
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            sd[pre + f"mlp.{n}.weight"] = lay[n][i].T
+    return sd
+
+
+def _np_forward(sd, tokens, cfg, valid):
+    """Per-row, per-head loops in float64 over a HF-named state_dict (nn.Linear: y = x Wᵀ),
+    written from the Qwen3 equations / HF modeling_qwen3 (not from prs.model)."""
     R, T = tokens.shape
     H, K, Kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
     out = np.zeros((R, T, cfg.vocab_size))
     for r in range(R):
         pos = np.maximum(np.cumsum(valid[r]) - 1, 0)
-        h = p["embed_tokens"][tokens[r]]
+        h = sd["model.embed_tokens.weight"][tokens[r]]
         for l in range(cfg.n_layers):
-            lp = {k: v[l] for k, v in p["layers"].items()}
-            a = _np_rms(h, lp["input_layernorm"], cfg.rms_norm_eps)
+            w = lambda n: sd[f"model.layers.{l}.{n}.weight"]  # noqa: E731
+            a = _np_rms(h, w("input_layernorm"), cfg.rms_norm_eps)
+            q_all, k_all, v_all = a @ w("self_attn.q_proj").T, a @ w("self_attn.k_proj").T, a @ w("self_attn.v_proj").T
             heads = []
             for j in range(K):
-                kv = j // (K // Kv)
-                q = a @ lp["q_proj"][:, j * H:(j + 1) * H]
-                k = a @ lp["k_proj"][:, kv * H:(kv + 1) * H]
-                v = a @ lp["v_proj"][:, kv * H:(kv + 1) * H]
+                kv = j // (K // Kv)  # repeat_kv
+                q, k, v = q_all[:, j * H:(j + 1) * H], k_all[:, kv * H:(kv + 1) * H], v_all[:, kv * H:(kv + 1) * H]
                 if cfg.qk_norm:
-                    q, k = _np_rms(q, lp["q_norm"], cfg.rms_norm_eps), _np_rms(k, lp["k_norm"], cfg.rms_norm_eps)
+                    q = _np_rms(q, w("self_attn.q_norm"), cfg.rms_norm_eps)
+                    k = _np_rms(k, w("self_attn.k_norm"), cfg.rms_norm_eps)
                 q, k = _np_rope(q, pos, cfg.rope_theta), _np_rope(k, pos, cfg.rope_theta)
                 s = q @ k.T / np.sqrt(H)
                 allowed = np.tril(np.ones((T, T), bool)) & valid[r][None, :]
                 s = np.where(allowed, s, -np.inf)
                 s = s - s.max(axis=-1, keepdims=True)
-                w = np.exp(s)
-                w = np.where(allowed, w, 0.0)
-                w = w / np.maximum(w.sum(-1, keepdims=True), 1e-300)
-                heads.append(w @ v)
-            h = h + np.concatenate(heads, axis=-1) @ lp["o_proj"]
-            m = _np_rms(h, lp["post_attention_layernorm"], cfg.rms_norm_eps)
-            g = m @ lp["gate_proj"]
-            h = h + ((g / (1 + np.exp(-g))) * (m @ lp["up_proj"])) @ lp["down_proj"]
-        hf = _np_rms(h, p["norm"], cfg.rms_norm_eps)
-        w = p["embed_tokens"].T if cfg.tie_embeddings else p["lm_head"]
-        out[r] = hf @ w
+                e = np.where(allowed, np.exp(s), 0.0)
+                heads.append(e / np.maximum(e.sum(-1, keepdims=True), 1e-300) @ v)
+            h = h + np.concatenate(heads, axis=-1) @ w("self_attn.o_proj").T
+            m = _np_rms(h, w("post_attention_layernorm"), cfg.rms_norm_eps)
+            g = m @ w("mlp.gate_proj").T
+            h = h + ((g / (1 + np.exp(-g))) * (m @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
+        hf = _np_rms(h, sd["model.norm.weight"], cfg.rms_norm_eps)
+        out[r] = hf @ (sd["model.embed_tokens.weight"] if cfg.tie_embeddings else sd["lm_head.weight"]).T
     return out
 
 
@@ -80,10 +98,26 @@ def test_forward_matches_numpy_reference(cfg):
     lengths = np.array([7, 4, 1])
     valid = np.arange(7)[None, :] < lengths[:, None]
     got = np.asarray(FWD(params, jnp.asarray(tokens), cfg=cfg, valid=jnp.asarray(valid)))
-    want = _np_forward(params, tokens, cfg, valid)
+    want = _np_forward(_to_hf(params, cfg), tokens, cfg, valid)
     np.testing.assert_allclose(np.where(valid[..., None], got, 0), np.where(valid[..., None], want, 0),
                                atol=1e-4, rtol=1e-4)
     assert np.all(np.isfinite(got))  # padded positions too
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_MHA_UNTIED], ids=["gqa_tied_qknorm", "mha_untied"])
+def test_load_hf_state_dict_inverts_hf_layout(cfg):
+    params = _params(cfg)
+    sd = _to_hf(params, cfg)
+    if cfg.tie_embeddings:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied checkpoints may carry it: ignored
+    back = M.load_hf_state_dict({k: v.astype(np.float32) for k, v in sd.items()}, cfg)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)
+    with pytest.raises(ValueError, match="missing key 'model.norm.weight'"):
+        M.load_hf_state_dict({k: v for k, v in sd.items() if k != "model.norm.weight"}, cfg)
+    sd["model.layers.0.mlp.up_proj.weight"] = sd["model.layers.0.mlp.up_proj.weight"].T
+    with pytest.raises(ValueError, match="up_proj"):
+        M.load_hf_state_dict(sd, cfg)
 
 
 def test_padding_does_not_change_valid_logits():
