@@ -190,11 +190,15 @@ def choose_tokens(logits: jax.Array, key: jax.Array, scfg: SamplerConfig):
     if scfg.temperature == 0:
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         samp = jnp.zeros(tok.shape, jnp.float32)
+    elif scfg.temperature == 1 and scfg.top_k in (0, logits.shape[-1]) and scfg.top_p == 1:
+        tok = jax.random.categorical(key, raw, axis=-1).astype(jnp.int32)  # q = p: one softmax
     else:
         adj = adjust_logits(logits, temperature=scfg.temperature, top_k=scfg.top_k, top_p=scfg.top_p)
         tok = jax.random.categorical(key, adj, axis=-1).astype(jnp.int32)
         samp = jnp.take_along_axis(jax.nn.log_softmax(adj, axis=-1), tok[:, None], axis=-1)[:, 0]
     lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
+    if scfg.temperature == 1 and scfg.top_k in (0, logits.shape[-1]) and scfg.top_p == 1:
+        samp = lp
     return tok, lp, samp
 
 
