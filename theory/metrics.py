@@ -119,6 +119,24 @@ def group_survives(k: Any, n: Any) -> jax.Array:
 
 
 # ------------------------------------------------------------------------------- expectations
+def _binomial_pmf(p: jax.Array, n: jax.Array, kmax: int) -> tuple[jax.Array, ...]:
+    """Binomial pmf ``C(n,k) pᵏ(1−p)ⁿ⁻ᵏ`` on a static ``k = 0..kmax`` axis, 0 for ``k > n``.
+
+    ``p``, ``n`` of one rank ``[...]`` (broadcastable). Returns ``(pmf [..., K], k, n[..., None],
+    inside)`` with ``k`` set to 0 where ``k > n`` (``inside`` False there). Log space (``gammaln``, ``xlogy``); the end terms
+    ``k ∈ {0, n}`` use ``C = 1`` exactly, so the pmf is exact at ``p ∈ {0, 1}``.
+    """
+    ndim = max(p.ndim, n.ndim)
+    k = jnp.arange(kmax + 1, dtype=p.dtype).reshape((1,) * ndim + (kmax + 1,))  # [..., K]
+    pe, ne = p[..., None], n[..., None]  # [..., 1]
+    inside = k <= ne  # [..., K]
+    ks = jnp.where(inside, k, 0.0)
+    log_comb = gammaln(ne + 1.0) - gammaln(ks + 1.0) - gammaln(ne - ks + 1.0)
+    log_comb = jnp.where((ks == 0) | (ks == ne), 0.0, log_comb)  # exact pmf at p ∈ {0, 1}
+    log_pmf = log_comb + xlogy(ks, pe) + xlog1py(ne - ks, -pe)  # [..., K]
+    return jnp.where(inside, jnp.exp(log_pmf), 0.0), ks, ne, inside
+
+
 def _binomial_sum(values: Callable[[jax.Array, jax.Array], jax.Array], p: jax.Array,
                   n: jax.Array, kmax: int) -> jax.Array:
     """``Σₖ₌₀ⁿ C(n,k) pᵏ (1−p)ⁿ⁻ᵏ values(k, n)`` for ``p``, ``n`` of one shape ``[...]``.
@@ -127,14 +145,7 @@ def _binomial_sum(values: Callable[[jax.Array, jax.Array], jax.Array], p: jax.Ar
     so one compiled shape serves every ``n <= kmax``. The pmf is formed in log space
     (``gammaln``, ``xlogy``), exact at ``p ∈ {0, 1}``.
     """
-    k = jnp.arange(kmax + 1, dtype=p.dtype).reshape((1,) * p.ndim + (kmax + 1,))  # [..., K]
-    pe, ne = p[..., None], n[..., None]  # [..., 1]
-    inside = k <= ne  # [..., K]
-    ks = jnp.where(inside, k, 0.0)
-    log_comb = gammaln(ne + 1.0) - gammaln(ks + 1.0) - gammaln(ne - ks + 1.0)
-    log_comb = jnp.where((ks == 0) | (ks == ne), 0.0, log_comb)  # exact pmf at p ∈ {0, 1}
-    log_pmf = log_comb + xlogy(ks, pe) + xlog1py(ne - ks, -pe)  # [..., K]
-    pmf = jnp.where(inside, jnp.exp(log_pmf), 0.0)
+    pmf, ks, ne, inside = _binomial_pmf(p, n, kmax)  # [..., K]
     vals = jnp.where(inside, values(ks, ne), 0.0)
     # Σₖ P(k) = 1, so E[h] = h_c + Σₖ P(k)(h(k) − h_c) for any constant h_c. Centring on the middle
     # term h_c = h(⌊n/2⌋) removes most of the cancellation in flat metrics (survival at large n),

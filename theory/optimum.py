@@ -96,16 +96,33 @@ def _survival(p, n, kmax):
     return 1.0 - p**n - (1.0 - p) ** n
 
 
-def _table(p, n, kmax, t1, t0):
-    """``E|t1[k] − p·t0[k]|`` over ``k ~ Binomial(n, p)``; ``t1``, ``t0`` are ``[M, K]`` tables.
+def _centred_expectation(pmf, t, n):
+    """``E[t] = t_c + Σₖ P(k)(t_k − t_c)`` (centring as in ``metrics._binomial_sum``).
 
-    One compiled function serves every finite-n expectation (the tables are traced arguments).
+    ``pmf [..., M, K]`` and ``t [..., M, K]`` aligned on the leading axes; ``n [1, M]``.
     """
-    def values(ks, ne):
-        del ks, ne
-        return jnp.abs(t1[None] - p[..., None] * t0[None])  # [G, M, K]
+    mid = jnp.broadcast_to(jnp.floor(n / 2.0).astype(jnp.int32)[..., None], t.shape[:-1] + (1,))
+    centre = jnp.take_along_axis(t, mid, axis=-1)  # [..., M, 1]
+    return centre[..., 0] + jnp.sum(pmf * (t - centre), axis=-1)
 
-    return m._binomial_sum(values, p, n, kmax)
+
+def _tables_grid(p, n, kmax, t1, t0):
+    """``E[t1_k − p·t0_k]`` ``[Q, G, M]`` for Q tables at every grid point; p ``[G, M]``, n ``[1, M]``,
+    ``t1``, ``t0`` ``[Q, M, K]``. The pmf ``[G, M, K]`` is computed once for all Q tables."""
+    pmf = m._binomial_pmf(p, n, kmax)[0]  # [G, M, K]
+    mid = jnp.broadcast_to(jnp.floor(n / 2.0).astype(jnp.int32)[..., None], t1.shape[:-1] + (1,))
+
+    def expect(t):  # [Q, M, K] -> [Q, G, M]
+        centre = jnp.take_along_axis(t, mid, axis=-1)  # [Q, M, 1]
+        return centre[:, None, :, 0] + jnp.einsum("gmk,qmk->qgm", pmf, t - centre)
+
+    return expect(t1) - p[None] * expect(t0)
+
+
+def _tables_aligned(p, n, kmax, t1, t0):
+    """``E[t1_k − p·t0_k]`` ``[Q, M]`` with one ``p`` per table and size: p ``[Q, M]``."""
+    pmf = m._binomial_pmf(p, n, kmax)[0]  # [Q, M, K]
+    return _centred_expectation(pmf, t1, n) - p * _centred_expectation(pmf, t0, n)
 
 
 def _plain(fn):
@@ -124,19 +141,26 @@ def _k_tables(ns: np.ndarray, kmax: int, h) -> np.ndarray:
     return np.where(k <= n, vals, 0.0)
 
 
-def _builtin_metrics(ns: np.ndarray, kmax: int, include_advantages: bool) -> dict[str, tuple]:
+def _builtin_metrics(ns: np.ndarray, kmax: int, include_advantages: bool):
+    """``({name: plain f(p, n, kmax)}, names of the tables, t1 [Q, M, K], t0 [Q, M, K])``.
+
+    Every finite-n expectation is ``Σₖ P(k)(t1_k − p·t0_k)`` for a fixed table: ``t0 = 0`` except
+    for the policy gradient ``ĝ_k = (1/n)Σᵢ A_i r_i − p·(1/n)Σᵢ A_i``. For these estimators
+    ``ĝ_k >= 0`` (module ``theory.grpo``), so ``E[ĝ] = E|ĝ|`` is checked without the ``abs``.
+    """
+    plain = {"reward_entropy": _entropy, "advantage_energy": _energy, "filter_survival": _survival}
+    names, t1, t0 = [], [], []
     zeros = np.zeros((ns.size, kmax + 1))
-    out = {"reward_entropy": (_entropy, ()), "advantage_energy": (_energy, ()),
-           "filter_survival": (_survival, ())}
     for name, h in (("E[empirical_entropy]", m._h_entropy), ("E[group_reward_variance]", m._h_variance),
                     ("E[contrast_pairs]", m._h_pairs), ("E[group_survives]", m._h_survives)):
-        out[name] = (_table, (_k_tables(ns, kmax, h), zeros))
+        names.append(name), t1.append(_k_tables(ns, kmax, h)), t0.append(zeros)
     if include_advantages:
         for est in grpo.ESTIMATORS:
             mom = grpo.advantage_moments(ns, kmax=kmax, estimator=est, dtype=jnp.float64)
-            out[f"E[A^2] {est}"] = (_table, (mom["sq"], zeros))
-            out[f"E|grad| {est}"] = (_table, (mom["ar"], mom["a"]))
-    return out
+            names += [f"E[A^2] {est}", f"E|grad| {est}"]
+            t1 += [np.asarray(mom["sq"]), np.asarray(mom["ar"])]
+            t0 += [zeros, np.asarray(mom["a"])]
+    return plain, names, np.stack(t1), np.stack(t0)
 
 
 def metric_names(*, include_advantages: bool = True) -> tuple[str, ...]:
@@ -148,15 +172,21 @@ def metric_names(*, include_advantages: bool = True) -> tuple[str, ...]:
     return names
 
 
-def _evaluate(f, p, n, kmax, *extra):
-    """Values and elementwise derivatives ``[G, M]`` of ``f`` at ``p`` (each entry its own p)."""
-    vals = f(p, n, kmax, *extra)
-    grads = jax.grad(lambda q: jnp.sum(f(q, n, kmax, *extra)))(p)
+def _evaluate(f, p, n, kmax):
+    """Values and elementwise derivatives ``[G, M]`` of a plain metric (each entry its own p)."""
+    vals = f(p, n, kmax)
+    grads = jax.grad(lambda q: jnp.sum(f(q, n, kmax)))(p)
     return vals, grads
 
 
+def _evaluate_tables(p, n, kmax, t1, t0):
+    """Values and derivatives ``[Q, G, M]`` of all table metrics: one forward-mode pass (``jax.jvp``
+    with a tangent of ones gives ``∂/∂p`` of every entry, as each depends on its own p only)."""
+    return jax.jvp(lambda q: _tables_grid(q, n, kmax, t1, t0), (p,), (jnp.ones_like(p),))
+
+
 def _bisect(f, lo, hi, n, kmax, steps, *extra):
-    """Root of ``∂f/∂p`` in ``[lo, hi]`` ``[1, M]`` (``f' > 0`` at lo, ``<= 0`` at hi); also f(root)."""
+    """Root of ``∂f/∂p`` in ``[lo, hi]`` (``f' > 0`` at lo, ``<= 0`` at hi), elementwise; and f(root)."""
     dfn = jax.grad(lambda q: jnp.sum(f(q, n, kmax, *extra)))
 
     def body(_, lh):
@@ -171,6 +201,7 @@ def _bisect(f, lo, hi, n, kmax, steps, *extra):
 
 
 _evaluate_jit = jax.jit(_evaluate, static_argnums=(0, 3))
+_evaluate_tables_jit = jax.jit(_evaluate_tables, static_argnums=2)
 _bisect_jit = jax.jit(_bisect, static_argnums=(0, 4, 5))
 
 
@@ -203,26 +234,35 @@ def check_optimum(*, n_values: Any = range(2, 65), metrics: Mapping[str, MetricF
     grid = (np.arange(g) + 0.5) / g  # [G]
     with jax.enable_x64(True):
         if metrics is None:
-            fns = _builtin_metrics(ns, kmax, include_advantages)
+            plain, names, t1, t0 = _builtin_metrics(ns, kmax, include_advantages)
         else:
-            fns = {name: (_plain(fn), ()) for name, fn in metrics.items()}
+            plain, names, t1, t0 = {name: _plain(fn) for name, fn in metrics.items()}, [], None, None
         p = jnp.asarray(np.broadcast_to(grid[:, None], (g, ns.size)), dtype=jnp.float64)  # [G, M]
         n = jnp.asarray(ns[None, :], dtype=jnp.float64)  # [1, M]
         results = []
-        for name, (f, extra) in fns.items():
-            extra = tuple(jnp.asarray(x, dtype=jnp.float64) for x in extra)
-            vals, d = _evaluate_jit(f, p, n, kmax, *extra)
-            vals, d = np.asarray(vals), np.asarray(d)
-            results.append(_judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, bisect_steps))
+        for name, f in plain.items():
+            vals, d = (np.asarray(x) for x in _evaluate_jit(f, p, n, kmax))
+            lo, hi = _shape_checks(name, vals, d, grid, ns, sym_rtol)
+            root, at_root = _bisect_jit(f, lo[None], hi[None], n, kmax, bisect_steps)
+            results.append(_root_checks(name, np.asarray(root)[0], np.asarray(at_root)[0], vals, d, ns, tol))
+        if names:
+            t1, t0 = jnp.asarray(t1, dtype=jnp.float64), jnp.asarray(t0, dtype=jnp.float64)  # [Q, M, K]
+            vals, d = (np.asarray(x) for x in _evaluate_tables_jit(p, n, kmax, t1, t0))  # [Q, G, M]
+            brackets = [_shape_checks(name, vals[q], d[q], grid, ns, sym_rtol) for q, name in enumerate(names)]
+            lo = jnp.asarray(np.stack([b[0] for b in brackets]))  # [Q, M]
+            hi = jnp.asarray(np.stack([b[1] for b in brackets]))
+            root, at_root = (np.asarray(x) for x in _bisect_jit(_tables_aligned, lo, hi, n, kmax, bisect_steps, t1, t0))
+            results += [_root_checks(name, root[q], at_root[q], vals[q], d[q], ns, tol) for q, name in enumerate(names)]
     return OptimumReport(tuple(int(x) for x in ns), grid_size, tol, tuple(results))
 
 
-def _judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, steps) -> MetricOptimum:
-    g = grid.size
-    scale = np.maximum(np.max(np.abs(vals), axis=0), np.finfo(np.float64).tiny)  # [M]
+def _shape_checks(name, vals, d, grid, ns, sym_rtol):
+    """Finite, symmetric, unimodal on the grid (``vals``, ``d`` ``[G, M]``); returns the bracket
+    ``(lo [M], hi [M])`` around the sign change of ``f'``."""
     if not np.all(np.isfinite(vals)) or not np.all(np.isfinite(d)):
         j = int(np.argmax(~(np.isfinite(vals).all(0) & np.isfinite(d).all(0))))
         raise OptimumClaimError(name, int(ns[j]), "finite", "NaN/Inf in values or derivative")
+    scale = np.maximum(np.max(np.abs(vals), axis=0), np.finfo(np.float64).tiny)  # [M]
     sym = np.max(np.abs(vals - vals[::-1]), axis=0) / scale  # [M]
     if np.any(sym > sym_rtol):
         j = int(np.argmax(sym))
@@ -235,12 +275,13 @@ def _judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, steps) -> 
         bad = np.flatnonzero((left & (d[:, j] <= 0)) | (right & (d[:, j] >= 0)))
         raise OptimumClaimError(name, int(ns[j]), "unimodal (f' > 0 left of 1/2, < 0 right)",
                                 f"derivative has the wrong sign at p = {grid[bad[:3]].tolist()}")
-    # Bracket from the sign change of f' (first grid point with f' <= 0), then bisection.
-    first_down = np.argmax(d <= 0, axis=0)  # [M]
-    lo = jnp.asarray(grid[first_down - 1][None, :])  # [1, M]
-    hi = jnp.asarray(grid[first_down][None, :])
-    root, at_root = _bisect_jit(f, lo, hi, n, kmax, steps, *extra)
-    root, at_root = np.asarray(root)[0], np.asarray(at_root)[0]  # [M]
+    first_down = np.argmax(d <= 0, axis=0)  # [M]: the sign change of f' sits in [lo, hi]
+    return grid[first_down - 1], grid[first_down]
+
+
+def _root_checks(name, root, at_root, vals, d, ns, tol) -> MetricOptimum:
+    """``|root − 1/2| <= tol`` and ``f(root) >=`` every grid value, per n (``root`` ``[M]``)."""
+    scale = np.maximum(np.max(np.abs(vals), axis=0), np.finfo(np.float64).tiny)
     err = np.abs(root - 0.5)
     if np.any(err > tol):
         j = int(np.argmax(err))
@@ -251,4 +292,5 @@ def _judge(name, f, extra, vals, d, grid, ns, n, kmax, tol, sym_rtol, steps) -> 
         j = int(np.argmax(short))
         raise OptimumClaimError(name, int(ns[j]), "global maximum at the root",
                                 f"grid value exceeds f(root) by {short[j]:.3g}")
+    sym = np.max(np.abs(vals - vals[::-1]), axis=0) / scale
     return MetricOptimum(name, tuple(float(r) for r in root), float(err.max()), float(sym.max()), True)
