@@ -182,3 +182,17 @@ def test_property_monotone_on_each_side_of_half(p, n):
             assert np.all(d[p[1:] <= 0.5] >= -tol), name  # rising on [0, 1/2]
             assert np.all(d[p[:-1] >= 0.5] <= tol), name  # falling on [1/2, 1]
             assert np.all(np.asarray(f(jnp.full(16, 0.5))) >= v - tol), name
+
+
+def test_one_compile_per_metric_and_shape():
+    """New p values of the same shape reuse the compiled sum; a new n needs its own (static) compile."""
+    from theory import metrics as mm
+
+    p = jnp.asarray([0.1, 0.4, 0.9])
+    mm.expected_group_variance(p, 11)
+    size = mm._binomial_sum_jit._cache_size()
+    for q in (0.2, 0.5, 0.7):
+        mm.expected_group_variance(jnp.full(3, q), 11)
+    assert mm._binomial_sum_jit._cache_size() == size
+    mm.expected_group_variance(p, 12)
+    assert mm._binomial_sum_jit._cache_size() == size + 1
