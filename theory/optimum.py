@@ -4,7 +4,9 @@ For each metric ``f(p, n)`` and every group size ``n`` (default 2..64), all at o
 ``[G, M]`` array (G grid points, M group sizes), in float64 (``jax.enable_x64`` context):
 
 1. grid ``pᵢ = (i + 1/2)/G`` (symmetric about 1/2, excludes 0, 1/2 and 1); values ``f`` and
-   derivatives ``f' = ∂f/∂p`` from ``jax.grad``;
+   derivatives ``f' = ∂f/∂p`` by autodiff: ``jax.grad`` for the metrics of p, one ``jax.jvp`` for
+   all finite-n expectations together (each is ``Σₖ P(k; n, p)·t_k`` for a fixed table ``t``, so
+   the binomial pmf ``[G, M, K]`` is built once);
 2. symmetry: ``|f(pᵢ) − f(1 − pᵢ)| <= sym_rtol · max|f|``;
 3. unimodality: ``f' > 0`` on every grid point left of 1/2 and ``f' < 0`` right of it (so the
    grid has exactly one ascending→descending sign change and values rise then fall);
@@ -212,8 +214,8 @@ def check_optimum(*, n_values: Any = range(2, 65), metrics: Mapping[str, MetricF
 
     Args:
       n_values: group sizes (concrete integers >= 1).
-      metrics: optional ``{name: f(p, n)}`` of elementwise jnp functions of float arrays ``p``, ``n``
-        of one shape, replacing the built-in set (four metrics of p, the finite-n expectations of the
+      metrics: optional ``{name: f(p, n)}`` of elementwise jnp functions of float64 arrays
+        ``p [G, M]`` and ``n [1, M]`` (same rank, broadcast), replacing the built-in set (four metrics of p, the finite-n expectations of the
         realised-k metrics and, with ``include_advantages``, ``E[A²]`` and ``E|ĝ|`` for grpo,
         dr_grpo and rloo from ``theory.grpo``).
       grid_size: even number of grid points in (0, 1).
