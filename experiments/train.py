@@ -1,0 +1,75 @@
+"""Hydra entry point of a training run (and of sweeps with ``-m``).
+
+    python -m experiments.train                                  # default: ps_ada on arith
+    python -m experiments.train method=baseline seed=1 steps=300
+    python -m experiments.train -m method=baseline,ps_fix,ps_ada_hard,ps_ada seed=0,1,2
+    python -m experiments.train -m hydra/launcher=joblib hydra.launcher.n_jobs=2 method=baseline,ps_ada seed=0,1,2
+
+Each run writes into ``runs/<task>-<method><tag>-s<seed>/`` (sweeps: ``runs/sweep/...``):
+``metrics.jsonl``, ``curves.png``, ``summary.json``, ``checkpoints/``, ``wandb/``. Re-running the
+same command resumes from the latest checkpoint in that directory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.config import TrainCfg, validate
+
+log = logging.getLogger(__name__)
+
+
+def build(cfg: TrainCfg):
+    """Config -> (task, model_cfg, rl, prefix, run_cfg). Raises ValueError on bad values."""
+    import jax.numpy as jnp
+
+    from prs import prefix as ps
+    from prs.model import ModelConfig
+    from prs.runner import RunConfig
+    from prs.tasks.registry import make_task
+    from prs.trainer import RLConfig
+
+    task = make_task(cfg.task.name, **dict(cfg.task.params))
+    overrides = dict(cfg.model.overrides)
+    for key in ("dtype", "param_dtype"):
+        if key in overrides:
+            overrides[key] = getattr(jnp, overrides[key])
+    overrides.setdefault("vocab_size", task.vocab_size)
+    model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
+    a, o, s, e = cfg.algo, cfg.optim, cfg.sampler, cfg.eval
+    rl = RLConfig(tasks_per_step=a.tasks_per_step, group_size=a.group_size, estimator=a.estimator,
+                  std_ddof=a.std_ddof, drop_no_contrast=a.drop_no_contrast, clip_low=a.clip_low,
+                  clip_high=a.clip_high, agg=a.agg, kl_coef=a.kl_coef, entropy_coef=a.entropy_coef,
+                  lr=o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
+                  warmup_steps=o.warmup_steps, reroll=cfg.method.reroll, temperature=s.temperature,
+                  top_k=s.top_k, top_p=s.top_p, max_new_tokens=s.max_new_tokens, eval_count=e.count,
+                  eval_samples=e.samples, eval_temperature=e.temperature)
+    m = cfg.method
+    prefix = ps.PrefixConfig(mode=m.mode, n=a.group_size, hard_max=m.hard_max, easy_min=m.easy_min,
+                             target=m.target, rho_init=m.rho_init, ema_decay=m.ema_decay, gain=m.gain,
+                             rho_min=m.rho_min, rho_max=m.rho_max)
+    run_cfg = RunConfig(steps=cfg.steps, seed=cfg.seed, eval_every=e.every, ckpt_every=cfg.ckpt_every,
+                        sft_steps=cfg.sft.steps, sft_batch=cfg.sft.batch, sft_lr=cfg.sft.lr, sft_seed=cfg.sft.seed,
+                        base_dir=cfg.sft.base_dir, wandb_mode=cfg.logging.wandb_mode,
+                        wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress)
+    return task, model_cfg, rl, prefix, run_cfg
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(dcfg: DictConfig) -> float:
+    cfg = validate(dcfg)
+    from prs.runner import run
+
+    task, model_cfg, rl, prefix, run_cfg = build(cfg)
+    out_dir = HydraConfig.get().runtime.output_dir
+    log.info("run %s -> %s", cfg.name, out_dir)
+    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=dataclasses.asdict(cfg), log=log.info)
+    return summary["eval_final"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""A training run: warm start, the RL loop, evaluation, checkpoints, resume, logs and figures.
+
+Everything a run writes goes to its output directory:
+
+    metrics.jsonl      one line per training step ({"kind": "train", ...}) and per evaluation
+                       ({"kind": "eval", "step": s, "eval/pass_at_1": ...}, params after s updates)
+    summary.json       configuration, final/peak held-out pass rate, totals, timings
+    curves.png         held-out and training pass rates, ρ_b and re-rollout pass rates per bucket
+    checkpoints/       orbax checkpoints of the full train state every ``ckpt_every`` steps
+    wandb/             wandb logs (offline by default; ``wandb_mode="online"`` to sync)
+
+Resume: if ``checkpoints/`` holds a checkpoint, the run restores the latest one, drops the
+metrics lines at and after its step, and continues. Because every step's randomness is a
+function of (seed, step) (see ``prs.trainer``), the resumed run writes the same metrics as an
+uninterrupted run (wall-clock fields aside).
+
+The supervised warm start is built once per (task, model, warm-start settings) and cached under
+``base_dir`` so that every run of a sweep starts from the same base policy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from prs import prefix as ps
+from prs.model import ModelConfig, init_params
+from prs.trainer import RLConfig, Trainer, TrainState, supervised_warm_start
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Loop settings of a run.
+
+    Attributes:
+      steps: RL steps.  seed: the run's seed (data, sampling, source choice).
+      eval_every: held-out evaluation period (steps); also evaluated at the end.
+      ckpt_every: checkpoint period (steps); 0 = no checkpoints.
+      sft_steps, sft_batch, sft_lr, sft_seed: the supervised warm start (0 steps = random init).
+      base_dir: cache of warm-start parameters shared by runs (default ``<out_dir>/../base``).
+      wandb_mode: ``disabled``, ``offline`` (default, into ``<out_dir>/wandb``) or ``online``.
+      wandb_project: wandb project name.
+      progress: print a progress bar / periodic lines.
+    """
+
+    steps: int = 200
+    seed: int = 0
+    eval_every: int = 10
+    ckpt_every: int = 50
+    sft_steps: int = 400
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+    sft_seed: int = 0
+    base_dir: str | None = None
+    wandb_mode: str = "offline"
+    wandb_project: str = "prs"
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"RunConfig.steps must be >= 1, got {self.steps}")
+        if self.eval_every < 1:
+            raise ValueError(f"RunConfig.eval_every must be >= 1, got {self.eval_every}")
+        if self.wandb_mode not in ("disabled", "offline", "online"):
+            raise ValueError(f"RunConfig.wandb_mode={self.wandb_mode!r}; choose disabled, offline or online")
+
+
+class Progress:
+    """A one-line progress bar on a terminal, periodic lines otherwise (logs, CI)."""
+
+    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, every_s: float = 5.0, stream=None):
+        self.total, self.start, self.enabled, self.every_s = total, start, enabled, every_s
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.last = -math.inf
+
+    def update(self, done: int, text: str) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not self.tty and now - self.last < self.every_s and done < self.total:
+            return
+        self.last = now
+        rate = (done - self.start) / max(now - self.t0, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else float("inf")
+        width = 24
+        fill = int(width * done / max(self.total, 1))
+        bar = "#" * fill + "." * (width - fill)
+        line = f"[{bar}] {done}/{self.total} {text} {rate:.2f} step/s eta {eta:.0f}s"
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if done >= self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print):
+    """Warm-start parameters, trained once and cached under ``base_dir/<hash>``."""
+    import orbax.checkpoint as ocp
+
+    if run.sft_steps == 0:
+        return init_params(model_cfg, jax.random.PRNGKey(run.sft_seed))
+    key = _hash((task, model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
+    path = (base_dir / f"base-{key}").resolve()
+    ckptr = ocp.StandardCheckpointer()
+    if path.exists():
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
+                                jax.eval_shape(init_params, model_cfg, jax.random.PRNGKey(0)))
+        log(f"[base] reusing warm-start parameters {path}")
+        return ckptr.restore(path, abstract)
+    log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
+    params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
+                                   seed=run.sft_seed, log=log)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    ckptr.save(tmp, params)
+    ckptr.wait_until_finished()
+    os.replace(tmp, path)  # atomic: concurrent sweep members never see half a checkpoint
+    return params
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _read_metrics(path: pathlib.Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
+        *, config_dict: dict | None = None, mesh=None, log=print) -> dict:
+    """Runs (or resumes) one training run into ``out_dir``; returns the summary dict."""
+    import orbax.checkpoint as ocp
+
+    out = pathlib.Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
+    params = base_params(task, model_cfg, run_cfg, base_dir, log=log)
+    trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
+    state = trainer.init_state(params)
+
+    metrics_path = out / "metrics.jsonl"
+    mngr = None
+    start = 0
+    if run_cfg.ckpt_every:
+        mngr = ocp.CheckpointManager(out / "checkpoints",
+                                     options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+        latest = mngr.latest_step()
+        if latest is not None:
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+            state = mngr.restore(latest, args=ocp.args.StandardRestore(abstract))
+            start = int(state.step)
+            log(f"[run] resumed from checkpoint at step {start}")
+    kept = [m for m in _read_metrics(metrics_path) if m["step"] < start]
+    metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
+
+    wb = None
+    if run_cfg.wandb_mode != "disabled":
+        import wandb
+
+        wb = wandb.init(project=run_cfg.wandb_project, dir=str(out), mode=run_cfg.wandb_mode,
+                        config=config_dict or {}, resume="allow", id=f"{out.name}-{_hash(str(out))}",
+                        reinit=True)
+
+    def emit(rec: dict) -> None:
+        rec = {key: _jsonable(val) for key, val in rec.items()}
+        with metrics_path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if wb is not None:
+            wb.log({key: val for key, val in rec.items() if isinstance(val, (int, float)) and key != "step"},
+                   step=rec["step"])
+
+    bar = Progress(run_cfg.steps, start=start, enabled=run_cfg.progress)
+    last_eval = next((m["eval/pass_at_1"] for m in reversed(kept) if m["kind"] == "eval"), float("nan"))
+    t_run = time.perf_counter()
+    for s in range(start, run_cfg.steps):
+        if s % run_cfg.eval_every == 0:
+            ev = trainer.evaluate(state.params, s)
+            last_eval = ev["eval/pass_at_1"]
+            emit({"kind": "eval", "step": s, **ev})
+        state, m = trainer.step(state)
+        emit({"kind": "train", **m})
+        bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
+        if mngr is not None and (s + 1) % run_cfg.ckpt_every == 0:
+            mngr.save(s + 1, args=ocp.args.StandardSave(state))
+            mngr.wait_until_finished()
+    ev = trainer.evaluate(state.params, run_cfg.steps)
+    emit({"kind": "eval", "step": run_cfg.steps, **ev})
+    if mngr is not None:
+        mngr.close()
+    records = _read_metrics(metrics_path)
+    summary = summarise(records, run_time_s=time.perf_counter() - t_run, resumed_from=start)
+    summary["config"] = config_dict or {}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    plot_run(records, out / "curves.png", title=out.name)
+    if wb is not None:
+        wb.summary.update({key: val for key, val in summary.items() if isinstance(val, (int, float))})
+        wb.finish()
+    log(f"[run] done: final held-out pass@1 {summary['eval_final']:.3f} (peak {summary['eval_peak']:.3f}); "
+        f"metrics, curves.png and summary.json in {out}")
+    return summary
+
+
+def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_from: int = 0) -> dict:
+    train = [m for m in records if m["kind"] == "train"]
+    evals = [m for m in records if m["kind"] == "eval"]
+    ev = np.array([m["eval/pass_at_1"] for m in evals], float)
+    return {
+        "steps": len(train),
+        "eval_steps": [m["step"] for m in evals],
+        "eval_pass_at_1": ev.tolist(),
+        "eval_initial": float(ev[0]) if ev.size else float("nan"),
+        "eval_final": float(ev[-1]) if ev.size else float("nan"),
+        "eval_peak": float(ev.max()) if ev.size else float("nan"),
+        "train_pass_rate_mean": float(np.mean([m["pass_rate"] for m in train])) if train else float("nan"),
+        "tokens_generated": int(sum(m["tokens_generated"] for m in train)),
+        "tokens_replayed": int(sum(m["tokens_replayed"] for m in train)),
+        "time_sample_s": float(sum(m["time_sample"] for m in train)),
+        "time_update_s": float(sum(m["time_update"] for m in train)),
+        "run_time_s": run_time_s,
+        "resumed_from_step": resumed_from,
+    }
+
+
+def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> None:
+    """Training curves of one run as a PNG (held-out pass@1, training pass rates, controller)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [m for m in records if m["kind"] == "train"]
+    evals = [m for m in records if m["kind"] == "eval"]
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    if evals:
+        ax[0].plot([m["step"] for m in evals], [m["eval/pass_at_1"] for m in evals], "o-", label="held-out pass@1")
+    if train:
+        steps = [m["step"] for m in train]
+        ax[0].plot(steps, [m["pass_rate"] for m in train], alpha=0.5, label="train pass rate (first rollouts)")
+        ax[0].plot(steps, [m["pass_rate_train"] for m in train], alpha=0.5, label="train pass rate (after re-roll)")
+        ks = sorted({key.split("/")[1] for key in train[0] if key.startswith("bucket/")}, key=int)
+        n = len(train[0]["k_hist"]) - 1
+        for kb in ks:
+            ax[1].plot(steps, [m[f"bucket/{kb}/rho"] for m in train], label=f"ρ, bucket {kb}/{n}")
+            xs = [m["step"] for m in train if m[f"bucket/{kb}/reroll_pass_rate"] is not None]
+            ax[2].plot(xs, [m[f"bucket/{kb}/ema"] for m in train if m[f"bucket/{kb}/reroll_pass_rate"] is not None],
+                       label=f"EMA re-roll pass rate, {kb}/{n}")
+        ax[2].axhline(0.5, color="k", ls="--", lw=0.8, label="target")
+    ax[0].set(xlabel="training step", ylabel="pass rate", title="pass rates", ylim=(0, 1))
+    ax[1].set(xlabel="training step", ylabel="prefix fraction ρ_b", title="controller: prefix fraction", ylim=(0, 1))
+    ax[2].set(xlabel="training step", ylabel="re-rollout pass rate (EMA)", title="controller: re-roll pass rate",
+              ylim=(0, 1))
+    for a in ax:
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

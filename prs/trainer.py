@@ -1,0 +1,389 @@
+"""The GRPO trainer with Prefix Sampling (PS), for single-turn tasks with a binary verifier.
+
+One step (``Trainer.step``), all shapes fixed per run so that every jitted piece compiles once:
+
+    1. B problems (deterministic in (seed, step)), each prompt repeated N times     -> [R, P]
+    2. sample N rollouts per problem, reward them with the task's verifier          -> r [B, N]
+    3. buckets by k = Σ r (``prs.prefix.assign_buckets``); for every skewed group:
+       a source rollout (a success for a hard group, a failure for an easy one), a cut point
+       c = round(ρ_b · len(source's policy tokens)) clamped to [1, len − 1], and N re-rollouts
+       whose input is prompt + the source's first c generated tokens: the policy generates only
+       the continuation, and the replayed tokens are *inputs*, so the sampler's ``policy_mask``
+       is 0 on them and they get no gradient (prefix masking, Zhu et al. 2026, §3)
+    4. the re-rolled group replaces the original (``reroll="replace"``) or is added beside it
+       (``reroll="append"``); the controller sees each re-rolled group's pass rate
+       (``prs.prefix.update``)
+    5. advantages per group (default leave-one-out without std: the GRPO++ recipe), groups
+       without reward contrast dropped (DAPO's filter, as a mask so shapes stay fixed)
+    6. the clipped surrogate (``prs.policy_loss``, clip-high 0.28, no KL by default) on the
+       policy tokens, one optax update.
+
+Randomness: every step draws its keys from ``fold_in(PRNGKey(seed), step)`` and its problems from
+``(seed, step)``, so a run resumed from a checkpoint at step s continues exactly as the
+uninterrupted run (``prs.runner`` tests this).
+
+The host drives the loop: sampling stops rows at EOS inside one jitted ``while_loop`` per call,
+rewards are jitted, and only small per-group vectors (k, buckets, sources, cuts) come back to the
+host to assemble the re-roll batch. The trainer never imports Hydra.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from prs import prefix as ps
+from prs.advantages import group_advantages, mixed_groups
+from prs.losses import policy_loss, token_entropy, token_logprobs
+from prs.model import ModelConfig, forward, init_params
+from prs.sampler import Rollout, SamplerConfig, sample
+
+ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+REROLL_MODES = ("replace", "append")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """Hyper-parameters of the RL loop (the defaults are the GRPO++ recipe at N = 8).
+
+    Attributes:
+      tasks_per_step: B, problems per step.        group_size: N, rollouts per problem.
+      estimator: advantage estimator (``grpo``, ``dr_grpo``, ``rloo``).
+      std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
+      clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
+      agg: loss aggregation (``prs.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
+      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++.
+      lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
+      reroll: ``replace`` or ``append`` re-rolled groups.
+      temperature, top_k, top_p: sampling of training rollouts (temperature 1 keeps the sampler's
+        log-probabilities equal to the policy's, so the PPO ratio starts at exactly 1).
+      max_new_tokens: generation budget per rollout (and per re-rollout continuation).
+      eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
+        ``eval_count`` fixed problems × ``eval_samples`` samples.
+    """
+
+    tasks_per_step: int = 16
+    group_size: int = 8
+    estimator: str = "rloo"
+    std_ddof: int = 1
+    drop_no_contrast: bool = True
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    agg: str = "seq-mean-token-sum"
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    lr: float = 3e-4
+    b1: float = 0.9
+    b2: float = 0.99
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    reroll: str = "replace"
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int | None = None
+    eval_count: int = 256
+    eval_samples: int = 2
+    eval_temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.group_size < 2:
+            raise ValueError(f"RLConfig.group_size (N) must be >= 2, got {self.group_size}")
+        if self.tasks_per_step < 1:
+            raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"RLConfig.estimator={self.estimator!r}; choose from {ESTIMATORS}")
+        if self.reroll not in REROLL_MODES:
+            raise ValueError(f"RLConfig.reroll={self.reroll!r}; choose from {REROLL_MODES}")
+        if not self.lr > 0:
+            raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
+        if self.eval_count < 1 or self.eval_samples < 1:
+            raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
+
+
+class TrainState(NamedTuple):
+    step: jax.Array            # [] int32, the next step to run
+    params: Any                # model parameters
+    opt_state: Any             # optax state
+    prefix: ps.PrefixState     # controller state, [K] per bucket
+
+
+def _pad_width(x: np.ndarray | jax.Array, width: int, fill) -> jax.Array:
+    """Right-pads the last axis of ``x [R, L]`` to ``width``."""
+    extra = width - x.shape[1]
+    if extra < 0:
+        raise ValueError(f"internal: rollout width {x.shape[1]} exceeds the training width {width}")
+    return jnp.pad(jnp.asarray(x), ((0, 0), (0, extra)), constant_values=fill)
+
+
+class Batch(NamedTuple):
+    """What the update sees; L = the run's fixed training width."""
+
+    tokens: jax.Array       # [R, L] int32
+    positions: jax.Array    # [R, L] int32
+    valid: jax.Array        # [R, L] bool
+    loss_mask: jax.Array    # [R, L] bool, policy tokens of kept groups
+    old_logp: jax.Array     # [R, L] f32, sampler log-probs (temperature 1, raw policy)
+    advantages: jax.Array   # [R] f32
+
+
+def rollout_to_width(ro: Rollout, width: int, pad_id: int) -> dict[str, jax.Array]:
+    return dict(
+        tokens=_pad_width(ro.tokens, width, pad_id),
+        positions=_pad_width(ro.positions, width, 0),
+        valid=_pad_width(ro.valid, width, False),
+        policy_mask=_pad_width(ro.policy_mask, width, False),
+        logprobs=_pad_width(ro.logprobs, width, 0.0),
+    )
+
+
+class Trainer:
+    """Holds the static configuration and the jitted pieces of one run.
+
+    Args:
+      task: a ``prs.tasks.registry.SingleTurnTask``.
+      model_cfg: ``prs.model.ModelConfig`` (``vocab_size`` must equal the task's).
+      rl: ``RLConfig``.  prefix: ``prs.prefix.PrefixConfig`` (its ``n`` must equal ``rl.group_size``).
+      seed: the run's seed.  mesh: optional ``prs.sharding`` mesh for the sampler's batch.
+    """
+
+    def __init__(self, task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, *,
+                 seed: int = 0, mesh=None):
+        if model_cfg.vocab_size != task.vocab_size:
+            raise ValueError(f"model vocab_size={model_cfg.vocab_size} != task {task.name!r} vocab_size={task.vocab_size}")
+        if prefix.n != rl.group_size:
+            raise ValueError(f"prefix.n={prefix.n} must equal rl.group_size={rl.group_size}")
+        self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
+        self.seed, self.mesh = int(seed), mesh
+        t_new = rl.max_new_tokens or task.max_new_tokens
+        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
+        # Two prompt widths: the plain prompt, and re-roll prompts (prompt + up to T replayed
+        # tokens). With the re-roll batch always B groups wide, a run compiles the sampler twice.
+        self.buckets = (prompt_w, prompt_w + t_new)
+        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
+                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
+                                  buckets=self.buckets)
+        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        self.width = max(self.buckets) + t_new  # L: fixed training width
+        self.t_new = t_new
+        self.tx = optax.chain(
+            optax.clip_by_global_norm(rl.grad_clip),
+            optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
+                        b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
+        )
+        self._update = jax.jit(functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx), donate_argnums=(0, 1))
+        self._rewards = jax.jit(functools.partial(task.rewards, group_size=rl.group_size))
+        self._eval_problems = task.eval_problems(count=rl.eval_count)
+
+    # ------------------------------------------------------------------ state
+    def init_state(self, params) -> TrainState:
+        """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers."""
+        params = jax.tree.map(jnp.copy, params)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params),
+                          prefix=ps.init(self.prefix_cfg))
+
+    def _keys(self, step: int):
+        k = jax.random.fold_in(jax.random.PRNGKey(self.seed), step)
+        return jax.random.split(k, 3)  # sample, source choice, re-roll
+
+    # ------------------------------------------------------------------ one step
+    def step(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
+        """Collects the step's batch (``collect``) and applies one update."""
+        batch, new_prefix, metrics = self.collect(state)
+        t2 = time.perf_counter()
+        params, opt_state, lm = self._update(state.params, state.opt_state, batch)
+        lm = jax.device_get(lm)
+        metrics["time_update"] = time.perf_counter() - t2
+        metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix), metrics
+
+    def loss(self, params, batch: "Batch", logp_offset=None):
+        """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
+        added to the per-token log-probs so tests can read the per-token gradient."""
+        return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset)[0]
+
+    def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
+        """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
+        rl, pc, task = self.rl, self.prefix_cfg, self.task
+        step = int(state.step)
+        n, b = rl.group_size, rl.tasks_per_step
+        k_sample, k_src, k_reroll = self._keys(step)
+        t0 = time.perf_counter()
+        problems = task.train_problems(seed=self.seed, step=step, count=b)
+        prompt, plen = task.prompts(problems)
+        rows = np.repeat(prompt, n, axis=0)
+        rows_len = np.repeat(plen, n)
+        ro = sample(state.params, rows, rows_len, k_sample, cfg=self.model_cfg, scfg=self.scfg, mesh=self.mesh)
+        rewards = self._rewards(problems, ro)                                   # [B, N]
+        k = jnp.sum(rewards, axis=1).astype(jnp.int32)                          # [B]
+        bucket = ps.assign_buckets(k, pc)                                       # [B]
+        gen_tokens = int(jnp.sum(ro.policy_mask))
+        t_sample = time.perf_counter() - t0
+
+        train = rollout_to_width(ro, self.width, task.pad_id)
+        train_rewards = rewards
+        bucket_np = np.asarray(bucket)
+        sel = np.nonzero(bucket_np >= 0)[0]                                     # re-rolled groups
+        replayed_tokens, reroll_gen = 0, 0
+        reroll_rate = np.full((b,), np.nan, np.float32)
+        new_prefix = state.prefix
+        if sel.size:
+            src = np.asarray(ps.choose_sources(k_src, rewards, bucket, pc))     # [B]
+            src_row = np.arange(b) * n + np.maximum(src, 0)
+            src_len = np.asarray(jnp.sum(ro.policy_mask, axis=1))[src_row]      # policy tokens of the source
+            cut = np.asarray(ps.cut_points(state.prefix, bucket, jnp.asarray(src_len), pc))  # [B]
+            sel = sel[cut[sel] > 0]                                             # sources too short to cut
+        if sel.size:
+            g = sel.size
+            gp = b                                                              # one re-roll shape
+            pick = np.concatenate([sel, np.full(gp - g, sel[0])])               # pad with copies, dropped below
+            tok_np = np.asarray(ro.tokens)
+            plen_src = np.asarray(ro.prompt_lengths)[src_row[pick]]
+            new_len = plen_src + cut[pick]                                      # prompt + replayed prefix
+            width = int(new_len.max())
+            base = np.full((gp, width), task.pad_id, np.int32)
+            idx = np.arange(width)[None, :]
+            base = np.where(idx < new_len[:, None], tok_np[src_row[pick], :width], task.pad_id)
+            t1 = time.perf_counter()
+            ro2 = sample(state.params, np.repeat(base, n, axis=0), np.repeat(new_len, n), k_reroll,
+                         cfg=self.model_cfg, scfg=self.scfg, mesh=self.mesh)
+            sub = task.take(problems, pick)
+            r2 = self._rewards(sub, ro2)                                        # [Gp, N]
+            t_sample += time.perf_counter() - t1
+            pm2 = np.asarray(ro2.policy_mask).reshape(gp, n, -1)[:g]
+            reroll_gen = int(pm2.sum())
+            replayed_tokens = int(cut[sel].sum()) * n
+            rate = np.asarray(jnp.mean(r2, axis=1))[:g]
+            reroll_rate[sel] = rate
+            obs_bucket = np.full((b,), -1, np.int32)
+            obs_bucket[sel] = bucket_np[sel]
+            new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
+            ro2w = rollout_to_width(ro2, self.width, task.pad_id)
+            if rl.reroll == "replace":
+                rows_idx = (sel[:, None] * n + np.arange(n)[None, :]).reshape(-1)
+                src_idx = np.arange(g * n)
+                train = {key: v.at[rows_idx].set(ro2w[key][src_idx]) for key, v in train.items()}
+                train_rewards = rewards.at[sel].set(r2[:g])
+            else:  # append: keep the original groups, add the re-rolled ones (dummy copies masked out)
+                train = {key: jnp.concatenate([v, ro2w[key]]) for key, v in train.items()}
+                keep_extra = jnp.arange(gp) < g
+                train_rewards = jnp.concatenate([rewards, r2])
+                train["policy_mask"] = train["policy_mask"] & jnp.concatenate(
+                    [jnp.ones((b * n,), bool), jnp.repeat(keep_extra, n)])[:, None]
+        t2 = time.perf_counter()
+        groups = train_rewards.shape[0]
+        if rl.reroll == "append":
+            # pad the appended groups to B so that the update sees at most two shapes
+            pad_groups = 2 * b - groups
+            if pad_groups:
+                train = {key: jnp.concatenate([v, jnp.zeros((pad_groups * n,) + v.shape[1:], v.dtype)])
+                         for key, v in train.items()}
+                train_rewards = jnp.concatenate([train_rewards, jnp.zeros((pad_groups, n), train_rewards.dtype)])
+                groups = 2 * b
+        adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
+        keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
+        loss_mask = train["policy_mask"] & jnp.repeat(keep, n)[:, None]
+        batch = Batch(tokens=train["tokens"], positions=train["positions"], valid=train["valid"],
+                      loss_mask=loss_mask, old_logp=train["logprobs"], advantages=adv.reshape(-1))
+
+        metrics: dict[str, Any] = {
+            "step": step,
+            "pass_rate": float(jnp.mean(rewards)),
+            "pass_rate_train": float(jnp.mean(train_rewards[: b if rl.reroll == "replace" else b + sel.size])),
+            "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
+            "groups_kept": int(jnp.sum(keep)),
+            "groups_rerolled": int(sel.size),
+            "tokens_generated": gen_tokens + reroll_gen,
+            "tokens_replayed": replayed_tokens,
+            "time_sample": t_sample,
+            "time_batch": time.perf_counter() - t2,
+        }
+        hist = np.bincount(np.asarray(k), minlength=n + 1)
+        metrics["k_hist"] = hist.tolist()
+        for j, kb in enumerate(ps.bucket_ks(pc)):
+            in_b = sel[bucket_np[sel] == j]
+            metrics[f"bucket/{kb}/count"] = int(np.sum(bucket_np == j))
+            metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(reroll_rate[in_b])) if in_b.size else None
+            metrics[f"bucket/{kb}/rho"] = float(new_prefix.rho[j])
+            metrics[f"bucket/{kb}/ema"] = float(new_prefix.ema[j])
+        return batch, new_prefix, metrics
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, params, step: int) -> dict[str, float]:
+        """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
+        rl, task = self.rl, self.task
+        prompt, plen = task.prompts(self._eval_problems)
+        key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
+        ro = sample(params, np.repeat(prompt, rl.eval_samples, axis=0), np.repeat(plen, rl.eval_samples), key,
+                    cfg=self.model_cfg, scfg=self.eval_scfg, mesh=self.mesh)
+        r = jax.jit(functools.partial(task.rewards, group_size=rl.eval_samples))(self._eval_problems, ro)
+        return {"eval/pass_at_1": float(jnp.mean(r))}
+
+
+def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None):
+    """The clipped surrogate on ``batch``. Logits at t predict token t + 1, so every per-token
+    array is taken on [:, 1:] against logits of [:, :-1]."""
+    logits = forward(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
+                     valid=batch.valid[:, :-1])                                   # [R, L-1, V]
+    logp = token_logprobs(logits, batch.tokens[:, 1:])                            # [R, L-1]
+    if logp_offset is not None:
+        logp = logp + logp_offset
+    ent = token_entropy(logits) if rl.entropy_coef else None
+    return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
+                       clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
+                       entropy=ent, entropy_coef=rl.entropy_coef)
+
+
+def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, tx):
+    """One optax step on the clipped surrogate."""
+    (loss, m), grads = jax.value_and_grad(_loss_fn, has_aux=True)(params, batch, cfg=cfg, rl=rl)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    m = {**m, "loss": loss, "grad_norm": optax.tree.norm(grads)}
+    return params, opt_state, m
+
+
+# ---------------------------------------------------------------------- supervised warm start
+
+
+def sft_loss(params, tokens, loss_mask, *, cfg: ModelConfig):
+    """Token-mean cross-entropy on the demonstration tokens: −Σ m·log π(yₜ|y<t) / Σ m."""
+    logits = forward(params, tokens[:, :-1], cfg=cfg)
+    logp = token_logprobs(logits, tokens[:, 1:])
+    m = loss_mask[:, 1:].astype(jnp.float32)
+    return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: int, lr: float, seed: int,
+                          log_every: int = 50, log=print):
+    """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
+
+    Data: ``steps × batch`` problems drawn from a stream disjoint from RL's (seed offset), each
+    with a seeded demonstration. AdamW with cosine decay; one jit compile.
+    """
+    params = init_params(model_cfg, jax.random.PRNGKey(seed))
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(steps // 20, 1), max(steps, 2))
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
+    opt = tx.init(params)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def upd(p, o, tokens, mask):
+        loss, g = jax.value_and_grad(sft_loss)(p, tokens, mask, cfg=model_cfg)
+        u, o = tx.update(g, o, p)
+        return optax.apply_updates(p, u), o, loss
+
+    t0 = time.perf_counter()
+    for i in range(steps):
+        probs = task.train_problems(seed=10_000_000 + seed, step=i, count=batch)
+        tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
+        params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
+        if log and (i % log_every == 0 or i == steps - 1):
+            log(f"[sft] step {i + 1}/{steps} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
+    return params
