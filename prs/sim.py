@@ -41,8 +41,10 @@ the "(outcome - sigmoid)" score of every executed decision; E[R grad log pi] = g
     theta_m <- theta_m + lr * (1/N) sum_i A_i grad log pi_i,   A = prs.group_advantages(R, estimator)
 
 (the seq-mean-token-sum aggregation of the GRPO++ recipe, with the 1/(B N) factor folded into lr;
-one on-policy step, so the PPO ratio is 1 and clipping is inactive). A re-rolled group replaces its
-original group in the batch (group filtering is implicit: all-0/all-1 groups get A = 0).
+one on-policy step, so the PPO ratio is 1 and clipping is inactive). A re-rolled group is trained
+on next to its original group (`reroll="add"`) or replaces it (`"replace"`); group filtering is
+implicit (all-0/all-1 groups get A = 0). `reroll_prefix=False` re-rolls the same groups from scratch,
+the control that tells the prefix's effect from that of sampling more rollouts.
 
 Training (`make_train`) is purejaxrl-shaped: `train(key, params)` is pure, `lax.scan` over steps,
 and `simulate` `vmap`s it over seeds under one `jit`, compiled once per static `SimConfig`
@@ -100,6 +102,12 @@ class SimConfig:
       recovery_handicap: delta >= 0, logit handicap of each spoiled step after a failure prefix.
       estimator: advantage estimator passed to prs.group_advantages.
       p_lo, p_hi: clip of the initial per-task success probability.
+      step_concentration: 0 = the task's difficulty is spread evenly over its steps; c > 0 = the
+        shares of log P0 per step are Dirichlet(c, ..., c) (small c: one hard "crux" step).
+      reroll: "replace" (a re-rolled group replaces its original group in the batch) or "add"
+        (both are trained on; more compute per step).
+      reroll_prefix: False re-rolls the same groups from scratch (no prefix): the control that
+        separates the prefix's effect from that of sampling more rollouts for skewed groups.
       ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.prefix).
     """
 
@@ -109,11 +117,14 @@ class SimConfig:
     chain_len: int = 8
     groups: int = 32
     steps: int = 200
-    lr: float = 1.0
-    recovery_handicap: float = 3.0
+    lr: float = 3.0
+    recovery_handicap: float = 4.0
     estimator: str = "rloo"
     p_lo: float = 0.01
     p_hi: float = 0.99
+    step_concentration: float = 0.0
+    reroll: str = "add"
+    reroll_prefix: bool = True
     ema_decay: float = 0.8
     gain: float = 2.0
     rho_init: float = 0.5
@@ -134,6 +145,10 @@ class SimConfig:
             raise ValueError(f"recovery_handicap must be >= 0, got {self.recovery_handicap!r}")
         if not 0.0 < self.p_lo <= self.p_hi < 1.0:
             raise ValueError(f"need 0 < p_lo <= p_hi < 1, got p_lo={self.p_lo}, p_hi={self.p_hi}")
+        if not self.step_concentration >= 0:
+            raise ValueError(f"step_concentration must be >= 0, got {self.step_concentration!r}")
+        if self.reroll not in ("replace", "add"):
+            raise ValueError(f"reroll must be 'replace' or 'add', got {self.reroll!r}")
         self.prefix_config()  # validates mode, n and the controller constants
 
     def prefix_config(self, mode: str | None = None) -> px.PrefixConfig:
@@ -263,15 +278,21 @@ def policy_gradient(theta: jax.Array, ro: Rollouts, adv: jax.Array) -> jax.Array
 
 
 def initial_theta(key: jax.Array, params: SimParams, cfg: SimConfig) -> jax.Array:
-    """[M, L] logits: P0_m ~ the Beta mixture, clipped to [p_lo, p_hi], theta_ml = logit(P0_m ** (1/L))."""
-    kc, kb = jax.random.split(key)
+    """[M, L] logits: P0_m ~ the Beta mixture, clipped to [p_lo, p_hi]; log q_ml = w_ml log P0_m with
+    w_ml = 1/L (step_concentration = 0) or w_m ~ Dirichlet(c 1_L); theta_ml = logit(q_ml). So
+    prod_l q_ml = P0_m exactly."""
+    kc, kb, kd = jax.random.split(key, 3)
     M, L = cfg.n_tasks, cfg.chain_len
     comp = jax.random.categorical(kc, params.log_weight, shape=(M,))  # [M]
     p0 = jax.random.beta(kb, params.alpha[comp], params.beta[comp])  # [M]
     p0 = jnp.clip(p0, cfg.p_lo, cfg.p_hi)
-    log_q = jnp.log(p0) / L  # [M]
+    if cfg.step_concentration > 0:
+        w = jax.random.dirichlet(kd, jnp.full((L,), cfg.step_concentration), shape=(M,))  # [M, L]
+    else:
+        w = jnp.full((M, L), 1.0 / L)
+    log_q = jnp.minimum(jnp.log(p0)[:, None] * w, -1e-7)  # [M, L] (< 0: q < 1, finite logit)
     theta = log_q - jnp.log(-jnp.expm1(log_q))  # logit(q) = log q - log(1 - q)
-    return jnp.broadcast_to(theta[:, None], (M, L)).astype(jnp.float32)
+    return theta.astype(jnp.float32)
 
 
 def _gather(table: np.ndarray, bucket: jax.Array, fill) -> jax.Array:
@@ -321,11 +342,14 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             reroll = cut > 0  # [B]
             hard = _gather(direction, bucket, 0) > 0  # [B]
             before = steps_l[None, :] < cut[:, None]  # [B, L] the prefix's steps
+            if not cfg.reroll_prefix:
+                before = jnp.zeros_like(before)  # control: same groups, fresh rollouts
             replay = before & hard[:, None]  # success prefix: steps done, not policy decisions
             offset = jnp.where(before & ~hard[:, None], -delta, 0.0)  # failure prefix: handicapped redo
             re = sample_rollouts(k_re, th, offset, replay, n=N)
-            pick = lambda a, b: jnp.where(reroll.reshape((B,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
-            train_ro = jax.tree.map(pick, re, ro)
+            if cfg.reroll == "replace":
+                pick = lambda a, b: jnp.where(reroll.reshape((B,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+                train_ro = jax.tree.map(pick, re, ro)
             re_rate = jnp.mean(re.reward, axis=1)  # [B]
             ctrl = px.update(ctrl, jnp.where(reroll, bucket, -1), re_rate, pcfg, target=target)
             n_re = jnp.sum(reroll)
@@ -336,13 +360,20 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             train_ro = ro
             rerolled = jnp.float32(0.0)
             reroll_pass = jnp.float32(0.0)
-        adv = group_advantages(train_ro.reward, estimator=cfg.estimator)  # [B, N]
-        g = policy_gradient(th, train_ro, adv)  # [B, L]
+        if do_reroll and cfg.reroll == "add":
+            adv = group_advantages(ro.reward, estimator=cfg.estimator)  # [B, N]
+            adv_re = jnp.where(reroll[:, None], group_advantages(re.reward, estimator=cfg.estimator), 0.0)
+            g = policy_gradient(th, ro, adv) + policy_gradient(th, re, adv_re)  # [B, L]
+            p = jnp.concatenate([jnp.mean(ro.reward, axis=1), jnp.mean(re.reward, axis=1)])  # [2B]
+            p = jnp.where(jnp.concatenate([jnp.ones((B,), bool), reroll]), p, jnp.nan)
+        else:
+            adv = group_advantages(train_ro.reward, estimator=cfg.estimator)  # [B, N]
+            g = policy_gradient(th, train_ro, adv)  # [B, L]
+            p = jnp.mean(train_ro.reward, axis=1)  # [B]
         theta = theta.at[tasks].add(cfg.lr * g)
-        p = jnp.mean(train_ro.reward, axis=1)  # [B]
         out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward), skewed=skewed,
                    rerolled=jnp.asarray(rerolled, jnp.float32), reroll_pass=jnp.asarray(reroll_pass, jnp.float32),
-                   energy=jnp.mean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
+                   energy=jnp.nanmean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
         return (theta, ctrl, target), out
 
     def train(key: jax.Array, params: SimParams) -> dict:
