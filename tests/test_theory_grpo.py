@@ -106,3 +106,12 @@ def test_bad_arguments():
         theory.expected_policy_gradient(0.3, 0)
     with pytest.raises(ValueError, match="width"):
         theory.canonical_rewards(4, width=2)
+
+
+def test_jittable_in_p():
+    f = jax.jit(theory.expected_squared_advantage, static_argnums=1, static_argnames=("estimator",))
+    p = jnp.asarray([0.2, 0.5])
+    np.testing.assert_allclose(f(p, 8, estimator="rloo"), 8 / 7 * np.asarray(p * (1 - p)), rtol=1e-5)
+    # d/dp of the RLOO expected gradient p(1−p) is 1 − 2p.
+    d = jax.grad(lambda q: theory.expected_policy_gradient(q, 8, estimator="rloo"))(0.3)
+    assert float(d) == pytest.approx(0.4, abs=1e-5)
