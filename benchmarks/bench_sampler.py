@@ -8,6 +8,8 @@ same ``lax.while_loop`` (cost O(T · (P+T)) token-forwards instead of O(P + T)).
 
   python benchmarks/bench_sampler.py                      # tiny (T=64) and 10m (T=256)
   python benchmarks/bench_sampler.py --configs tiny --rows 64 --new 64
+  python benchmarks/bench_sampler.py --hf     # also HF transformers Qwen3 (needs torch+transformers,
+                                              # not project dependencies): logits check + generate speed
 """
 from __future__ import annotations
 
@@ -77,6 +79,80 @@ def bench(name, *, rows, prompt, new, repeats, no_cache_new):
     return out
 
 
+def hf_compare(name, *, rows, prompt, new, repeats):
+    """Same random weights in HF ``Qwen3ForCausalLM``: max |logit diff| vs ``prs.forward``, greedy
+    token agreement, and ``generate`` (KV cache, sampling, exactly ``new`` tokens) tokens/s."""
+    import torch
+    import transformers
+
+    cfg = M.ModelConfig.preset(name)
+    hf_cfg = transformers.Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=4096, attention_bias=False, rope_theta=cfg.rope_theta,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
+    torch.manual_seed(0)
+    hf = transformers.Qwen3ForCausalLM(hf_cfg).eval().float()
+    with torch.no_grad():  # HF init gives norms = 1; randomise them so the norms are checked too
+        for n, p in hf.named_parameters():
+            if n.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn_like(p))
+            else:  # std 0.02 -> 0.1: logits of order 10, far from uniform, so the check has teeth
+                p.mul_(5.0)
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    params = M.load_hf_state_dict(sd, cfg)
+    tokens = np.array(jax.random.randint(jax.random.key(1), (rows, prompt), 0, cfg.vocab_size), np.int32)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(tokens).long()).logits.numpy()
+    ours = np.asarray(jax.jit(M.forward, static_argnames="cfg")(params, jnp.asarray(tokens), cfg=cfg))
+    print(f"{name:>5} HF check: max |logits_prs - logits_hf| = {np.abs(ours - ref).max():.2e} "
+          f"(logit scale {np.abs(ref).max():.2f})", flush=True)
+    scfg = S.SamplerConfig(max_new_tokens=new, temperature=0.0, buckets=None)
+    mine = np.asarray(S.sample(params, tokens, np.full(rows, prompt), jax.random.key(0), cfg=cfg, scfg=scfg).tokens)
+    with torch.no_grad():
+        theirs = hf.generate(torch.from_numpy(tokens).long(), attention_mask=torch.ones(rows, prompt, dtype=torch.long),
+                             do_sample=False, max_new_tokens=new, min_new_tokens=new, pad_token_id=0).numpy()
+    agree = np.mean(np.all(mine == theirs, axis=1))
+    print(f"{name:>5} HF check: greedy {new}-token continuations identical in {agree:.0%} of {rows} rows", flush=True)
+
+    def gen():
+        with torch.no_grad():
+            return hf.generate(torch.from_numpy(tokens).long(), attention_mask=torch.ones(rows, prompt, dtype=torch.long),
+                               do_sample=True, top_k=0, temperature=1.0, max_new_tokens=new, min_new_tokens=new,
+                               pad_token_id=0)
+    gen()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        gen()
+        best = min(best, time.perf_counter() - t0)
+    print(f"{name:>5} HF generate: R={rows} P={prompt} T={new} torch {torch.__version__} threads "
+          f"{torch.get_num_threads()}: {best:.3f}s -> {rows * new / best:,.0f} tok/s", flush=True)
+
+
+def multi_turn(name, *, rows, prompt, new, obs, repeats):
+    """One resumed turn (O observation tokens, then ``new`` tokens): reusing the KV cache vs
+    re-prefilling the conversation (``cache=None``). Compiles are excluded (warm-up call)."""
+    cfg = M.ModelConfig.preset(name)
+    params = M.init_params(cfg, jax.random.key(0))
+    tokens = np.asarray(jax.random.randint(jax.random.key(1), (rows, prompt), 0, cfg.vocab_size), np.int32)
+    scfg = S.SamplerConfig(max_new_tokens=new, temperature=1.0, buckets=None)
+    first, cache = S.sample(params, tokens, np.full(rows, prompt), jax.random.key(2), cfg=cfg, scfg=scfg,
+                            return_cache=True)
+    o = np.ones((rows, obs), np.int32)
+    ol = np.full((rows,), obs, np.int32)
+    times = {}
+    for label in ("cache", "re-prefill"):
+        def run():
+            c = jax.tree.map(jnp.copy, cache) if label == "cache" else None
+            return S.append_and_resume(params, first, o, ol, jax.random.key(3), cfg=cfg, scfg=scfg, cache=c).tokens
+        jax.block_until_ready(run())
+        times[label] = _time(run, repeats)
+    print(f"{name:>5} multi-turn: R={rows} S={first.tokens.shape[1]} O={obs} T={new}: resume with cache "
+          f"{times['cache']:.3f}s, re-prefill {times['re-prefill']:.3f}s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="+", default=["tiny", "10m"])
@@ -88,12 +164,19 @@ def main():
                     help="new tokens for the no-cache baseline per config (default: same as --new "
                          "for tiny, 64 otherwise: the full re-forward is quadratic; 0 skips)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hf", action="store_true", help="also compare with HF transformers Qwen3")
+    ap.add_argument("--multi-turn", type=int, default=0, metavar="O",
+                    help="also time one resumed turn with O observation tokens (cache vs re-prefill)")
     a = ap.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({len(jax.devices())} devices)")
     for i, name in enumerate(a.configs):
         new = a.new[i] if a.new else (64 if name == "tiny" else 256)
         ncn = a.no_cache_new[i] if a.no_cache_new else (new if name == "tiny" else 64)
         bench(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, no_cache_new=ncn)
+        if a.hf:
+            hf_compare(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats)
+        if a.multi_turn:
+            multi_turn(name, rows=a.rows, prompt=a.prompt, new=new, obs=a.multi_turn, repeats=a.repeats)
 
 
 if __name__ == "__main__":

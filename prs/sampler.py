@@ -26,18 +26,19 @@ Log-probabilities recorded for each generated token y (exact statement):
 
 Multi-turn (an agent environment): generate with ``stop_ids=(end_of_turn,)``; the caller appends
 observation tokens and resumes with ``append_and_resume``. Observation tokens get policy_mask 0.
-Rows with ``obs_lengths == 0`` are not resumed (they keep their tokens and flags). Two paths:
-  * ``cache`` given (fast, the common path): ``sample(..., return_cache=True)`` hands back the KV
+Rows with ``obs_lengths == 0`` are not resumed (they keep their tokens and flags); which rows to
+resume (e.g. not those that stopped on ``eos_id``, see ``stop_token``) is the caller's choice.
+Two paths, same result (same tokens for the same key; tested):
+  * ``cache`` given (the common, fast path): ``sample(..., return_cache=True)`` hands back the KV
     cache, which already holds every token of every row (the loop feeds each sampled token,
-    including the stop token). Resuming costs one ``extend`` over just the O observation tokens
-    plus the new decode steps; the cache is padded to ``S + O + T`` slots (one copy: it cannot be
-    donated because it grows; drop the old one). Inside a call the cache never leaves the jit:
-    the ``while_loop`` carries it and XLA updates it in place.
-  * ``cache=None``: re-prefill the conversation so far (one forward over the S tokens), then the
-    same path — one full parallel pass over all ``S + O`` tokens per turn (O((S+O)²) attention, but one parallel pass; cheap next to T
-    sequential decode steps for short conversations), and no cache to hold between turns.
-Both paths give the same tokens for the same key (tested). Buffers grow by ``O + T`` per turn,
-so each turn index compiles once per shape.
+    including the stop token). A resume runs the model over only the O observation tokens
+    (one ``extend``) and then the T decode steps. The cache is padded to ``S + O + T`` slots,
+    one copy per turn (it grows, so it cannot be donated; drop the old one).
+  * ``cache=None``: re-prefill the conversation so far (one parallel forward over S tokens,
+    O(S²) attention), then the same path. Nothing to hold between turns; the extra cost is one
+    prefill per turn, small next to T sequential decode steps for short conversations.
+Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
+place. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
 """
 from __future__ import annotations
 
