@@ -134,21 +134,98 @@ class Batch(NamedTuple):
     advantages: jax.Array   # [R] f32
 
 
-def rollout_to_width(ro: Rollout, width: int, pad_id: int) -> dict[str, jax.Array]:
-    return dict(
+class Episodes(NamedTuple):
+    """Rollouts as the trainer consumes them, whatever the task (single- or multi-turn).
+
+    ``units`` are what a cut point counts: generated tokens for a single-turn task, policy turns
+    for a multi-turn agent task (a prefix is cut at a turn boundary there).
+    """
+
+    tokens: jax.Array       # [R, L] int32 task prompt, (replayed prefix,) generated/observation tokens, pad
+    positions: jax.Array    # [R, L] int32
+    valid: jax.Array        # [R, L] bool
+    policy_mask: jax.Array  # [R, L] bool, tokens the current policy generated in this call
+    logprobs: jax.Array     # [R, L] f32, their sampling log-probs (raw policy, temperature 1)
+    rewards: jax.Array      # [R] f32 binary outcome of the whole episode (prefix + continuation)
+    units: jax.Array        # [R] int32 policy units of the episode (tokens or turns)
+    replayed: jax.Array     # [R] int32 tokens replayed from a source instead of generated
+    env_steps: jax.Array    # [R] int32 environment executions (replayed actions included)
+
+
+def episodes_from_rollout(ro: Rollout, rewards: jax.Array, width: int, pad_id: int, *, replayed=None) -> Episodes:
+    """Single-turn ``Rollout`` -> ``Episodes`` padded to ``width``; units = generated tokens."""
+    r = ro.tokens.shape[0]
+    zeros = jnp.zeros((r,), jnp.int32)
+    return Episodes(
         tokens=_pad_width(ro.tokens, width, pad_id),
         positions=_pad_width(ro.positions, width, 0),
         valid=_pad_width(ro.valid, width, False),
         policy_mask=_pad_width(ro.policy_mask, width, False),
         logprobs=_pad_width(ro.logprobs, width, 0.0),
+        rewards=rewards.reshape(-1).astype(jnp.float32),
+        units=jnp.sum(ro.policy_mask, axis=1).astype(jnp.int32),
+        replayed=zeros if replayed is None else jnp.asarray(replayed, jnp.int32),
+        env_steps=zeros,
     )
+
+
+def take_rows(ep: Episodes, rows) -> Episodes:
+    return Episodes(*(x[rows] for x in ep))
+
+
+class SingleTurnRollouts:
+    """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
+
+    A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
+    tokens; the sampler generates the continuation (up to the same ``max_new_tokens`` budget).
+    Two sampler shapes per run: ``[R, P]`` and ``[R, P + T]`` (prompt-width buckets).
+    """
+
+    def __init__(self, trainer: "Trainer"):
+        task, rl = trainer.task, trainer.rl
+        self.trainer, self.task = trainer, task
+        t_new = rl.max_new_tokens or task.max_new_tokens
+        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
+        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
+                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
+                                  buckets=(prompt_w, prompt_w + t_new))
+        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        self.width = prompt_w + 2 * t_new  # L: fixed training width
+        if getattr(task, "rewards_jittable", True):
+            self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
+        else:
+            self._rewards = task.rewards
+
+    def _sample(self, params, rows, rows_len, key, scfg):
+        tr = self.trainer
+        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh)
+
+    def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
+        prompt, plen = self.task.prompts(problems)
+        ro = self._sample(params, np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size), key,
+                          self.eval_scfg if evaluation else self.scfg)
+        r = self._rewards(problems, ro, group_size=group_size)
+        return episodes_from_rollout(ro, r, self.width, self.task.pad_id)
+
+    def reroll(self, params, problems, source: Episodes, cut: np.ndarray, key, *, group_size: int) -> Episodes:
+        """``group_size`` re-rollouts of each source row [G] continuing its first ``cut[g]`` units."""
+        _, plen = self.task.prompts(problems)                                    # [G] task prompt lengths
+        new_len = plen + cut                                                     # prompt + replayed prefix
+        width = int(new_len.max())
+        idx = np.arange(width)[None, :]
+        rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
+        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg)
+        r = self._rewards(problems, ro, group_size=group_size)
+        return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
 
 
 class Trainer:
     """Holds the static configuration and the jitted pieces of one run.
 
     Args:
-      task: a ``prs.tasks.registry.SingleTurnTask``.
+      task: a ``prs.tasks.registry.SingleTurnTask``, or any task with ``make_rollouts(trainer)``
+        returning an object with ``width``, ``rollout(...)`` and ``reroll(...)`` like
+        ``SingleTurnRollouts`` (multi-turn agent tasks).
       model_cfg: ``prs.model.ModelConfig`` (``vocab_size`` must equal the task's).
       rl: ``RLConfig``.  prefix: ``prs.prefix.PrefixConfig`` (its ``n`` must equal ``rl.group_size``).
       seed: the run's seed.  mesh: optional ``prs.sharding`` mesh for the sampler's batch.
@@ -162,24 +239,16 @@ class Trainer:
             raise ValueError(f"prefix.n={prefix.n} must equal rl.group_size={rl.group_size}")
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
-        t_new = rl.max_new_tokens or task.max_new_tokens
-        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
-        # Two prompt widths: the plain prompt, and re-roll prompts (prompt + up to T replayed
-        # tokens). With the re-roll batch always B groups wide, a run compiles the sampler twice.
-        self.buckets = (prompt_w, prompt_w + t_new)
-        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
-                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
-                                  buckets=self.buckets)
-        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
-        self.width = max(self.buckets) + t_new  # L: fixed training width
-        self.t_new = t_new
+        # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
+        make = getattr(task, "make_rollouts", None)
+        self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
+        self.width = self.rollouts.width
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
             optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
                         b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
         )
         self._update = jax.jit(functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx), donate_argnums=(0, 1))
-        self._rewards = jax.jit(functools.partial(task.rewards, group_size=rl.group_size))
         self._eval_problems = task.eval_problems(count=rl.eval_count)
 
     # ------------------------------------------------------------------ state
@@ -217,81 +286,59 @@ class Trainer:
         k_sample, k_src, k_reroll = self._keys(step)
         t0 = time.perf_counter()
         problems = task.train_problems(seed=self.seed, step=step, count=b)
-        prompt, plen = task.prompts(problems)
-        rows = np.repeat(prompt, n, axis=0)
-        rows_len = np.repeat(plen, n)
-        ro = sample(state.params, rows, rows_len, k_sample, cfg=self.model_cfg, scfg=self.scfg, mesh=self.mesh)
-        rewards = self._rewards(problems, ro)                                   # [B, N]
+        ep = self.rollouts.rollout(state.params, problems, k_sample, group_size=n)  # [R, L]
+        rewards = ep.rewards.reshape(b, n)                                      # [B, N]
         k = jnp.sum(rewards, axis=1).astype(jnp.int32)                          # [B]
         bucket = ps.assign_buckets(k, pc)                                       # [B]
-        gen_tokens = int(jnp.sum(ro.policy_mask))
+        cost = {"gen": int(jnp.sum(ep.policy_mask)), "replayed": 0, "env": int(jnp.sum(ep.env_steps))}
         t_sample = time.perf_counter() - t0
 
-        train = rollout_to_width(ro, self.width, task.pad_id)
-        train_rewards = rewards
+        train, train_rewards = ep, rewards
         bucket_np = np.asarray(bucket)
         sel = np.nonzero(bucket_np >= 0)[0]                                     # re-rolled groups
-        replayed_tokens, reroll_gen = 0, 0
         reroll_rate = np.full((b,), np.nan, np.float32)
         new_prefix = state.prefix
         if sel.size:
             src = np.asarray(ps.choose_sources(k_src, rewards, bucket, pc))     # [B]
             src_row = np.arange(b) * n + np.maximum(src, 0)
-            src_len = np.asarray(jnp.sum(ro.policy_mask, axis=1))[src_row]      # policy tokens of the source
-            cut = np.asarray(ps.cut_points(state.prefix, bucket, jnp.asarray(src_len), pc))  # [B]
+            cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
         if sel.size:
             g = sel.size
-            gp = b                                                              # one re-roll shape
-            pick = np.concatenate([sel, np.full(gp - g, sel[0])])               # pad with copies, dropped below
-            tok_np = np.asarray(ro.tokens)
-            plen_src = np.asarray(ro.prompt_lengths)[src_row[pick]]
-            new_len = plen_src + cut[pick]                                      # prompt + replayed prefix
-            width = int(new_len.max())
-            base = np.full((gp, width), task.pad_id, np.int32)
-            idx = np.arange(width)[None, :]
-            base = np.where(idx < new_len[:, None], tok_np[src_row[pick], :width], task.pad_id)
-            t1 = time.perf_counter()
-            ro2 = sample(state.params, np.repeat(base, n, axis=0), np.repeat(new_len, n), k_reroll,
-                         cfg=self.model_cfg, scfg=self.scfg, mesh=self.mesh)
-            sub = task.take(problems, pick)
-            r2 = self._rewards(sub, ro2)                                        # [Gp, N]
+            pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
+            t1 = time.perf_counter()                                            # the padding copies are dropped
+            ep2 = self.rollouts.reroll(state.params, task.take(problems, pick), take_rows(ep, src_row[pick]),
+                                       cut[pick], k_reroll, group_size=n)      # [B*N, L]
             t_sample += time.perf_counter() - t1
-            pm2 = np.asarray(ro2.policy_mask).reshape(gp, n, -1)[:g]
-            reroll_gen = int(pm2.sum())
-            replayed_tokens = int(cut[sel].sum()) * n
-            rate = np.asarray(jnp.mean(r2, axis=1))[:g]
-            reroll_rate[sel] = rate
+            r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
+            real = np.arange(g * n)
+            cost["gen"] += int(jnp.sum(ep2.policy_mask[real]))
+            cost["replayed"] += int(jnp.sum(ep2.replayed[real]))
+            cost["env"] += int(jnp.sum(ep2.env_steps[real]))
+            reroll_rate[sel] = np.asarray(jnp.mean(r2, axis=1))[:g]
             obs_bucket = np.full((b,), -1, np.int32)
             obs_bucket[sel] = bucket_np[sel]
             new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
-            ro2w = rollout_to_width(ro2, self.width, task.pad_id)
             if rl.reroll == "replace":
                 rows_idx = (sel[:, None] * n + np.arange(n)[None, :]).reshape(-1)
-                src_idx = np.arange(g * n)
-                train = {key: v.at[rows_idx].set(ro2w[key][src_idx]) for key, v in train.items()}
+                train = Episodes(*(v.at[rows_idx].set(v2[real]) for v, v2 in zip(ep, ep2)))
                 train_rewards = rewards.at[sel].set(r2[:g])
-            else:  # append: keep the original groups, add the re-rolled ones (dummy copies masked out)
-                train = {key: jnp.concatenate([v, ro2w[key]]) for key, v in train.items()}
-                keep_extra = jnp.arange(gp) < g
+            else:  # append: keep the original groups, add the re-rolled ones (padding copies masked out)
+                keep_extra = jnp.repeat(jnp.arange(b) < g, n)[:, None]
+                ep2 = ep2._replace(policy_mask=ep2.policy_mask & keep_extra)
+                train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
                 train_rewards = jnp.concatenate([rewards, r2])
-                train["policy_mask"] = train["policy_mask"] & jnp.concatenate(
-                    [jnp.ones((b * n,), bool), jnp.repeat(keep_extra, n)])[:, None]
         t2 = time.perf_counter()
+        if rl.reroll == "append" and train_rewards.shape[0] == b:
+            # no re-roll this step: pad with empty groups so that the update sees one shape
+            train = Episodes(*(jnp.concatenate([v, jnp.zeros_like(v)]) for v in train))
+            train_rewards = jnp.concatenate([train_rewards, jnp.zeros_like(train_rewards)])
         groups = train_rewards.shape[0]
-        if rl.reroll == "append":
-            # pad the appended groups to B so that the update sees at most two shapes
-            pad_groups = 2 * b - groups
-            if pad_groups:
-                train = {key: jnp.concatenate([v, jnp.zeros((pad_groups * n,) + v.shape[1:], v.dtype)])
-                         for key, v in train.items()}
-                train_rewards = jnp.concatenate([train_rewards, jnp.zeros((pad_groups, n), train_rewards.dtype)])
-                groups = 2 * b
         adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
         keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
-        loss_mask = train["policy_mask"] & jnp.repeat(keep, n)[:, None]
-        batch = Batch(tokens=train["tokens"], positions=train["positions"], valid=train["valid"],
-                      loss_mask=loss_mask, old_logp=train["logprobs"], advantages=adv.reshape(-1))
+        loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
+        batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
+                      loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1))
 
         metrics: dict[str, Any] = {
             "step": step,
@@ -300,8 +347,9 @@ class Trainer:
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             "groups_kept": int(jnp.sum(keep)),
             "groups_rerolled": int(sel.size),
-            "tokens_generated": gen_tokens + reroll_gen,
-            "tokens_replayed": replayed_tokens,
+            "tokens_generated": cost["gen"],
+            "tokens_replayed": cost["replayed"],
+            "env_steps": cost["env"],
             "time_sample": t_sample,
             "time_batch": time.perf_counter() - t2,
         }
@@ -318,12 +366,9 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, params, step: int) -> dict[str, float]:
         """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
-        rl, task = self.rl, self.task
-        prompt, plen = task.prompts(self._eval_problems)
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
-        ro = sample(params, np.repeat(prompt, rl.eval_samples, axis=0), np.repeat(plen, rl.eval_samples), key,
-                    cfg=self.model_cfg, scfg=self.eval_scfg, mesh=self.mesh)
-        r = jax.jit(functools.partial(task.rewards, group_size=rl.eval_samples))(self._eval_problems, ro)
+        ep = self.rollouts.rollout(params, self._eval_problems, key, group_size=self.rl.eval_samples, evaluation=True)
+        r = ep.rewards
         return {"eval/pass_at_1": float(jnp.mean(r))}
 
 
