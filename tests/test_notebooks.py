@@ -19,6 +19,7 @@ pytest.importorskip("ipykernel")
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = [
     "fig2_pass_rate_metrics.ipynb",
+    "simulator.ipynb",
 ]
 # Optional per-notebook output checks: MIME types that must appear among the outputs.
 EXPECTED_OUTPUTS = {
