@@ -1,0 +1,335 @@
+"""Hugging Face checkpoints <-> prs parameters: ``config.json`` + ``*.safetensors`` directories.
+
+    cfg, params = load_checkpoint("/models/Qwen3-4B", dtype=jnp.float32)          # bf16 weights, fp32 compute
+    cfg, params = load_checkpoint(path, mesh=make_mesh())                         # sharded over the mesh
+    save_checkpoint("/tmp/tiny", params, cfg)                                     # back to the HF layout
+
+Supported architectures (``config.json`` ``model_type``), all mapped onto ``prs.model``'s
+Qwen3-shaped decoder (pre-norm, grouped-query attention, RoPE rotate-half, SwiGLU, RMSNorm):
+
+    qwen3   Qwen3ForCausalLM   per-head q/k RMSNorm (``qk_norm=True``), no biases, ``head_dim`` explicit
+    llama   LlamaForCausalLM   no q/k norm, ``head_dim`` defaults to D / K; plain RoPE only
+    mistral MistralForCausalLM as llama, without a sliding window
+
+Everything else raises ``ValueError`` naming the field: ``qwen2`` (Qwen2/2.5: q/k/v biases, which
+``prs.model`` has no parameters for), ``attention_bias``/``mlp_bias`` true, a ``rope_scaling`` /
+``rope_parameters.rope_type`` other than default (linear, dynamic, yarn, llama3: ``prs.model``
+implements θ only), a sliding window, an activation other than SiLU.
+
+Names and transposes (HF ``nn.Linear.weight`` is ``[out, in]``; prs kernels are ``[in, out]`` with
+layers stacked on ``[L]``) are those of ``prs.model``'s docstring; with ``tie_word_embeddings`` the
+LM head is ``embed_tokensᵀ`` and a stored ``lm_head.weight`` is ignored. RoPE: θ from
+``rope_theta`` (transformers 4) or ``rope_parameters.rope_theta`` (transformers 5).
+
+dtypes: ``param_dtype`` (storage) defaults to the checkpoint's ``torch_dtype``/``dtype``
+(bfloat16 for released Qwen3), ``dtype`` (matmul compute) defaults to ``param_dtype``; norms,
+softmax and logits are float32 in ``prs.model`` regardless.
+
+The safetensors format (a little-endian u64 header length, a JSON header of
+``{name: {dtype, shape, data_offsets}}``, then raw bytes) is read here with ``numpy.memmap``, so
+loading needs neither torch nor the ``safetensors`` package, and a sharded load reads from disk only
+the slices each device holds (``jax.make_array_from_callback``): a model larger than one device's
+memory never exists whole on one device (host RAM holds at most one layer's slice at a time).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from prs.model import _HF_LAYER, ModelConfig, Params, init_params
+
+SUPPORTED = ("qwen3", "llama", "mistral")
+
+_ST_DTYPES = {  # safetensors dtype tag <-> numpy dtype
+    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype(np.int64), "I32": np.dtype(np.int32),
+    "I16": np.dtype(np.int16), "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
+}
+_ST_TAGS = {v: k for k, v in _ST_DTYPES.items()}
+_NAMED_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16,
+                 "float64": jnp.float64}
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+
+def read_safetensors(path) -> dict[str, np.ndarray]:
+    """Tensors of one ``.safetensors`` file as read-only ``numpy.memmap`` views (nothing is read
+    until sliced). Raises ValueError on a malformed header or an unknown dtype."""
+    path = pathlib.Path(path)
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError(f"read_safetensors: {path} is too short to be a safetensors file")
+        (n,) = struct.unpack("<Q", head)
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"read_safetensors: {path} has a malformed JSON header ({e})") from None
+    header.pop("__metadata__", None)
+    out = {}
+    size = path.stat().st_size
+    for name, info in header.items():
+        tag = info.get("dtype")
+        if tag not in _ST_DTYPES:
+            raise ValueError(f"read_safetensors: {path}: tensor {name!r} has unsupported dtype {tag!r}")
+        dt, shape = _ST_DTYPES[tag], tuple(int(s) for s in info["shape"])
+        begin, end = (int(o) for o in info["data_offsets"])
+        if end - begin != int(np.prod(shape)) * dt.itemsize or 8 + n + end > size:
+            raise ValueError(f"read_safetensors: {path}: tensor {name!r} offsets {begin}..{end} do not "
+                             f"match shape {shape} x {dt} or the file size {size}")
+        if 0 in shape:
+            out[name] = np.zeros(shape, dt)
+        else:
+            out[name] = np.memmap(path, dtype=dt, mode="r", offset=8 + n + begin, shape=shape)
+    return out
+
+
+def write_safetensors(path, tensors: Mapping[str, Any], *, metadata: Mapping[str, str] | None = None) -> None:
+    """Writes ``tensors`` (name -> array-like) as one safetensors file (the format ``read_safetensors``
+    and HF ``safetensors`` read; 8-byte aligned data as the reference writer does)."""
+    arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in tensors.items()}
+    header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    for name in sorted(arrays):
+        a = arrays[name]
+        if a.dtype not in _ST_TAGS:
+            raise ValueError(f"write_safetensors: tensor {name!r} has unsupported dtype {a.dtype}")
+        header[name] = {"dtype": _ST_TAGS[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with pathlib.Path(path).open("wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name in sorted(arrays):
+            f.write(arrays[name].tobytes())
+
+
+def checkpoint_tensors(path) -> dict[str, np.ndarray]:
+    """All tensors of a checkpoint directory (``model.safetensors`` or the shards named by
+    ``model.safetensors.index.json``) as lazy memmaps. ValueError when there are none."""
+    path = pathlib.Path(path)
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"checkpoint_tensors: no *.safetensors files in {path} (a torch .bin checkpoint "
+                         f"must be converted first: transformers' save_pretrained(safe_serialization=True))")
+    tensors: dict[str, np.ndarray] = {}
+    for name in files:
+        tensors.update(read_safetensors(path / name))
+    return tensors
+
+
+# ----------------------------------------------------------------------------- config.json
+
+
+def _rope_theta(hf: Mapping[str, Any]) -> float:
+    rp = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    kind = rp.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise ValueError(f"config.json: rope scaling {kind!r} ({rp or scaling}) is not supported; prs.model "
+                         f"implements plain RoPE with base θ only")
+    theta = rp.get("rope_theta", hf.get("rope_theta", 10_000.0))
+    return float(theta)
+
+
+def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
+    """``ModelConfig`` from a parsed HF ``config.json``; keyword ``overrides`` replace fields
+    (``dtype``, ``param_dtype``, ...). ValueError names the unsupported field."""
+    mt = hf.get("model_type")
+    if mt not in SUPPORTED:
+        extra = " (Qwen2/2.5 have q/k/v biases, which prs.model lacks)" if mt == "qwen2" else ""
+        raise ValueError(f"config.json: model_type {mt!r} is not supported{extra}; supported: {SUPPORTED}")
+    for flag in ("attention_bias", "mlp_bias"):
+        if hf.get(flag):
+            raise ValueError(f"config.json: {flag}=true is not supported (prs.model has no biases)")
+    act = hf.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"config.json: hidden_act {act!r} is not supported (SwiGLU with SiLU only)")
+    if hf.get("use_sliding_window") or (mt == "mistral" and hf.get("sliding_window")):
+        raise ValueError(f"config.json: sliding-window attention (sliding_window={hf.get('sliding_window')}) "
+                         f"is not supported")
+    d, k = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+    head_dim = hf.get("head_dim") or d // k
+    stored = hf.get("torch_dtype") or hf.get("dtype") or "float32"
+    if stored not in _NAMED_DTYPES:
+        raise ValueError(f"config.json: dtype {stored!r} is not supported; one of {sorted(_NAMED_DTYPES)}")
+    param_dtype = overrides.pop("param_dtype", None) or _NAMED_DTYPES[stored]
+    fields = dict(
+        vocab_size=int(hf["vocab_size"]), d_model=d, n_layers=int(hf["num_hidden_layers"]), n_heads=k,
+        n_kv_heads=int(hf.get("num_key_value_heads") or k), head_dim=int(head_dim),
+        d_ff=int(hf["intermediate_size"]), rope_theta=_rope_theta(hf),
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", mt == "qwen3")), qk_norm=mt == "qwen3",
+        param_dtype=param_dtype,
+    )
+    fields["dtype"] = overrides.pop("dtype", None) or param_dtype
+    return ModelConfig(**{**fields, **overrides})
+
+
+def load_config(path, **overrides) -> ModelConfig:
+    """``config_from_hf`` of ``<path>/config.json``."""
+    f = pathlib.Path(path) / "config.json"
+    if not f.exists():
+        raise ValueError(f"load_config: {f} does not exist (expected a Hugging Face checkpoint directory)")
+    return config_from_hf(json.loads(f.read_text()), **overrides)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """A Qwen3 (``qk_norm``) or Llama ``config.json`` dict describing ``cfg`` (inverse of
+    ``config_from_hf`` on the fields prs uses)."""
+    dt = {np.dtype(v): k for k, v in _NAMED_DTYPES.items()}[np.dtype(cfg.param_dtype)]
+    arch = ("Qwen3ForCausalLM", "qwen3") if cfg.qk_norm else ("LlamaForCausalLM", "llama")
+    return {
+        "architectures": [arch[0]], "model_type": arch[1], "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "intermediate_size": cfg.d_ff,
+        "hidden_act": "silu", "rope_theta": cfg.rope_theta, "rope_scaling": None,
+        "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": False, "use_sliding_window": False, "max_position_embeddings": 40_960,
+        "torch_dtype": dt,
+    }
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _sources(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, Any]:
+    """Our param tree with each leaf a function ``index -> np.ndarray`` reading that slice of the
+    HF tensors (kernels transposed, layers stacked). Raises ValueError on a missing tensor or a
+    shape that disagrees with ``cfg``."""
+    want = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+
+    def get(name, shape):
+        if name not in tensors:
+            raise ValueError(f"load_checkpoint: missing tensor {name!r} (model_type and config.json say "
+                             f"it should exist)")
+        t = tensors[name]
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"load_checkpoint: tensor {name!r} has shape {tuple(t.shape)}, config.json "
+                             f"implies {tuple(shape)}")
+        return t
+
+    def plain(name, transpose, shape):
+        t = get(name, shape[::-1] if transpose else shape)
+        return lambda idx: np.asarray((t.T if transpose else t)[idx])
+
+    def stacked(suffix, transpose, shape):  # shape = [L, ...] of ours
+        ts = [get(f"model.layers.{i}.{suffix}", shape[1:][::-1] if transpose else shape[1:])
+              for i in range(cfg.n_layers)]
+
+        def read(idx):
+            rows = range(cfg.n_layers)[idx[0]]
+            return np.stack([np.asarray((ts[i].T if transpose else ts[i])[idx[1:]]) for i in rows])
+        return read
+
+    src = {"embed_tokens": plain("model.embed_tokens.weight", False, want["embed_tokens"].shape),
+           "norm": plain("model.norm.weight", False, want["norm"].shape),
+           "layers": {ours: stacked(_HF_LAYER[ours][0], _HF_LAYER[ours][1], s.shape)
+                      for ours, s in want["layers"].items()}}
+    if not cfg.tie_embeddings:
+        src["lm_head"] = plain("lm_head.weight", True, want["lm_head"].shape)
+    return src
+
+
+def fsdp_shardings(cfg: ModelConfig, mesh: Mesh) -> Params:
+    """A ``NamedSharding`` per parameter that splits one axis over *all* mesh axes (ZeRO-3 / FSDP
+    style: each device stores 1/|mesh| of the weights; ``jit`` all-gathers a layer's kernels when
+    it uses them). The axis is the largest one divisible by the mesh size, never the stacked
+    layer axis ``[L]`` (``lax.scan`` would gather every layer at once); no such axis: replicated."""
+    want = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    n = mesh.size
+    axes = tuple(mesh.axis_names)
+
+    def pick(path, s):
+        stacked = jax.tree_util.keystr(path).startswith("['layers']")
+        cand = [(s.shape[a], a) for a in range(1 if stacked else 0, len(s.shape)) if s.shape[a] % n == 0]
+        spec = [None] * len(s.shape)
+        if cand:
+            spec[max(cand)[1]] = axes
+        return NamedSharding(mesh, PartitionSpec(*spec))
+
+    return jax.tree_util.tree_map_with_path(pick, want)
+
+
+def load_params(tensors: Mapping[str, np.ndarray], cfg: ModelConfig, *, shardings: Params | None = None) -> Params:
+    """Parameters for ``cfg`` from HF-named tensors (lazy memmaps or arrays), cast to
+    ``cfg.param_dtype``. With ``shardings`` (a tree of ``jax.sharding.Sharding`` in the layout of
+    ``init_params``, e.g. ``fsdp_shardings``) every device reads only its own slice from disk."""
+    src = _sources(tensors, cfg)
+    pd = np.dtype(cfg.param_dtype)
+    full = (slice(None),)
+    if shardings is None:
+        return jax.tree.map(lambda read: jnp.asarray(read(full).astype(pd)), src)
+    want = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+
+    def place(read, s, sharding):
+        return jax.make_array_from_callback(s.shape, sharding, lambda idx: read(idx).astype(pd))
+    return jax.tree.map(place, src, want, shardings)
+
+
+def load_checkpoint(path, *, mesh: Mesh | None = None, shardings: Params | Callable | None = None,
+                    **overrides) -> tuple[ModelConfig, Params]:
+    """``(ModelConfig, params)`` of a Hugging Face checkpoint directory.
+
+    Args:
+      path: directory with ``config.json`` and ``model.safetensors`` (or an index + shards).
+      mesh: if given and ``shardings`` is None, parameters are stored FSDP-sharded over it
+        (``fsdp_shardings``); each device reads only its slice.
+      shardings: a sharding tree, or a function ``(cfg, mesh) -> tree``.
+      overrides: ``ModelConfig`` fields (``dtype=jnp.float32`` for fp32 compute over bf16 weights,
+        ``param_dtype=jnp.float32`` to upcast the stored weights).
+    Raises:
+      ValueError: unsupported architecture or field, missing tensor, wrong shape.
+    """
+    cfg = load_config(path, **overrides)
+    tensors = checkpoint_tensors(path)
+    if callable(shardings):
+        shardings = shardings(cfg, mesh)
+    elif shardings is None and mesh is not None:
+        shardings = fsdp_shardings(cfg, mesh)
+    return cfg, load_params(tensors, cfg, shardings=shardings)
+
+
+def to_hf_state_dict(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Inverse of ``load_params``: HF names, ``[out, in]`` kernels, one tensor per layer (numpy,
+    in ``cfg.param_dtype``). A tied model gets no ``lm_head.weight`` (HF re-ties it on load)."""
+    host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    out = {"model.embed_tokens.weight": host["embed_tokens"], "model.norm.weight": host["norm"]}
+    for ours, stack in host["layers"].items():
+        suffix, transpose = _HF_LAYER[ours]
+        for i in range(cfg.n_layers):
+            out[f"model.layers.{i}.{suffix}"] = stack[i].T if transpose else stack[i]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = host["lm_head"].T
+    return out
+
+
+def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapping[str, str] | None = None) -> None:
+    """Writes ``config.json`` and ``model.safetensors`` (HF layout) into directory ``path``
+    (created), plus ``extra_files`` (name -> text, e.g. a tokenizer). ``transformers``'
+    ``AutoModelForCausalLM.from_pretrained(path)`` and ``load_checkpoint`` both read it."""
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=2))
+    tmp = path / f"model.safetensors.tmp{os.getpid()}"
+    write_safetensors(tmp, to_hf_state_dict(params, cfg))
+    os.replace(tmp, path / "model.safetensors")
+    for name, text in (extra_files or {}).items():
+        (path / name).write_text(text)

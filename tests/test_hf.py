@@ -1,0 +1,192 @@
+"""prs.hf against Hugging Face ``transformers`` (torch CPU): a tiny random Qwen3 / Llama saved with
+``save_pretrained`` must give the same logits in prs (full forward, cached decoding, greedy
+generation); safetensors I/O against the reference ``safetensors`` package; errors."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prs import hf
+from prs import model as M
+from prs.sampler import SamplerConfig, sample
+
+V, D, L, K, KV, H, F = 96, 64, 2, 4, 2, 16, 128
+
+
+def _hf_model(arch: str, tmp_path, *, dtype=None):
+    """A tiny random HF model (norm scales randomised too, so a missed norm shows) saved to disk."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed({"qwen3": 0, "llama": 1}[arch])
+    common = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=K,
+                  num_key_value_heads=KV, head_dim=H, max_position_embeddings=256, rope_theta=5_000.0,
+                  initializer_range=0.15)
+    if arch == "qwen3":
+        cfg = transformers.Qwen3Config(tie_word_embeddings=True, **common)
+        model = transformers.Qwen3ForCausalLM(cfg)
+    else:
+        cfg = transformers.LlamaConfig(tie_word_embeddings=False, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+    model.eval()
+    if dtype is not None:
+        model = model.to(dtype)
+    path = tmp_path / arch
+    model.save_pretrained(path)
+    if dtype is not None:  # the reference: the stored (rounded) weights, computed in fp32 (fresh RoPE buffers)
+        model = type(model).from_pretrained(path, dtype=torch.float32).eval()
+    return model, path
+
+
+def _hf_logits(model, tokens):
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():
+        return model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_logits_match_transformers(arch, tmp_path):
+    model, path = _hf_model(arch, tmp_path)
+    cfg, params = hf.load_checkpoint(path)
+    assert (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.head_dim) == (V, D, L, H)
+    assert cfg.qk_norm == (arch == "qwen3") and cfg.tie_embeddings == (arch == "qwen3")
+    assert cfg.rope_theta == 5_000.0
+    tokens = np.random.default_rng(0).integers(0, V, (3, 12)).astype(np.int32)
+    ref = _hf_logits(model, tokens)  # [R, T, V]
+    ours = np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg))
+    np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=1e-5)
+
+    # cached decoding: prefill the first P tokens, then one token at a time
+    P = 5
+    logits, cache = M.prefill(params, jnp.asarray(tokens[:, :P]), jnp.full((3,), P, jnp.int32), cfg=cfg, max_len=16)
+    np.testing.assert_allclose(np.asarray(logits), ref[:, P - 1], atol=2e-5, rtol=1e-5)
+    step = jax.jit(lambda c, t, p: M.decode_step(params, c, t, p, cfg=cfg))
+    for t in range(P, tokens.shape[1]):
+        logits, cache = step(cache, jnp.asarray(tokens[:, t]), jnp.full((3,), t, jnp.int32))
+        np.testing.assert_allclose(np.asarray(logits), ref[:, t], atol=2e-5, rtol=1e-5)
+
+
+def test_greedy_generation_matches_transformers(tmp_path):
+    torch = pytest.importorskip("torch")
+    model, path = _hf_model("qwen3", tmp_path)
+    cfg, params = hf.load_checkpoint(path)
+    prompts = np.random.default_rng(1).integers(0, V, (2, 6)).astype(np.int64)
+    with torch.no_grad():
+        ref = model.generate(torch.as_tensor(prompts), max_new_tokens=10, do_sample=False, eos_token_id=None,
+                             pad_token_id=0).numpy()
+    scfg = SamplerConfig(max_new_tokens=10, temperature=0.0, buckets=None)
+    ro = sample(params, prompts.astype(np.int32), np.full((2,), 6, np.int32), jax.random.key(0), cfg=cfg, scfg=scfg)
+    np.testing.assert_array_equal(np.asarray(ro.tokens)[:, :16], ref)
+
+
+def test_bf16_weights_fp32_compute(tmp_path):
+    torch = pytest.importorskip("torch")
+    model, path = _hf_model("qwen3", tmp_path, dtype=torch.bfloat16)
+    assert json.loads((path / "config.json").read_text()).get("dtype", "bfloat16") == "bfloat16"
+    cfg, params = hf.load_checkpoint(path, dtype=jnp.float32)
+    assert cfg.param_dtype == jnp.bfloat16 and cfg.dtype == jnp.float32
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
+    tokens = np.random.default_rng(2).integers(0, V, (2, 10)).astype(np.int32)
+    np.testing.assert_allclose(np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg)),
+                               _hf_logits(model, tokens), atol=3e-5, rtol=1e-5)
+
+
+def test_save_checkpoint_loads_in_transformers(tmp_path):
+    """Export direction: prs params -> save_checkpoint -> transformers gives prs's logits."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    for tie, qk in [(True, True), (False, False)]:
+        cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
+                            tie_embeddings=tie, qk_norm=qk)
+        params = M.init_params(cfg, jax.random.key(3), std=0.2)
+        hf.save_checkpoint(tmp_path / f"x{tie}", params, cfg)
+        model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"x{tie}").float().eval()
+        tokens = np.random.default_rng(3).integers(0, V, (2, 9)).astype(np.int32)
+        np.testing.assert_allclose(np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg)),
+                                   _hf_logits(model, tokens), atol=2e-5, rtol=1e-5)
+        cfg2, params2 = hf.load_checkpoint(tmp_path / f"x{tie}")
+        assert cfg2 == cfg
+        jax.tree.map(np.testing.assert_array_equal, params2, params)
+
+
+def test_safetensors_io_matches_reference_package(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(4)
+    arrays = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": rng.integers(-9, 9, (7,)).astype(np.int64),
+              "c.d": rng.normal(size=(2, 2, 2)).astype(np.float16), "e": np.zeros((0, 3), np.float32)}
+    hf.write_safetensors(tmp_path / "ours.safetensors", arrays)
+    theirs = st.load_file(str(tmp_path / "ours.safetensors"))
+    st.save_file(arrays, str(tmp_path / "ref.safetensors"))
+    ours = hf.read_safetensors(tmp_path / "ref.safetensors")
+    for k, a in arrays.items():
+        np.testing.assert_array_equal(theirs[k], a)
+        np.testing.assert_array_equal(np.asarray(ours[k]), a)
+        assert ours[k].dtype == a.dtype
+    torch = pytest.importorskip("torch")
+    import safetensors.torch as stt
+    x = torch.randn(4, 6).to(torch.bfloat16)
+    stt.save_file({"w": x}, str(tmp_path / "bf16.safetensors"))
+    got = hf.read_safetensors(tmp_path / "bf16.safetensors")["w"]
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), x.float().numpy())
+
+
+def _write_cfg(tmp_path, **changes):
+    cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F)
+    hf.save_checkpoint(tmp_path, M.init_params(cfg, jax.random.key(0)), cfg)
+    c = json.loads((tmp_path / "config.json").read_text())
+    c.update(changes)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(model_type="qwen2"), "biases"),
+    (dict(model_type="gpt2"), "model_type 'gpt2'"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "yarn"),
+    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5}), "llama3"),
+    (dict(attention_bias=True), "attention_bias"),
+    (dict(hidden_act="gelu"), "gelu"),
+    (dict(use_sliding_window=True, sliding_window=64), "sliding"),
+    (dict(num_hidden_layers=3), "missing tensor 'model.layers.2"),
+    (dict(intermediate_size=100), "has shape"),
+])
+def test_clear_errors(tmp_path, changes, match):
+    _write_cfg(tmp_path, **changes)
+    with pytest.raises(ValueError, match=match):
+        hf.load_checkpoint(tmp_path)
+
+
+def test_no_checkpoint_errors(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        hf.load_checkpoint(tmp_path)
+    _write_cfg(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        hf.load_checkpoint(tmp_path)
+
+
+def test_sharded_load_over_mesh(tmp_path, eight_devices):
+    """FSDP load over 8 devices: every device holds 1/8 of each big kernel, read slice by slice from
+    disk, and the forward pass equals the unsharded one."""
+    cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
+                        tie_embeddings=False)
+    params = M.init_params(cfg, jax.random.key(5), std=0.2)
+    hf.save_checkpoint(tmp_path, params, cfg)
+    from prs.sharding import make_mesh
+    mesh = make_mesh(eight_devices, model_parallel=2)
+    cfg2, sharded = hf.load_checkpoint(tmp_path, mesh=mesh)
+    for path, x in jax.tree_util.tree_leaves_with_path(sharded):
+        shard = x.addressable_shards[0].data.shape
+        if int(np.prod(x.shape)) >= 8 * 64:
+            assert int(np.prod(shard)) * 8 == int(np.prod(x.shape)), (jax.tree_util.keystr(path), shard, x.shape)
+            if jax.tree_util.keystr(path).startswith("['layers']"):
+                assert shard[0] == L  # never split the scanned layer axis
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(jax.tree_util.tree_leaves_with_path(params)[
+            [p for p, _ in jax.tree_util.tree_leaves_with_path(params)].index(path)][1]))
+    tokens = jnp.asarray(np.random.default_rng(5).integers(0, V, (8, 7)), jnp.int32)
+    got = jax.jit(lambda p, t: M.forward(p, t, cfg=cfg2))(sharded, tokens)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(M.forward(params, tokens, cfg=cfg)), atol=1e-5, rtol=1e-5)
