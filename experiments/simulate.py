@@ -279,7 +279,7 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     markers = {4: "s", 8: "o", 16: "^"}
-    for mode, c in (("ps_fix", "C0"), ("ps_ada_hard", "C1"), ("ps_ada", "C2")):
+    for mode, c in (("ps_fix", "C0"), ("ps_ada_hard", "C1"), ("ps_ada", "C2"), ("reroll_only", "C3")):
         first = True
         for r in recs:
             if r["mode"] != mode or r["target"] != 0.5 or "speedup" not in r:
@@ -310,8 +310,10 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
             for ax, arr in ((axes[0], rho), (axes[1], ema)):
                 ax.plot(steps, arr[1, :, b], color=f"C{b % 10}", label=f"bucket k = {k}/{n}")
                 ax.fill_between(steps, arr[0, :, b], arr[2, :, b], color=f"C{b % 10}", alpha=0.15)
-        axes[0].set_ylabel("prefix fraction rho_b (median, 10-90% over seeds)")
-        axes[1].set_ylabel("EMA of re-rollout pass rate (median, 10-90%)")
+        axes[0].set_ylabel("prefix fraction rho_b")
+        axes[1].set_ylabel("EMA of re-rollout pass rate")
+        axes[0].set_title("rho_b: median over seeds, 10-90% band", fontsize=9)
+        axes[1].set_title("EMA_b: median over seeds, 10-90% band", fontsize=9)
         axes[1].axhline(0.5, color="k", lw=0.8, ls=":")
         for ax in axes:
             ax.set_xlabel("training step")
@@ -323,9 +325,9 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    modes = list(PAPER_ABLATION)
+    modes = list(PAPER_ABLATION) + (["reroll_only"] if any(r["mode"] == "reroll_only" for r in recs) else [])
     x = np.arange(len(modes))
-    ax.bar(x - 0.4, [PAPER_ABLATION[m] for m in modes], width=0.8 / (len(diffs) + 1), color="k",
+    ax.bar(x - 0.4, [PAPER_ABLATION.get(m, np.nan) for m in modes], width=0.8 / (len(diffs) + 1), color="k",
            label="paper (SWE agent, N = 8)")
     n_ab = 8 if 8 in ns else ns[0]
     for j, d in enumerate(diffs):
@@ -337,7 +339,8 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
             vals.append(s["mean"]), lo.append(s["mean"] - s["lo"]), hi.append(s["hi"] - s["mean"])
         ax.bar(x - 0.4 + (j + 1) * 0.8 / (len(diffs) + 1), vals, width=0.8 / (len(diffs) + 1),
                yerr=[lo, hi], capsize=2, color=colors[d], label=f"simulator / {d}")
-    ax.set_xticks(x - 0.4 + 0.4 * len(diffs) / (len(diffs) + 1), modes)
+    ax.set_xticks(x - 0.4 + 0.4 * len(diffs) / (len(diffs) + 1),
+                  [m if m != "reroll_only" else "reroll_only\n(no-prefix control)" for m in modes])
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_ylabel("speed-up vs baseline (x, steps)")
     ax.set_title(f"Ablation: paper vs simulator (N = {n_ab}, target 0.5, 95% CI)")
