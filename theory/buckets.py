@@ -12,6 +12,7 @@ every bucket from above. ``ratio = value / reference``; the source's "2.3× more
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -66,6 +67,27 @@ class BucketTable:
         return "\n".join(lines)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _bucket_values(n: int) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    """Per-bucket values ``[n+1]`` and references at p = 1/2, one compiled computation per n."""
+    k = jnp.arange(n + 1)
+    p = k / n
+    values = {
+        "entropy_bits": m.empirical_entropy(k, n),
+        "variance": m.group_reward_variance(k, n),
+        "pairs": m.contrast_pairs(k, n),
+        "survival": m.filter_survival(p, n),
+    }
+    half = jnp.asarray(0.5, dtype=p.dtype)
+    reference = {
+        "entropy_bits": m.reward_entropy(half),
+        "variance": m.advantage_energy(half),
+        "pairs": n * n * m.advantage_energy(half),
+        "survival": m.filter_survival(half, n),
+    }
+    return values, reference
+
+
 def bucket_table(n: int = 8) -> BucketTable:
     """The four metrics for every bucket ``k = 0..n`` of a group of ``n`` rollouts (see module doc).
 
@@ -74,23 +96,10 @@ def bucket_table(n: int = 8) -> BucketTable:
     """
     (n,) = c.as_group_size("n", n).reshape(1).tolist()
     with jax.enable_x64(True):
-        k = jnp.arange(n + 1)
-        p = k / n
-        values = {
-            "entropy_bits": m.empirical_entropy(k, n),
-            "variance": m.group_reward_variance(k, n),
-            "pairs": m.contrast_pairs(k, n),
-            "survival": m.filter_survival(p, n),
-        }
-        half = jnp.float64(0.5)
-        reference = {
-            "entropy_bits": float(m.reward_entropy(half)),
-            "variance": float(m.advantage_energy(half)),
-            "pairs": float(n * n * m.advantage_energy(half)),
-            "survival": float(m.filter_survival(half, n)),
-        }
+        values, reference = _bucket_values(n)
         values = {kk: np.asarray(v, dtype=np.float64) for kk, v in values.items()}
-        p = np.asarray(p, dtype=np.float64)
+        reference = {kk: float(v) for kk, v in reference.items()}
+        p = np.arange(n + 1) / n
     label = (f"bucket k = n/2 = {n // 2} (p = 1/2)" if n % 2 == 0 else
              f"p = 1/2 (n = {n} is odd: no bucket at 1/2; reference = metric at p = 1/2, pairs n^2/4)")
     return BucketTable(n, np.arange(n + 1), p, values, reference, label)

@@ -74,17 +74,23 @@ def advantage_moments(n_values: Any, *, kmax: int | None = None, estimator: str 
     valid = np.broadcast_to(i < nn, (ns.size, kmax + 1, w))  # [M, K, W]
     rewards = ((i < k) & valid).astype(np.float64)  # [M, K, W]
     dtype = dtype or jnp.promote_types(jnp.float32, jnp.asarray(0.0).dtype)
-    r = jnp.asarray(rewards.reshape(-1, w), dtype=dtype)  # [M*K, W]
-    adv = _advantages(r, jnp.asarray(valid.reshape(-1, w)), estimator, std_ddof, eps)  # [M*K, W]
-    adv = adv.reshape(ns.size, kmax + 1, w)
-    r = r.reshape(ns.size, kmax + 1, w)
+    r = jnp.asarray(rewards, dtype=dtype)  # [M, K, W]
     inv_n = jnp.asarray(1.0 / ns, dtype=dtype)[:, None]  # [M, 1]
     keep = jnp.asarray(k[..., 0] <= ns[:, None])  # [M, K]
+    return _moments_jit(r, jnp.asarray(valid), inv_n, keep, estimator, std_ddof, eps)
 
-    def mean(x):
+
+def _moments(r, valid, inv_n, keep, estimator, std_ddof, eps):
+    m_, k_, w = r.shape
+    adv = _advantages(r.reshape(-1, w), valid.reshape(-1, w), estimator, std_ddof, eps).reshape(m_, k_, w)
+
+    def mean(x):  # [M, K, W] -> [M, K]
         return jnp.where(keep, jnp.sum(x, axis=-1) * inv_n, 0.0)
 
     return {"sq": mean(adv * adv), "ar": mean(adv * r), "a": mean(adv)}
+
+
+_moments_jit = jax.jit(_moments, static_argnums=(4, 5, 6))
 
 
 def _table_expectation(table: jax.Array, p: jax.Array, n: jax.Array, kmax: int) -> jax.Array:

@@ -139,7 +139,7 @@ def _k_tables(ns: np.ndarray, kmax: int, h) -> np.ndarray:
     k = np.arange(kmax + 1, dtype=np.float64)[None, :]
     n = ns.astype(np.float64)[:, None]
     with jax.enable_x64(True):
-        vals = np.asarray(h(jnp.asarray(np.minimum(k, n)), jnp.asarray(n)))
+        vals = np.asarray(jax.jit(h)(jnp.asarray(np.minimum(k, n)), jnp.asarray(n)))
     return np.where(k <= n, vals, 0.0)
 
 

@@ -138,18 +138,30 @@ def _compositions(m: int) -> np.ndarray:
     return np.stack([a, b, m - a - b], axis=1)
 
 
-def _group_rewards(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Reward rows ``[C, G]`` for type counts ``[C, 3]``: A-success first, then A-fail, then B."""
-    g = int(counts[0].sum())
-    i = np.arange(g)[None, :]
-    a, ab = counts[:, :1], counts[:, :1] + counts[:, 1:2]
-    return np.where(i < a, values[0], np.where(i < ab, values[1], values[2]))
-
-
 def _advantages(rewards, estimator):
     from prs.advantages import group_advantages  # noqa: PLC0415
 
     return group_advantages(rewards, estimator=estimator)
+
+
+def _exact(pi: jax.Array, values: jax.Array, g: int, estimator: str) -> jax.Array:
+    """``E[A_i | type_i = t]`` ``[3]`` by enumerating the compositions of the other G−1 rollouts."""
+    others = _compositions(g - 1)  # [C, 3]
+    log_pmf = (gammaln(float(g)) - jnp.sum(gammaln(jnp.asarray(others + 1.0, pi.dtype)), axis=1)
+               + jnp.sum(xlogy(jnp.asarray(others, pi.dtype), pi[None, :]), axis=1))  # [C]
+    pmf = jnp.exp(log_pmf)
+    counts = np.concatenate([others + np.eye(3, dtype=int)[t] for t in range(3)])  # [3C, 3]
+    i = np.arange(g)[None, :]
+    a, ab = counts[:, :1], counts[:, :1] + counts[:, 1:2]
+    rewards = jnp.where(i < a, values[0], jnp.where(i < ab, values[1], values[2]))  # [3C, G]
+    adv = _advantages(rewards, estimator).reshape(3, others.shape[0], g)  # [3, C, G]
+    # The type-t rollout's slot: A-success first (slot 0), A-fail at slot a, B at slot a + b.
+    pos = np.stack([np.zeros(len(others), int), others[:, 0], others[:, 0] + others[:, 1]])  # [3, C]
+    own = jnp.take_along_axis(adv, jnp.asarray(pos)[..., None], axis=-1)[..., 0]  # [3, C]
+    return jnp.sum(own * pmf[None, :], axis=1)
+
+
+_exact_jit = jax.jit(_exact, static_argnums=(2, 3))
 
 
 def grpo_type_advantages(p_honest: float = 0.2, surface_fraction: float = 0.75, *, group_size: int = 16,
@@ -174,16 +186,7 @@ def grpo_type_advantages(p_honest: float = 0.2, surface_fraction: float = 0.75, 
         method = "exact" if n_comp * 3 * g <= _EXACT_LIMIT else "monte_carlo"
     with jax.enable_x64(True):
         if method == "exact":
-            others = _compositions(g - 1)  # [C, 3]
-            log_pmf = (gammaln(float(g)) - jnp.sum(gammaln(jnp.asarray(others + 1.0)), axis=1)
-                       + jnp.sum(xlogy(jnp.asarray(others, jnp.float64), jnp.asarray(pi)[None, :]), axis=1))
-            pmf = jnp.exp(log_pmf)  # [C]
-            counts = np.concatenate([others + np.eye(3, dtype=int)[t] for t in range(3)])  # [3C, 3]
-            rewards = jnp.asarray(_group_rewards(counts, values), dtype=jnp.float64)  # [3C, G]
-            adv = _advantages(rewards, estimator).reshape(3, others.shape[0], g)  # [3, C, G]
-            pos = np.stack([np.zeros(len(others), int), others[:, 0], others[:, 0] + others[:, 1]])  # [3, C]
-            own = jnp.take_along_axis(adv, jnp.asarray(pos)[..., None], axis=-1)[..., 0]  # [3, C]
-            exp_adv = np.asarray(jnp.sum(own * pmf[None, :], axis=1))  # [3]
+            exp_adv = np.asarray(_exact_jit(jnp.asarray(pi), jnp.asarray(values), g, estimator))  # [3]
             label = "exact"
         else:
             key = jax.random.key(seed)
