@@ -119,7 +119,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     ckptr = ocp.StandardCheckpointer()
     if path.exists():
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                                jax.eval_shape(init_params, model_cfg, jax.random.PRNGKey(0)))
+                                jax.eval_shape(lambda k: init_params(model_cfg, k), jax.random.PRNGKey(0)))
         log(f"[base] reusing warm-start parameters {path}")
         return ckptr.restore(path, abstract)
     log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")

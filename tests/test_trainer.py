@@ -222,3 +222,19 @@ def test_reroll_reward_grades_replayed_prefix_plus_continuation():
                          lengths=jnp.full((2,), p + len(good)))
     r = np.asarray(TASK.rewards(TASK.take(probs, np.array([0, 0])), ro, group_size=1))
     np.testing.assert_array_equal(r[:, 0], [1.0, 0.0])
+
+
+def test_warm_start_is_built_once_and_reused(tmp_path):
+    from prs.runner import base_params as get_base
+
+    rc = RunConfig(steps=1, sft_steps=3, sft_batch=8, wandb_mode="disabled")
+    logs = []
+    p1 = get_base(TASK, MODEL, rc, tmp_path, log=logs.append)
+    p2 = get_base(TASK, MODEL, rc, tmp_path, log=logs.append)
+    assert any("reusing" in line for line in logs) and len(list(tmp_path.iterdir())) == 1
+    same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), p1, p2)
+    assert all(jax.tree.leaves(same))
+    # and it is a trained model, not the random init
+    from prs.model import init_params
+    init = init_params(MODEL, jax.random.PRNGKey(rc.sft_seed))
+    assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), p1, init)))
