@@ -52,3 +52,9 @@ def test_figure_data_normalised_and_buckets_match_table():
     ax = fig.axes[0]
     assert ax.get_xlabel().startswith("pass rate p") and ax.get_ylabel()
     assert len(ax.get_legend().get_texts()) == 4
+
+
+def test_figure_data_degenerate_n1_is_finite():
+    data = theory.figure_data(1, num_points=11)
+    for v in (*data["curves"].values(), *data["buckets"].values()):
+        assert np.all(np.isfinite(v))

@@ -18,6 +18,11 @@ from theory import _checks as c
 from theory import metrics as m
 
 
+def _ratio(x: jax.Array, ref: jax.Array) -> jax.Array:
+    """``x / ref``, 0 where ``ref = 0`` (survival is identically 0 for n = 1)."""
+    return jnp.where(ref > 0, x / jnp.where(ref > 0, ref, 1.0), 0.0)
+
+
 def figure_data(n: int = 8, *, num_points: int = 401) -> dict[str, Any]:
     """Curves ``[P]`` and bucket markers ``[n+1]``, all divided by their value at p = 1/2."""
     (n,) = c.as_group_size("n", n).reshape(1).tolist()
@@ -31,13 +36,13 @@ def figure_data(n: int = 8, *, num_points: int = 401) -> dict[str, Any]:
             "advantage energy p(1-p)": m.advantage_energy(p) / m.advantage_energy(half),
             f"contrast pairs E[k(n-k)], n={n}": m.expected_contrast_pairs_closed_form(p, n)
             / m.expected_contrast_pairs_closed_form(half, n),
-            f"filter survival 1-p^n-(1-p)^n, n={n}": m.filter_survival(p, n) / m.filter_survival(half, n),
+            f"filter survival 1-p^n-(1-p)^n, n={n}": _ratio(m.filter_survival(p, n), m.filter_survival(half, n)),
         }
         buckets = {
             "reward entropy H(p)": m.empirical_entropy(k, n) / m.reward_entropy(half),
             "advantage energy p(1-p)": m.group_reward_variance(k, n) / m.advantage_energy(half),
             f"contrast pairs E[k(n-k)], n={n}": m.contrast_pairs(k, n) / (n * n * m.advantage_energy(half)),
-            f"filter survival 1-p^n-(1-p)^n, n={n}": m.filter_survival(pk, n) / m.filter_survival(half, n),
+            f"filter survival 1-p^n-(1-p)^n, n={n}": _ratio(m.filter_survival(pk, n), m.filter_survival(half, n)),
         }
         return {"n": n, "p": np.asarray(p), "p_buckets": np.asarray(pk),
                 "curves": {kk: np.asarray(v) for kk, v in curves.items()},
