@@ -19,7 +19,7 @@ from theory import metrics as m
 
 
 def _ratio(x: jax.Array, ref: jax.Array) -> jax.Array:
-    """``x / ref``, 0 where ``ref = 0`` (survival is identically 0 for n = 1)."""
+    """``x / ref``, 0 where ``ref = 0`` (survival and E[pairs] are identically 0 for n = 1)."""
     return jnp.where(ref > 0, x / jnp.where(ref > 0, ref, 1.0), 0.0)
 
 
@@ -34,8 +34,8 @@ def figure_data(n: int = 8, *, num_points: int = 401) -> dict[str, Any]:
         curves = {
             "reward entropy H(p)": m.reward_entropy(p) / m.reward_entropy(half),
             "advantage energy p(1-p)": m.advantage_energy(p) / m.advantage_energy(half),
-            f"contrast pairs E[k(n-k)], n={n}": m.expected_contrast_pairs_closed_form(p, n)
-            / m.expected_contrast_pairs_closed_form(half, n),
+            f"contrast pairs E[k(n-k)], n={n}": _ratio(m.expected_contrast_pairs_closed_form(p, n),
+                                                       m.expected_contrast_pairs_closed_form(half, n)),
             f"filter survival 1-p^n-(1-p)^n, n={n}": _ratio(m.filter_survival(p, n), m.filter_survival(half, n)),
         }
         buckets = {
