@@ -1,0 +1,107 @@
+"""Analysis of a set of training runs (issue #7): tables, figures and ``results.json``.
+
+    python -m experiments.analyze runs/sweep                      # -> runs/sweep/analysis/
+    python -m experiments.analyze runs/sweep --baseline baseline --out results/cpu --ref peak --window 3
+
+Prints markdown tables (every run with its status, steps/wall-clock/tokens to converge and
+speed-ups with 95% bootstrap CIs, equal-step improvement, settled re-rollout pass rates per
+bucket) and writes into ``--out`` (default ``RUN_ROOT/analysis``):
+
+    results.json              every number of the tables, per task (strict JSON: null for NaN/inf)
+    tables.md                 the printed tables
+    fig1_<task>.png           held-out pass@1 vs step and vs wall-clock, mean ± 95% CI band
+    fig2_metrics.png          the four pass-rate metrics vs p (theory package)
+    fig4_<task>.png           ablation: speed-up in steps with CIs beside the paper's 1.00/1.61/1.13/1.92
+    fig4_<task>_wall.png      the same in wall-clock
+    controller_<task>.png     ρ_b and re-rollout pass rate per bucket over training
+
+Definitions: see ``prs.analysis``. Partial (killed) runs are listed and analysed as such.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from prs import analysis as an
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m experiments.analyze", description=__doc__.split("\n")[0])
+    p.add_argument("run_root", help="directory holding run directories (e.g. runs/sweep)")
+    p.add_argument("--baseline", default="baseline", help="method name of the baseline (default: baseline)")
+    p.add_argument("--out", default=None, help="output directory (default: RUN_ROOT/analysis)")
+    p.add_argument("--window", type=int, default=3, help="moving-average window over evaluation points (default 3)")
+    p.add_argument("--ref", choices=("final", "peak"), default="final", help="baseline reference level (default final)")
+    p.add_argument("--settle-frac", type=float, default=0.5, help="last fraction of steps for settled rates (0.5)")
+    p.add_argument("--at-step", type=int, default=None, help="step of the equal-step comparison (default: baseline's last)")
+    p.add_argument("--paired", action="store_true", help="paired bootstrap over common seeds (default unpaired)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--no-figures", action="store_true", help="tables and results.json only")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    root = pathlib.Path(args.run_root)
+    out = pathlib.Path(args.out) if args.out else root / "analysis"
+    runs = an.load_runs(root)
+    if not runs:
+        raise SystemExit(f"no run directories (metrics.jsonl or summary.json) under {root}")
+    results = an.analyze(runs, baseline=args.baseline, window=args.window, ref=args.ref,
+                         settle_frac=args.settle_frac, at_step=args.at_step, paired=args.paired,
+                         n_boot=args.n_boot, seed=args.seed)
+    parts = [f"# Analysis of {root}", "", "## Runs", "", an.runs_table(runs)]
+    for task, res in results.items():
+        parts += ["", f"## Task {task}", "", "### Steps to converge and speed-up over the baseline "
+                  "(95% bootstrap CI over seeds)", "", an.convergence_table(res),
+                  "", "### Equal-step held-out pass@1", "", an.equal_step_table(res),
+                  "", "### Settled re-rollout pass rate per bucket", "", an.bucket_table(res)]
+    text = "\n".join(parts) + "\n"
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tables.md").write_text(text)
+    payload = {"run_root": str(root), "options": vars(args),
+               "runs": [{"name": r.name, "task": r.task, "method": r.method, "seed": r.seed, "status": r.status,
+                         "steps_done": r.steps_done, "planned_steps": r.planned_steps, "problems": list(r.problems)}
+                        for r in runs],
+               "paper": {"ablation_steps": an.PAPER_ABLATION_STEPS, "ablation_speedup": an.PAPER_ABLATION_SPEEDUP,
+                         "settled_reroll": an.PAPER_SETTLED_REROLL},
+               "tasks": results}
+    (out / "results.json").write_text(json.dumps(an.to_jsonable(payload), indent=2, allow_nan=False))
+    if not args.no_figures:
+        write_figures(runs, results, out)
+    print(f"wrote {out}/results.json, tables.md" + ("" if args.no_figures else " and figures"), file=sys.stderr)
+    return results
+
+
+def write_figures(runs, results: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+
+    def save(fig, name):
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(out / name)
+
+    save(an.plot_fig2(), "fig2_metrics.png")
+    for task, by_method in an.group_runs(runs).items():
+        res = results[task]
+        save(an.plot_learning_curves(by_method, level=res.get("reference_level"), title=f"{task}: held-out pass@1"),
+             f"fig1_{task}.png")
+        if "error" not in res:
+            save(an.plot_ablation(res, title=f"{task}: speed-up in steps to converge"), f"fig4_{task}.png")
+            save(an.plot_ablation(res, key="speedup_wall", title=f"{task}: speed-up in wall-clock"),
+                 f"fig4_{task}_wall.png")
+        save(an.plot_controller(by_method, title=f"{task}: the controller at work"), f"controller_{task}.png")
+    return written
+
+
+if __name__ == "__main__":
+    main()
