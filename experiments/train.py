@@ -30,6 +30,7 @@ def build(cfg: TrainCfg):
     from prs import prefix as ps
     from prs.model import ModelConfig
     from prs.runner import RunConfig
+    from prs.tasks import math_jsonl  # noqa: F401  (registers the "math_jsonl" task)
     from prs.tasks.registry import make_task
     from prs.trainer import RLConfig
 
@@ -38,8 +39,13 @@ def build(cfg: TrainCfg):
     for key in ("dtype", "param_dtype"):
         if key in overrides:
             overrides[key] = getattr(jnp, overrides[key])
-    overrides.setdefault("vocab_size", task.vocab_size)
-    model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
+    if cfg.model.checkpoint:  # shapes from the checkpoint's config.json; overrides: dtypes etc.
+        from prs.hf import load_config
+
+        model_cfg = load_config(cfg.model.checkpoint, **overrides)
+    else:
+        overrides.setdefault("vocab_size", task.vocab_size)
+        model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
     a, o, s, e = cfg.algo, cfg.optim, cfg.sampler, cfg.eval
     rl = RLConfig(tasks_per_step=a.tasks_per_step, group_size=a.group_size, estimator=a.estimator,
                   std_ddof=a.std_ddof, drop_no_contrast=a.drop_no_contrast, clip_low=a.clip_low,
@@ -55,7 +61,8 @@ def build(cfg: TrainCfg):
     run_cfg = RunConfig(steps=cfg.steps, seed=cfg.seed, eval_every=e.every, ckpt_every=cfg.ckpt_every,
                         sft_steps=cfg.sft.steps, sft_batch=cfg.sft.batch, sft_lr=cfg.sft.lr, sft_seed=cfg.sft.seed,
                         base_dir=cfg.sft.base_dir, wandb_mode=cfg.logging.wandb_mode,
-                        wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress)
+                        wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
+                        init_checkpoint=cfg.model.checkpoint)
     return task, model_cfg, rl, prefix, run_cfg
 
 

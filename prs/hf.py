@@ -333,3 +333,44 @@ def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapp
     os.replace(tmp, path / "model.safetensors")
     for name, text in (extra_files or {}).items():
         (path / name).write_text(text)
+
+
+def make_tiny_checkpoint(path, *, seed: int = 0, vocab_size: int = 384, d_model: int = 64, n_layers: int = 2,
+                         n_heads: int = 4, n_kv_heads: int = 2, head_dim: int = 16, d_ff: int = 128,
+                         std: float = 0.02, texts=None) -> ModelConfig:
+    """A tiny random Qwen3 checkpoint directory (``config.json``, ``model.safetensors``,
+    ``tokenizer.json``, ``tokenizer_config.json`` with a ChatML template): the stand-in for a real
+    checkpoint in CPU tests and smoke runs (``python -m prs.hf make-tiny DIR``). The byte-level BPE
+    tokenizer is trained on ``texts`` (default: the shipped math JSONL and the chat markup). Needs
+    the ``tokenizers`` package."""
+    from prs.tasks.math_jsonl import SHIPPED
+    from prs.tokenizer import build_tiny_tokenizer, tokenizer_files
+
+    if texts is None:
+        rows = [json.loads(line) for line in SHIPPED.read_text().splitlines() if line.strip()]
+        texts = [r["problem"] + "\n" + r.get("solution", "") for r in rows] + ["user\nassistant\n\\boxed{}"]
+    tok = build_tiny_tokenizer(texts, vocab_size=vocab_size)
+    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                      n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff, rope_theta=10_000.0)
+    if tok.get_vocab_size() > vocab_size:
+        raise ValueError(f"make_tiny_checkpoint: tokenizer has {tok.get_vocab_size()} ids > vocab_size={vocab_size}")
+    save_checkpoint(path, init_params(cfg, jax.random.key(seed), std=std), cfg, extra_files=tokenizer_files(tok))
+    return cfg
+
+
+def main(argv=None) -> None:
+    """``python -m prs.hf make-tiny DIR [--seed S]``: writes ``make_tiny_checkpoint(DIR)``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m prs.hf")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("make-tiny", help="write a tiny random Qwen3 checkpoint with a tokenizer")
+    t.add_argument("dir")
+    t.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = make_tiny_checkpoint(args.dir, seed=args.seed)
+    print(f"wrote {args.dir}: {cfg}")
+
+
+if __name__ == "__main__":
+    main()

@@ -298,11 +298,15 @@ def answers_equal(pred: str, gold: str) -> bool:
 
 
 def _verify_math_verify(response: str, gold: str) -> bool:
+    import threading
+
     from math_verify import parse, verify
 
-    g = parse(gold if "$" in gold or "\\boxed" in gold else f"${gold}$", parsing_timeout=None)
-    p = parse(response, parsing_timeout=None)
-    return bool(verify(g, p, timeout_seconds=None)) if g and p else False
+    # math-verify's timeouts use SIGALRM, which only the main thread may set
+    t = 5 if threading.current_thread() is threading.main_thread() else None
+    g = parse(gold if "$" in gold or "\\boxed" in gold else f"${gold}$", parsing_timeout=t)
+    p = parse(response, parsing_timeout=t)
+    return bool(verify(g, p, timeout_seconds=t)) if g and p else False
 
 
 def verify_answer(response: str, gold: str, *, backend: str = "auto") -> bool:

@@ -50,6 +50,8 @@ class RunConfig:
       wandb_mode: ``disabled``, ``offline`` (default, into ``<out_dir>/wandb``) or ``online``.
       wandb_project: wandb project name.
       progress: print a progress bar / periodic lines.
+      init_checkpoint: a Hugging Face checkpoint directory (``prs.hf``); when set, its weights are
+        the starting policy and replace the supervised warm start (``sft_*`` are ignored).
     """
 
     steps: int = 200
@@ -64,6 +66,7 @@ class RunConfig:
     wandb_mode: str = "offline"
     wandb_project: str = "prs"
     progress: bool = True
+    init_checkpoint: str | None = None
 
     def __post_init__(self):
         if self.steps < 1:
@@ -112,6 +115,11 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     """Warm-start parameters, trained once and cached under ``base_dir/<hash>``."""
     import orbax.checkpoint as ocp
 
+    if run.init_checkpoint:
+        from prs import hf
+
+        log(f"[base] loading {run.init_checkpoint} (replaces the warm start)")
+        return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg)
     if run.sft_steps == 0:
         return init_params(model_cfg, jax.random.PRNGKey(run.sft_seed))
     key = _hash((task, model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
