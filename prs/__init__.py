@@ -12,3 +12,6 @@ from prs import audit, rewards, verifiers  # noqa: F401
 from prs.rewards import available_rewards, binary_test_reward, fraction_test_reward, get_reward, register_reward, swe_rl_reward  # noqa: F401
 from prs.verifiers import best_at_k, cap_successes_per_task, hybrid_score, orm_score, pass_at_k  # noqa: F401
 from prs.audit import eqs, eqs_verdict, gold_sanity_gate  # noqa: F401
+from prs import hf, math_verify  # noqa: F401
+from prs.hf import load_checkpoint, save_checkpoint  # noqa: F401
+from prs.math_verify import math_reward, verify_answer  # noqa: F401

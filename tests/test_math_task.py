@@ -169,6 +169,6 @@ def test_hydra_math_experiment_end_to_end(ckpt, tmp_path):
     import jax
     jax.tree.map(np.testing.assert_array_equal, got, want)
     summary = run(task, model_cfg, rl, prefix, run_cfg, tmp_path / "out", log=lambda *a: None)
-    assert summary["steps"] == 2 and summary["eval_steps"] == [0, 1, 2]
+    assert summary["steps"] == 2 and summary["eval_steps"] == [0, 2]
     lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(np.isfinite(m["loss"]) for m in lines if m["kind"] == "train" and "loss" in m)
