@@ -27,6 +27,8 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
 * **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_batch_t + time_update_t)``
   (seconds, compile time of the first steps included) and generated tokens
   ``Σ_{t < s} tokens_generated_t`` over the train lines before the convergence step ``s``.
+  If the baseline's smoothed seed-mean starts at or above ``L`` (it never improved), the task is
+  flagged ``degenerate`` (every curve converges at step 0; speed-ups 0/0 are NaN).
 * **Speed-up** of a method over the baseline: the ratio of means over seeds
   ``mean_s(steps_base) / mean_s(steps_method)`` (likewise for wall-clock and tokens), with a seeded
   percentile bootstrap 95% CI (Efron & Tibshirani 1993, ch. 13). Default **unpaired**: baseline
@@ -355,8 +357,10 @@ def _check_boot(n_boot: int, level: float) -> None:
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den without warnings: x/0 = inf for x > 0, 0/0 = NaN (undefined: both reached at step 0)."""
     num, den = np.broadcast_arrays(np.asarray(num, float), np.asarray(den, float))
-    return np.divide(num, den, out=np.full(num.shape, np.inf), where=den != 0)
+    fill = np.where(num == 0, np.nan, np.inf)
+    return np.divide(num, den, out=fill, where=den != 0)
 
 
 def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
@@ -506,7 +510,10 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
         planned = [r.planned_steps for r in ref_runs if r.planned_steps is not None]
         at_step = int(max(planned)) if planned else int(bsteps[-1]) if bsteps.size else 0
     base_conv = per_seed_convergence(base_runs, level_, window=window)
+    start = moving_average(seed_mean(by), window=window)[:1]
+    degenerate = bool(start.size and start[0] >= level_)
     out: dict[str, Any] = {"baseline": baseline, "reference_level": level_, "ref": ref, "window": window,
+                           "degenerate": degenerate,
                            "settle_frac": settle_frac, "at_step": at_step, "paired": paired, "methods": {}}
     for method, runs in by_method.items():
         if not runs:
@@ -609,6 +616,9 @@ def convergence_table(task_result: dict[str, Any]) -> str:
     if "error" in t:
         return f"(no analysis: {t['error']})"
     ref = f"reference level {t['reference_level']:.3f} ({t['ref']} of the smoothed baseline seed-mean, window {t['window']})"
+    if t.get("degenerate"):
+        ref += (" -- DEGENERATE: the baseline never rose above its initial value, every curve 'converges' at step 0"
+                " and the speed-ups are undefined")
     lines = [ref, "",
              "| method | runs (complete) | steps, mean curve | steps per seed (censored) | speed-up steps | "
              "speed-up wall-clock | speed-up tokens | wall-clock to converge (s) | paper speed-up |",
@@ -681,11 +691,7 @@ def to_jsonable(x):
 
 
 def _plt():
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg",) and "inline" not in matplotlib.get_backend():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the backend is the caller's choice (the CLI uses Agg)
 
     return plt
 
@@ -805,9 +811,12 @@ def plot_fig2(n: int = 8):
 
 
 def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), seeds: Sequence[int] = (0, 1),
-                   steps: int = 6, eval_every: int = 2, sft_steps: int = 30, task: str = "arith") -> list[pathlib.Path]:
-    """Trains a tiny run per (method, seed) into ``out_dir/<task>-<method>-s<seed>`` (skips existing
-    complete ones) with the tiny model of the trainer tests; returns the run directories."""
+                   steps: int = 8, eval_every: int = 2, sft_steps: int = 60, task: str = "arith") -> list[pathlib.Path]:
+    """Trains a tiny run per (method, seed) into ``out_dir/<task>-<method>-s<seed>`` with the tiny
+    model and task of the trainer tests (``tests/test_trainer.py``), skipping runs already complete;
+    returns the run directories. An exclusive lock on ``out_dir/.lock`` serialises concurrent callers."""
+    import fcntl
+
     from prs import prefix as ps
     from prs.model import ModelConfig
     from prs.runner import RunConfig, run
@@ -819,16 +828,41 @@ def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), 
                                head_dim=8, d_ff=64)
     rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
     out = pathlib.Path(out_dir)
-    dirs = []
-    for m in methods:
-        for s in seeds:
-            d = out / f"{task}-{m}-s{s}"
-            dirs.append(d)
-            if (d / "summary.json").exists():
+    out.mkdir(parents=True, exist_ok=True)
+    dirs = [out / f"{task}-{m}-s{s}" for m in methods for s in seeds]
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for d in dirs:
+            if load_run(d).complete if d.exists() else False:
                 continue
+            m, s = parse_run_name(d.name)["method"], parse_run_name(d.name)["seed"]
             cfg = {"method": {"name": m}, "task": {"name": task}, "seed": s, "steps": steps}
             run(tk, model, rl, ps.PrefixConfig(mode=m, n=8, hard_max=3, easy_min=5),
                 RunConfig(steps=steps, seed=s, eval_every=eval_every, ckpt_every=0, sft_steps=sft_steps, sft_batch=32,
                           base_dir=str(out / "base"), wandb_mode="disabled", progress=False),
                 d, config_dict=cfg, log=lambda *a: None)
     return dirs
+
+
+def tiny_run_root(**kw) -> pathlib.Path:
+    """A tiny run set for notebooks and demos: ``make_tiny_runs(**kw)`` into a temporary directory
+    keyed by the keywords and the source of the ``prs`` package (so a code change makes new runs),
+    reused by later calls."""
+    import hashlib
+    import tempfile
+
+    src = sorted(pathlib.Path(__file__).resolve().parent.rglob("*.py"))
+    h = hashlib.sha256(repr(sorted(kw.items())).encode())
+    for p in src:
+        h.update(p.read_bytes())
+    root = pathlib.Path(tempfile.gettempdir()) / f"prs_tiny_runs-{h.hexdigest()[:12]}"
+    make_tiny_runs(root, **kw)
+    return root
+
+
+def find_or_make_runs(candidates: Iterable[Any] = (), **tiny_kw) -> tuple[pathlib.Path, bool]:
+    """(run root, made): the first candidate directory holding runs, else ``tiny_run_root(**tiny_kw)``."""
+    for c in candidates:
+        if c and pathlib.Path(c).is_dir() and find_run_dirs(c):
+            return pathlib.Path(c), False
+    return tiny_run_root(**tiny_kw), True

@@ -143,6 +143,8 @@ def test_bootstrap_paired_vs_unpaired_and_degenerate():
     # zero denominators: inf, not NaN, not a warning
     z = an.bootstrap_ratio_of_means([10.0, 20.0], [0.0, 0.0], n_boot=50)
     assert math.isinf(z["value"])
+    with np.errstate(all="raise"):   # 0/0: undefined (NaN), and no floating-point warning
+        assert math.isnan(an.bootstrap_ratio_of_means([0.0, 0.0], [0.0, 0.0], n_boot=50)["value"])
     one = an.bootstrap_mean([0.5])
     assert one["value"] == 0.5 and math.isnan(one["lo"])
     with pytest.raises(ValueError, match="paired"):
@@ -322,3 +324,14 @@ def test_cli_writes_tables_json_and_figures(sweep, tmp_path, capsys):
     for name in ("fig1_toy.png", "fig2_metrics.png", "fig4_toy.png", "fig4_toy_wall.png", "controller_toy.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert (out / "tables.md").read_text().strip() == printed.strip()
+
+
+def test_flat_baseline_is_flagged_degenerate_without_nan_warnings(tmp_path):
+    for s in range(2):
+        write_run(tmp_path, f"toy-baseline-s{s}", method="baseline", seed=s, steps=20, tau=math.inf)   # never learns
+        write_run(tmp_path, f"toy-ps_fix-s{s}", method="ps_fix", seed=s, steps=20, tau=math.inf)
+    with np.errstate(all="raise"):
+        res = an.analyze(an.load_runs(tmp_path), n_boot=100)["toy"]
+    assert res["degenerate"] and "DEGENERATE" in an.convergence_table(res)
+    assert res["methods"]["ps_fix"]["per_seed"]["steps"] == [0.0, 0.0]
+    assert math.isnan(res["methods"]["ps_fix"]["speedup_steps"]["value"])   # 0/0: undefined, not inf
