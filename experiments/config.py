@@ -28,6 +28,7 @@ class MethodCfg:
     hard_max: Optional[int] = None
     easy_min: Optional[int] = None
     reroll: str = "replace"
+    reroll_fallback: bool = True
 
 
 @dataclasses.dataclass

@@ -51,7 +51,8 @@ def build(cfg: TrainCfg):
                   std_ddof=a.std_ddof, drop_no_contrast=a.drop_no_contrast, clip_low=a.clip_low,
                   clip_high=a.clip_high, agg=a.agg, kl_coef=a.kl_coef, entropy_coef=a.entropy_coef,
                   lr=o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
-                  warmup_steps=o.warmup_steps, reroll=cfg.method.reroll, temperature=s.temperature,
+                  warmup_steps=o.warmup_steps, reroll=cfg.method.reroll,
+                  reroll_fallback=cfg.method.reroll_fallback, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, max_new_tokens=s.max_new_tokens, eval_count=e.count,
                   eval_samples=e.samples, eval_temperature=e.temperature)
     m = cfg.method

@@ -61,6 +61,11 @@ class RLConfig:
       kl_coef, entropy_coef: no KL and no entropy loss in GRPO++.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
       reroll: ``replace`` or ``append`` re-rolled groups.
+      reroll_fallback: with ``replace``, keep the original group when its re-rolled group has no
+        reward contrast (all N continuations succeed or all fail). A prefix often decides the
+        outcome for the whole group, and swapping a mixed group for a degenerate one would *remove*
+        signal (measured on arith: kept groups fell from 6.4 to 3.1 per step without it). The
+        controller still sees the re-rolled group's pass rate either way.
       temperature, top_k, top_p: sampling of training rollouts (temperature 1 keeps the sampler's
         log-probabilities equal to the policy's, so the PPO ratio starts at exactly 1).
       max_new_tokens: generation budget per rollout (and per re-rollout continuation).
@@ -85,6 +90,7 @@ class RLConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0
     reroll: str = "replace"
+    reroll_fallback: bool = True
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -298,6 +304,7 @@ class Trainer:
         sel = np.nonzero(bucket_np >= 0)[0]                                     # re-rolled groups
         reroll_rate = np.full((b,), np.nan, np.float32)
         new_prefix = state.prefix
+        replaced = 0
         if sel.size:
             src = np.asarray(ps.choose_sources(k_src, rewards, bucket, pc))     # [B]
             src_row = np.arange(b) * n + np.maximum(src, 0)
@@ -320,14 +327,19 @@ class Trainer:
             obs_bucket[sel] = bucket_np[sel]
             new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
             if rl.reroll == "replace":
-                rows_idx = (sel[:, None] * n + np.arange(n)[None, :]).reshape(-1)
-                train = Episodes(*(v.at[rows_idx].set(v2[real]) for v, v2 in zip(ep, ep2)))
-                train_rewards = rewards.at[sel].set(r2[:g])
+                use = np.asarray(mixed_groups(r2[:g])) if rl.reroll_fallback else np.ones((g,), bool)
+                swap = sel[use]                                                 # groups actually replaced
+                rows_idx = (swap[:, None] * n + np.arange(n)[None, :]).reshape(-1)
+                from_idx = (np.nonzero(use)[0][:, None] * n + np.arange(n)[None, :]).reshape(-1)
+                train = Episodes(*(v.at[rows_idx].set(v2[from_idx]) for v, v2 in zip(ep, ep2)))
+                train_rewards = rewards.at[swap].set(r2[:g][use])
+                replaced = int(use.sum())
             else:  # append: keep the original groups, add the re-rolled ones (padding copies masked out)
                 keep_extra = jnp.repeat(jnp.arange(b) < g, n)[:, None]
                 ep2 = ep2._replace(policy_mask=ep2.policy_mask & keep_extra)
                 train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
                 train_rewards = jnp.concatenate([rewards, r2])
+                replaced = g
         t2 = time.perf_counter()
         if rl.reroll == "append" and train_rewards.shape[0] == b:
             # no re-roll this step: pad with empty groups so that the update sees one shape
@@ -347,6 +359,7 @@ class Trainer:
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             "groups_kept": int(jnp.sum(keep)),
             "groups_rerolled": int(sel.size),
+            "groups_replaced": replaced,
             "tokens_generated": cost["gen"],
             "tokens_replayed": cost["replayed"],
             "env_steps": cost["env"],

@@ -238,3 +238,16 @@ def test_warm_start_is_built_once_and_reused(tmp_path):
     from prs.model import init_params
     init = init_params(MODEL, jax.random.PRNGKey(rc.sft_seed))
     assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), p1, init)))
+
+
+def test_reroll_fallback_never_loses_a_mixed_group(base_params):
+    """Every skewed group (1 <= k <= N-1) has contrast; with the fallback, a re-rolled group that
+    came back degenerate is not swapped in, so the kept groups equal the mixed original groups."""
+    pc = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)
+    trainer = Trainer(TASK, MODEL, RL, pc, seed=2)
+    state = trainer.init_state(base_params)
+    for _ in range(3):
+        batch, _, m = trainer.collect(state)
+        assert m["groups_kept"] == m["groups_mixed"]
+        assert m["groups_replaced"] <= m["groups_rerolled"]
+        state, _ = trainer.step(state)
