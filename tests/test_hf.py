@@ -190,3 +190,17 @@ def test_sharded_load_over_mesh(tmp_path, eight_devices):
     tokens = jnp.asarray(np.random.default_rng(5).integers(0, V, (8, 7)), jnp.int32)
     got = jax.jit(lambda p, t: M.forward(p, t, cfg=cfg2))(sharded, tokens)
     np.testing.assert_allclose(np.asarray(got), np.asarray(M.forward(params, tokens, cfg=cfg)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, total, non_embedding, digits", [
+    ("qwen3_0_6b", 0.6, 0.44, 2), ("qwen3_1_7b", 1.7, 1.4, 1), ("qwen3_4b", 4.0, 3.6, 1), ("qwen3_8b", 8.2, 6.95, 2),
+])
+def test_qwen3_presets_match_model_cards(name, total, non_embedding, digits):
+    """Parameter counts (billions) of the presets the docs' memory figures use, against the Qwen3
+    model cards ("Number of Parameters" / "(Non-Embedding)") at the cards' precision."""
+    cfg = M.ModelConfig.preset(name)
+    shapes = jax.eval_shape(lambda: M.init_params(cfg, jax.random.key(0)))
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    emb = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+    assert round(n / 1e9, 1) == total
+    assert round((n - emb) / 1e9, digits) == non_embedding
