@@ -15,3 +15,4 @@ from prs.audit import eqs, eqs_verdict, gold_sanity_gate  # noqa: F401
 from prs import hf, math_verify  # noqa: F401
 from prs.hf import load_checkpoint, save_checkpoint  # noqa: F401
 from prs.math_verify import math_reward, verify_answer  # noqa: F401
+from prs import analysis  # noqa: F401

@@ -539,7 +539,9 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
                 bx, mx, common = _pair(base_runs, runs, bx, mx)
                 rec["paired_seeds"] = common
             name = {"steps_bound": "speedup_steps", "wall": "speedup_wall", "tokens": "speedup_tokens"}[key]
-            rec[name] = bootstrap_ratio_of_means(bx, mx, paired=paired, **boot)
+            rec[name] = (bootstrap_ratio_of_means(bx, mx, paired=paired, **boot) if method != baseline else
+                         {"value": 1.0, "lo": 1.0, "hi": 1.0, "n_a": int(bx.size), "n_b": int(mx.size),
+                          "paired": paired})  # the reference itself, by definition
             rec[name]["bound"] = "upper" if conv["censored"].any() and method != baseline else "exact"
             rec[name]["n_censored_method"] = int(conv["censored"].sum())
             rec[name]["n_censored_baseline"] = int(base_conv["censored"].sum())
@@ -707,7 +709,9 @@ def plot_learning_curves(by_method: dict[str, list[Run]], *, methods: Sequence[s
             continue
         steps, y = eval_matrix(runs)
         mean, lo, hi = bootstrap_band(y, n_boot=n_boot, seed=seed)
-        line, = ax[0].plot(steps, mean, "o-", ms=3, label=f"{m} (n={len(runs)})")
+        partial = sum(not r.complete for r in runs)
+        line, = ax[0].plot(steps, mean, "o-", ms=3,
+                           label=f"{m} (n={len(runs)}" + (f", {partial} partial)" if partial else ")"))
         ax[0].fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
         grid, yw = curves_vs_wallclock(runs)
         mean, lo, hi = bootstrap_band(yw, n_boot=n_boot, seed=seed)
@@ -837,32 +841,28 @@ def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), 
                 continue
             m, s = parse_run_name(d.name)["method"], parse_run_name(d.name)["seed"]
             cfg = {"method": {"name": m}, "task": {"name": task}, "seed": s, "steps": steps}
-            run(tk, model, rl, ps.PrefixConfig(mode=m, n=8, hard_max=3, easy_min=5),
+            run(tk, model, rl, ps.PrefixConfig(mode=m, n=8),
                 RunConfig(steps=steps, seed=s, eval_every=eval_every, ckpt_every=0, sft_steps=sft_steps, sft_batch=32,
                           base_dir=str(out / "base"), wandb_mode="disabled", progress=False),
                 d, config_dict=cfg, log=lambda *a: None)
     return dirs
 
 
-def tiny_run_root(**kw) -> pathlib.Path:
-    """A tiny run set for notebooks and demos: ``make_tiny_runs(**kw)`` into a temporary directory
-    keyed by the keywords and the source of the ``prs`` package (so a code change makes new runs),
-    reused by later calls."""
+def tiny_run_dir(tag: str = "") -> pathlib.Path:
+    """Where notebooks keep their tiny run set: a temporary directory keyed by ``tag`` and the source
+    of the ``prs`` package (a code change gives new runs; notebooks of one session share them)."""
     import hashlib
     import tempfile
 
-    src = sorted(pathlib.Path(__file__).resolve().parent.rglob("*.py"))
-    h = hashlib.sha256(repr(sorted(kw.items())).encode())
-    for p in src:
+    h = hashlib.sha256(tag.encode())
+    for p in sorted(pathlib.Path(__file__).resolve().parent.rglob("*.py")):
         h.update(p.read_bytes())
-    root = pathlib.Path(tempfile.gettempdir()) / f"prs_tiny_runs-{h.hexdigest()[:12]}"
-    make_tiny_runs(root, **kw)
-    return root
+    return pathlib.Path(tempfile.gettempdir()) / f"prs_tiny_runs-{h.hexdigest()[:12]}"
 
 
-def find_or_make_runs(candidates: Iterable[Any] = (), **tiny_kw) -> tuple[pathlib.Path, bool]:
-    """(run root, made): the first candidate directory holding runs, else ``tiny_run_root(**tiny_kw)``."""
+def find_run_root(candidates: Iterable[Any]) -> pathlib.Path | None:
+    """The first candidate directory (None entries skipped) holding at least one run, else None."""
     for c in candidates:
         if c and pathlib.Path(c).is_dir() and find_run_dirs(c):
-            return pathlib.Path(c), False
-    return tiny_run_root(**tiny_kw), True
+            return pathlib.Path(c)
+    return None

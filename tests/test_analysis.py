@@ -335,3 +335,15 @@ def test_flat_baseline_is_flagged_degenerate_without_nan_warnings(tmp_path):
     assert res["degenerate"] and "DEGENERATE" in an.convergence_table(res)
     assert res["methods"]["ps_fix"]["per_seed"]["steps"] == [0.0, 0.0]
     assert math.isnan(res["methods"]["ps_fix"]["speedup_steps"]["value"])   # 0/0: undefined, not inf
+
+
+def test_paired_analysis_uses_common_seeds(sweep):
+    write_run(sweep, "toy-ps_ada-s7", method="ps_ada", seed=7, steps=200, tau=20.0)   # no baseline partner
+    runs = an.load_runs(sweep)
+    res = an.analyze(runs, window=1, paired=True, n_boot=300)["toy"]
+    ps, base = res["methods"]["ps_ada"], res["methods"]["baseline"]
+    assert ps["paired_seeds"] == [0, 1, 2] and ps["speedup_steps"]["paired"]
+    expected = np.mean(base["per_seed"]["steps_bound"]) / np.mean(ps["per_seed"]["steps_bound"][:3])
+    assert ps["speedup_steps"]["value"] == pytest.approx(expected)
+    assert {k: base["speedup_steps"][k] for k in ("value", "lo", "hi", "bound")} == {
+        "value": 1.0, "lo": 1.0, "hi": 1.0, "bound": "exact"}   # the reference itself

@@ -20,6 +20,7 @@ NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = [
     "fig2_pass_rate_metrics.ipynb",
     "simulator.ipynb",
+    "fig1_learning_curves.ipynb", "fig4_ablation.ipynb", "controller.ipynb",  # prs.analysis (issue #7)
 ]
 # Optional per-notebook output checks: MIME types that must appear among the outputs.
 EXPECTED_OUTPUTS = {
