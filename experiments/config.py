@@ -29,6 +29,8 @@ class MethodCfg:
     easy_min: Optional[int] = None
     reroll: str = "replace"
     reroll_fallback: bool = True
+    algorithm: str = "grpo"
+    rft_cap: int = 2
 
 
 @dataclasses.dataclass

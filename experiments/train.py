@@ -52,7 +52,8 @@ def build(cfg: TrainCfg):
                   clip_high=a.clip_high, agg=a.agg, kl_coef=a.kl_coef, entropy_coef=a.entropy_coef,
                   lr=o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
                   warmup_steps=o.warmup_steps, reroll=cfg.method.reroll,
-                  reroll_fallback=cfg.method.reroll_fallback, temperature=s.temperature,
+                  reroll_fallback=cfg.method.reroll_fallback,
+                  algorithm=cfg.method.algorithm, rft_cap=cfg.method.rft_cap, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, max_new_tokens=s.max_new_tokens, eval_count=e.count,
                   eval_samples=e.samples, eval_temperature=e.temperature)
     m = cfg.method
@@ -70,6 +71,7 @@ def build(cfg: TrainCfg):
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> float:
     cfg = validate(dcfg)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint op at INFO
     from prs.runner import run
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)

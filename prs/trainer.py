@@ -43,9 +43,11 @@ from prs.advantages import group_advantages, mixed_groups
 from prs.losses import policy_loss, token_entropy, token_logprobs
 from prs.model import ModelConfig, forward, init_params
 from prs.sampler import Rollout, SamplerConfig, sample
+from prs.verifiers import cap_successes_per_task
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 REROLL_MODES = ("replace", "append")
+ALGORITHMS = ("grpo", "rft")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,10 @@ class RLConfig:
       agg: loss aggregation (``prs.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
       kl_coef, entropy_coef: no KL and no entropy loss in GRPO++.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
+      algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
+        sampling fine-tuning, i.e. token-mean cross-entropy on successful rollouts only, at most
+        ``rft_cap`` per task chosen at random (``prs.verifiers.cap_successes_per_task``; Pan et
+        al. 2025, arXiv:2412.21139). RFT runs without Prefix Sampling (``mode="baseline"``).
       reroll: ``replace`` or ``append`` re-rolled groups.
       reroll_fallback: with ``replace``, keep the original group when its re-rolled group has no
         reward contrast (all N continuations succeed or all fail). A prefix often decides the
@@ -91,6 +97,8 @@ class RLConfig:
     warmup_steps: int = 0
     reroll: str = "replace"
     reroll_fallback: bool = True
+    algorithm: str = "grpo"
+    rft_cap: int = 2
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -106,6 +114,10 @@ class RLConfig:
             raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"RLConfig.estimator={self.estimator!r}; choose from {ESTIMATORS}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"RLConfig.algorithm={self.algorithm!r}; choose from {ALGORITHMS}")
+        if self.rft_cap < 1:
+            raise ValueError(f"RLConfig.rft_cap must be >= 1, got {self.rft_cap}")
         if self.reroll not in REROLL_MODES:
             raise ValueError(f"RLConfig.reroll={self.reroll!r}; choose from {REROLL_MODES}")
         if not self.lr > 0:
@@ -243,6 +255,8 @@ class Trainer:
             raise ValueError(f"model vocab_size={model_cfg.vocab_size} != task {task.name!r} vocab_size={task.vocab_size}")
         if prefix.n != rl.group_size:
             raise ValueError(f"prefix.n={prefix.n} must equal rl.group_size={rl.group_size}")
+        if rl.algorithm == "rft" and prefix.mode != "baseline":
+            raise ValueError(f"RLConfig.algorithm='rft' runs without Prefix Sampling; got prefix mode {prefix.mode!r}")
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
@@ -347,8 +361,14 @@ class Trainer:
             train_rewards = jnp.concatenate([train_rewards, jnp.zeros_like(train_rewards)])
         groups = train_rewards.shape[0]
         adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
-        keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
-        loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
+        if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
+            chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) > 0,
+                                            key=k_src, cap=rl.rft_cap)          # [R]
+            keep = jnp.any(chosen.reshape(groups, n), axis=1)
+            loss_mask = train.policy_mask & chosen[:, None]
+        else:
+            keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
+            loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
                       loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1))
 
@@ -393,6 +413,11 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
     logp = token_logprobs(logits, batch.tokens[:, 1:])                            # [R, L-1]
     if logp_offset is not None:
         logp = logp + logp_offset
+    if rl.algorithm == "rft":  # token-mean negative log-likelihood of the selected rollouts
+        m = batch.loss_mask[:, 1:].astype(jnp.float32)
+        count = jnp.sum(m)
+        nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
+        return nll, {"nll": nll, "token_count": count}
     ent = token_entropy(logits) if rl.entropy_coef else None
     return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
                        clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,

@@ -180,10 +180,11 @@ def test_hydra_entry_point_runs_and_rejects_unknown_keys(tmp_path):
 
     conf = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
     with initialize_config_dir(config_dir=conf, version_base=None):
-        for method in ("baseline", "ps_fix", "ps_ada_hard", "ps_ada"):
+        for method in ("baseline", "ps_fix", "ps_ada_hard", "ps_ada", "rft"):
             cfg = validate(compose("config", overrides=[f"method={method}", "sft.base_dir=/tmp/x"]))
             task, model_cfg, rl, prefix, run_cfg = build(cfg)
-            assert prefix.mode == method and rl.estimator == "rloo" and rl.clip_high == 0.28
+            assert prefix.mode == (method if method != "rft" else "baseline") and rl.estimator == "rloo"
+            assert rl.clip_high == 0.28 and rl.algorithm == ("rft" if method == "rft" else "grpo")
         with pytest.raises(Exception, match="bogus"):
             validate(compose("config", overrides=["+algo.bogus=1", "sft.base_dir=/tmp/x"]))
         with pytest.raises(Exception):
@@ -251,3 +252,32 @@ def test_reroll_fallback_never_loses_a_mixed_group(base_params):
         assert m["groups_kept"] == m["groups_mixed"]
         assert m["groups_replaced"] <= m["groups_rerolled"]
         state, _ = trainer.step(state)
+
+
+def test_rft_trains_on_at_most_cap_successes_per_task_with_nll(base_params):
+    """SWE-Gym rejection-sampling fine-tuning: loss = token-mean NLL on <= cap successful rollouts per task."""
+    from prs.model import forward
+    from prs.tasks.arith import verify
+
+    rl = dataclasses.replace(RL, algorithm="rft", rft_cap=2)
+    trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=8), seed=6)
+    state = trainer.init_state(base_params)
+    batch, _, m = trainer.collect(state)
+    probs = TASK.train_problems(seed=6, step=0, count=rl.tasks_per_step)
+    n = rl.group_size
+    lengths = jnp.sum(batch.valid, axis=1)
+    r = np.asarray(verify(jnp.repeat(jnp.asarray(probs.answer), n), batch.tokens,
+                          jnp.repeat(jnp.asarray(probs.prompt_len), n), lengths)).reshape(-1, n)
+    used = np.asarray(batch.loss_mask).any(1).reshape(-1, n)
+    assert np.all(r[used] == 1.0)                                   # successes only
+    np.testing.assert_array_equal(used.sum(1), np.minimum(r.sum(1), 2))  # min(cap, #successes) per task
+    # loss = token-mean NLL on the chosen rows, recomputed with numpy from the model's logits
+    logits = np.asarray(forward(state.params, batch.tokens[:, :-1], cfg=MODEL, positions=batch.positions[:, :-1],
+                                valid=batch.valid[:, :-1]), np.float64)
+    logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    tok = np.asarray(batch.tokens[:, 1:])
+    lp = np.take_along_axis(logits, tok[..., None], -1)[..., 0] - logz
+    mk = np.asarray(batch.loss_mask[:, 1:])
+    np.testing.assert_allclose(float(trainer.loss(state.params, batch)), -(lp * mk).sum() / mk.sum(), rtol=1e-4)
+    with pytest.raises(ValueError, match="rft"):
+        Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_ada", n=8))
