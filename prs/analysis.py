@@ -80,6 +80,8 @@ class Run:
     Attributes:
       name, path: directory name and path.  task, method, seed: from ``summary.json``'s config,
         else from the directory name (``<task>-<method><tag>-s<seed>`` or ``<method>_s<seed>``).
+        A Hydra ``tag`` is appended to the task (``arith`` + ``_acc`` -> ``arith_acc``), so runs of
+        one tag are compared with the baseline of the same tag.
       planned_steps: ``config["steps"]`` (None if unknown).  status: ``complete`` (summary written,
         all planned train steps and the final evaluation present), ``partial`` (killed midway),
         ``empty`` (no train line).  problems: human-readable notes (unparsable lines, ...).
@@ -197,7 +199,7 @@ def load_run(path) -> Run:
         from_name = {"task": "unknown", "method": path.name, "seed": -1}
         problems.append("directory name not parsed; method = directory name")
     method = (config.get("method") or {}).get("name", from_name["method"])
-    task = (config.get("task") or {}).get("name", from_name["task"])
+    task = (config.get("task") or {}).get("name", from_name["task"]) + str(config.get("tag") or "")
     seed = int(config.get("seed", from_name["seed"]))
     planned = config.get("steps", summary.get("steps") if summary else None)
     planned = None if planned is None else int(planned)

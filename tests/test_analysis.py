@@ -277,6 +277,11 @@ def test_run_names_and_missing_config(tmp_path):
     d = write_run(tmp_path, "toy-ps_fix-s7", method="ignored", seed=7, steps=20, tau=5.0, config=False)
     r = an.load_run(d)
     assert (r.task, r.method, r.seed, r.status, r.planned_steps) == ("toy", "ps_fix", 7, "complete", 20)
+    d2 = write_run(tmp_path, "toy-ps_fix_big-s1", method="ps_fix", seed=1, steps=20, tau=5.0)
+    cfg = json.loads((d2 / "summary.json").read_text())
+    cfg["config"]["tag"] = "_big"
+    (d2 / "summary.json").write_text(json.dumps(cfg))
+    assert (an.load_run(d2).task, an.load_run(d2).method) == ("toy_big", "ps_fix")
     with pytest.raises(ValueError, match="baseline method"):
         an.analyze_task({"ps_fix": [r]})
     out = an.analyze([r])["toy"]
@@ -347,3 +352,25 @@ def test_paired_analysis_uses_common_seeds(sweep):
     assert ps["speedup_steps"]["value"] == pytest.approx(expected)
     assert {k: base["speedup_steps"][k] for k in ("value", "lo", "hi", "bound")} == {
         "value": 1.0, "lo": 1.0, "hi": 1.0, "bound": "exact"}   # the reference itself
+
+
+def test_sweep_in_progress_gives_tables_and_figures(tmp_path):
+    """Only a partial baseline, a run directory just created, a method with no baseline partner."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    write_run(tmp_path, "toy-baseline-s0", method="baseline", seed=0, steps=200, tau=40.0, killed_at=35)
+    (tmp_path / "toy-baseline-s1").mkdir()
+    (tmp_path / "toy-baseline-s1" / "metrics.jsonl").write_text("")
+    write_run(tmp_path, "other-ps_ada-s0", method="ps_ada", seed=0, steps=50, tau=20.0, config=False)
+    runs = an.load_runs(tmp_path)
+    res = an.analyze(runs, n_boot=50)
+    assert res["toy"]["methods"]["baseline"]["n_runs"] == 1 and "error" in res["other"]
+    for task, by_method in an.group_runs(runs).items():
+        an.plot_learning_curves(by_method, level=res[task].get("reference_level"))
+        an.plot_controller(by_method)
+        if "error" not in res[task]:
+            an.plot_ablation(res[task])
+        for table in (an.convergence_table, an.equal_step_table, an.bucket_table):
+            assert table(res[task])
+    json.dumps(an.to_jsonable(res), allow_nan=False)
