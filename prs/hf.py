@@ -49,6 +49,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from prs.model import _HF_LAYER, ModelConfig, Params, init_params
 
 SUPPORTED = ("qwen3", "llama", "mistral")
+# transformers' config-class defaults for keys a config.json may omit (Qwen3Config, MistralConfig;
+# LlamaConfig: num_key_value_heads = num_attention_heads, head_dim = D / K)
+_CLASS_DEFAULTS = {"qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+                   "mistral": {"num_key_value_heads": 8, "sliding_window": 4096}, "llama": {}}
 
 _ST_DTYPES = {  # safetensors dtype tag <-> numpy dtype
     "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
@@ -156,6 +160,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     if mt not in SUPPORTED:
         extra = " (Qwen2/2.5 have q/k/v biases, which prs.model lacks)" if mt == "qwen2" else ""
         raise ValueError(f"config.json: model_type {mt!r} is not supported{extra}; supported: {SUPPORTED}")
+    hf = {**_CLASS_DEFAULTS[mt], **hf}
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"config.json: {flag}=true is not supported (prs.model has no biases)")
@@ -176,7 +181,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
         n_kv_heads=int(hf.get("num_key_value_heads") or k), head_dim=int(head_dim),
         d_ff=int(hf["intermediate_size"]), rope_theta=_rope_theta(hf),
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", mt == "qwen3")), qk_norm=mt == "qwen3",
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), qk_norm=mt == "qwen3",
         param_dtype=param_dtype,
     )
     fields["dtype"] = overrides.pop("dtype", None) or param_dtype

@@ -204,3 +204,21 @@ def test_qwen3_presets_match_model_cards(name, total, non_embedding, digits):
     emb = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
     assert round(n / 1e9, 1) == total
     assert round((n - emb) / 1e9, digits) == non_embedding
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "llama", "mistral"])
+def test_absent_config_keys_take_transformers_defaults(model_type):
+    """A config.json without head_dim / tie_word_embeddings / rope_theta / rms_norm_eps /
+    num_key_value_heads reads as transformers' own config class reads it."""
+    transformers = pytest.importorskip("transformers")
+    d = dict(model_type=model_type, vocab_size=V, hidden_size=256, intermediate_size=F, num_hidden_layers=L,
+             num_attention_heads=32)
+    ref = transformers.AutoConfig.for_model(**d)
+    if model_type == "mistral":
+        d["sliding_window"] = None
+    cfg = hf.config_from_hf(d)
+    assert cfg.head_dim == getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads
+    assert cfg.tie_embeddings == ref.tie_word_embeddings
+    assert cfg.n_kv_heads == ref.num_key_value_heads and cfg.rms_norm_eps == ref.rms_norm_eps
+    theta = (getattr(ref, "rope_parameters", None) or {}).get("rope_theta", getattr(ref, "rope_theta", None))
+    assert cfg.rope_theta == theta
