@@ -204,3 +204,27 @@ def test_hydra_math_experiment_end_to_end(ckpt, tmp_path):
     assert summary["steps"] == 2 and summary["eval_steps"] == [0, 2]
     lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert all(np.isfinite(m["loss"]) for m in lines if m["kind"] == "train" and "loss" in m)
+
+
+@pytest.mark.parametrize("size", ["0_6b", "4b", "8b"])
+def test_accelerator_experiments_compose(size, tmp_path):
+    """The accelerator presets compose and validate, mirror the paper's math setting (N = 8,
+    clip-high GRPO++ baseline, non-thinking, no warm start), and a missing checkpoint is a clear error."""
+    from hydra import compose, initialize_config_dir
+    import pathlib
+
+    from experiments.config import validate
+    from experiments.train import build
+
+    conf = pathlib.Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        dcfg = compose(config_name="config", overrides=[f"+experiment=math_qwen3_{size}",
+                                                        f"model.checkpoint={tmp_path}/absent",
+                                                        f"sft.base_dir={tmp_path}/base"])
+    cfg = validate(dcfg)
+    assert cfg.method.mode == "baseline" and cfg.algo.group_size == 8 and cfg.algo.estimator == "rloo"
+    assert (cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.kl_coef) == (0.2, 0.28, 0.0)
+    assert cfg.task.params["enable_thinking"] is False and cfg.sft.steps == 0
+    assert cfg.task.params["tokenizer"] == f"{tmp_path}/absent" and cfg.model.preset == f"qwen3_{size}"
+    with pytest.raises(ValueError, match="tokenizer.json does not exist"):
+        build(cfg)
