@@ -19,16 +19,19 @@ def _hf_model(arch: str, tmp_path, *, dtype=None):
     """A tiny random HF model (norm scales randomised too, so a missed norm shows) saved to disk."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed({"qwen3": 0, "llama": 1}[arch])
+    torch.manual_seed({"qwen3": 0, "llama": 1, "mistral": 2}[arch])
     common = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=K,
                   num_key_value_heads=KV, head_dim=H, max_position_embeddings=256, rope_theta=5_000.0,
                   initializer_range=0.15)
     if arch == "qwen3":
         cfg = transformers.Qwen3Config(tie_word_embeddings=True, **common)
         model = transformers.Qwen3ForCausalLM(cfg)
-    else:
+    elif arch == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=False, **common)
         model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.MistralConfig(tie_word_embeddings=False, sliding_window=None, **common)
+        model = transformers.MistralForCausalLM(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -49,7 +52,7 @@ def _hf_logits(model, tokens):
         return model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "mistral"])
 def test_logits_match_transformers(arch, tmp_path):
     model, path = _hf_model(arch, tmp_path)
     cfg, params = hf.load_checkpoint(path)
