@@ -115,3 +115,6 @@ def make_task(name: str, **params):
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; registered: {sorted(TASKS)}")
     return TASKS[name](**params)
+
+
+from prs.tasks import repair as _repair  # noqa: E402,F401  (registers the "repair" agent task)

@@ -1,0 +1,332 @@
+"""Multi-turn agent rollouts with replay-through-execution, for ``prs.trainer`` (``make_rollouts``).
+
+An episode interleaves policy turns (sampled until ``;`` or EOS, at most ``A`` tokens) and
+observation turns (the environment's answer to the action, rendered as tokens, ``policy_mask`` 0,
+so never in the loss)::
+
+    prompt  a_1 o_1  a_2 o_2  …  a_n            (a_n = ``$`` or the last turn of the budget)
+
+One sampler call per turn: ``prs.sampler.sample`` for the first action, then
+``append_and_resume`` with the observations of the rows still running (KV cache carried between
+turns). The host executes every action (``prs.tasks.repair.execute``) between calls. Budgets: ``A``
+tokens per action (a longer turn is cut by the sampler and answered with an error observation),
+``max_turns`` policy turns per episode, and the fixed episode width ``L`` (``RepairConfig.episode_width``).
+
+Replay-through-execution (``reroll``, Zhu et al. 2026, §3 "replay"): a source episode is cut after
+its first ``c`` policy turns (a turn boundary; ``Episodes.units`` counts turns). The environment
+state at the cut is rebuilt by *executing* the prefix's ``c`` actions from the initial state, the
+context ``prompt a_1 o_1 … a_c o_c`` is rebuilt from those executions, and the model generates only
+the continuation from there. Two ways to build the model's cache for that context (the switch
+``RepairConfig.replay``):
+
+  * ``"replay"``: one parallel prefill of the context (no model token is generated for the prefix);
+  * ``"regenerate"``: the expensive reference: the prompt is prefilled, then every prefix action is
+    force-decoded through the model one token per step (the per-token decode work that generating
+    it would cost, log-probabilities included), each action executed in the environment right
+    after it, and its observation appended, turn by turn.
+
+Both give the same environment states and the same continuation input rows (tested); the cache
+differs only by float rounding, so ``costs`` can compare the step time of the two in one run.
+
+Cost accounting (``AgentRollouts.costs``, cumulative; ``reset_costs()`` clears it):
+``tokens_generated`` (policy tokens sampled), ``tokens_replayed`` (prefix action tokens not
+generated thanks to replay/forcing), ``tokens_forced`` (prefix tokens decoded one by one in
+``regenerate`` mode), ``env_steps`` (executions, replayed ones included), ``env_steps_replayed``,
+``time_env_s``, ``time_rebuild_s`` (rebuilding prefixes: executions + forced decoding),
+``time_sample_s`` (sampler calls). The trainer's step metrics carry the token/step totals too.
+
+The environment is host-side Python; the executor runs once per live row per turn (a loop over
+rows on the host, like any Python environment), the model work is batched over all rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs import model as model_lib
+from prs.sampler import Rollout, SamplerConfig, append_and_resume, sample
+from prs.tasks import repair as env_lib
+from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
+from prs.trainer import Episodes
+
+_COSTS = ("tokens_generated", "tokens_replayed", "tokens_forced", "env_steps", "env_steps_replayed",
+          "time_env_s", "time_rebuild_s", "time_sample_s", "calls")
+
+
+def action_spans(policy_mask: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs of True in one row's ``policy_mask [L]`` -> [(start, end)]: the policy turns."""
+    m = np.concatenate([[False], np.asarray(policy_mask, bool), [False]]).astype(np.int8)
+    d = np.diff(m)
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
+
+
+def _fit(x, width: int, fill) -> jax.Array:
+    """[R, W] -> [R, width]: right-pad, or drop trailing columns (callers guarantee they are padding)."""
+    x = jnp.asarray(x)
+    if x.shape[1] >= width:
+        return x[:, :width]
+    return jnp.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=fill)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
+def _prefill_cache(params, tokens, lengths, *, cfg, max_len):
+    _, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=max_len)
+    return cache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(1,))
+def _force_decode(params, cache, tokens, start, n, *, cfg):
+    """Feeds ``tokens [R, A]`` one token per step at slots ``start + a`` (rows with ``a >= n`` write
+    nothing): the decode work of generating them, with the log-probability of each next forced
+    token computed as sampling would. Returns (cache, Σ log p [R])."""
+    R, A = tokens.shape
+
+    def body(carry, a):
+        cache, lp = carry
+        act = a < n                                                              # [R]
+        h, cache = model_lib.extend(params, cache, tokens[:, a][:, None], (start + a)[:, None],
+                                    act[:, None], cfg=cfg)
+        logp = jax.nn.log_softmax(model_lib.logits_from_hidden(params, h[:, 0], cfg=cfg), axis=-1)  # [R, V]
+        nxt = tokens[:, jnp.minimum(a + 1, A - 1)]
+        lp_a = jnp.take_along_axis(logp, nxt[:, None], axis=-1)[:, 0]
+        return (cache, lp + jnp.where(act & (a + 1 < n), lp_a, 0.0)), None
+
+    (cache, lp), _ = jax.lax.scan(body, (cache, jnp.zeros((R,), jnp.float32)), jnp.arange(A))
+    return cache, lp
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(1,))
+def _extend_block(params, cache, tokens, start, n, *, cfg):
+    """Writes a block ``tokens [R, O]`` (first ``n [R]`` of each row) at slots ``start + o``."""
+    O = tokens.shape[1]
+    pos = start[:, None] + jnp.arange(O, dtype=jnp.int32)[None, :]               # [R, O]
+    write = jnp.arange(O)[None, :] < n[:, None]                                  # [R, O]
+    _, cache = model_lib.extend(params, cache, tokens, pos, write, cfg=cfg)
+    return cache
+
+
+class AgentRollouts:
+    """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
+
+    Args:
+      trainer: the ``prs.trainer.Trainer`` (model config, RL config, mesh).
+      env: the task's ``RepairConfig``.  mode: ``"replay"`` or ``"regenerate"`` (see module docstring).
+    """
+
+    def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay"):
+        if mode not in ("replay", "regenerate"):
+            raise ValueError(f"AgentRollouts: mode={mode!r}; choose 'replay' or 'regenerate'")
+        rl = trainer.rl
+        self.trainer, self.env, self.mode = trainer, env, mode
+        self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
+        self.width = env.episode_width                                          # L
+        self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=rl.temperature, top_k=rl.top_k,
+                                  top_p=rl.top_p, eos_id=EOS, stop_ids=(EOT,), pad_id=PAD,
+                                  buckets=(self.P, self.width))
+        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        self.reset_costs()
+
+    def reset_costs(self) -> None:
+        self.costs = {k: 0 for k in _COSTS}
+        for k in ("time_env_s", "time_rebuild_s", "time_sample_s"):
+            self.costs[k] = 0.0
+
+    # ------------------------------------------------------------------ the turn loop
+    def _turns(self, params, ro: Rollout, cache, states: list[EnvState], start: np.ndarray, key, scfg):
+        """Executes the last generated turn of every live row, appends the observations and resumes
+        the rows still running, until every episode is done. ``start [R]``: where each row's last
+        turn began. Returns (rollout, states)."""
+        tr = self.trainer
+        R = len(states)
+        live = np.array([not s.done for s in states])
+        t = 0
+        while True:
+            toks, lens = np.asarray(ro.tokens), np.asarray(ro.lengths)
+            obs = np.full((R, self.O), PAD, np.int32)
+            olen = np.zeros((R,), np.int32)
+            t0 = time.perf_counter()
+            for r in np.flatnonzero(live):
+                self.costs["tokens_generated"] += int(lens[r] - start[r])
+                states[r], o = env_lib.execute(states[r], toks[r, start[r]:lens[r]], self.env)
+                obs[r, : len(o)] = o
+                olen[r] = len(o)
+            self.costs["env_steps"] += int(live.sum())
+            self.costs["time_env_s"] += time.perf_counter() - t0
+            if not olen.any():
+                return ro, states
+            start, live = lens + olen, olen > 0
+            t1 = time.perf_counter()
+            ro, cache = append_and_resume(params, ro, obs, olen, jax.random.fold_in(key, t), cfg=tr.model_cfg,
+                                          scfg=scfg, cache=cache, mesh=tr.mesh, return_cache=True)
+            self.costs["time_sample_s"] += time.perf_counter() - t1
+            self.costs["calls"] += 1
+            t += 1
+
+    def _episodes(self, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
+                  replayed: np.ndarray) -> Episodes:
+        L = self.width
+        if int(np.max(np.asarray(ro.lengths))) > L:
+            raise ValueError(f"internal: an episode is longer than the width {L}")
+        rewards = np.array([env_lib.verify(problems, r // group_size, s) for r, s in enumerate(states)], np.float32)
+        turns = np.array([s.turns for s in states], np.int32)
+        return Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
+                        valid=_fit(ro.valid, L, False), policy_mask=_fit(ro.policy_mask, L, False),
+                        logprobs=_fit(ro.logprobs, L, 0.0), rewards=jnp.asarray(rewards),
+                        units=jnp.asarray(turns), replayed=jnp.asarray(replayed, jnp.int32),
+                        env_steps=jnp.asarray(turns))
+
+    # ------------------------------------------------------------------ fresh episodes
+    def rollout(self, params, problems: Problems, key, *, group_size: int, evaluation: bool = False,
+                return_states: bool = False):
+        """``group_size`` episodes per problem (rows problem-major) -> ``Episodes`` [R, L]."""
+        tr = self.trainer
+        scfg = self.eval_scfg if evaluation else self.scfg
+        prompt, plen = env_lib.prompts(problems)
+        rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
+        R = rows.shape[0]
+        states = [env_lib.reset(problems, r // group_size) for r in range(R)]
+        k0, k1 = jax.random.split(key)
+        t1 = time.perf_counter()
+        ro, cache = sample(params, rows, rlen, k0, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, return_cache=True)
+        self.costs["time_sample_s"] += time.perf_counter() - t1
+        self.costs["calls"] += 1
+        ro, states = self._turns(params, ro, cache, states, rlen.astype(np.int64), k1, scfg)
+        ep = self._episodes(ro, states, problems, group_size, np.zeros((R,), np.int32))
+        return (ep, states) if return_states else ep
+
+    # ------------------------------------------------------------------ replay-through-execution
+    def rebuild(self, problems: Problems, source: Episodes, cut: np.ndarray, *, group_size: int):
+        """The prefix of each source row [G] cut after ``cut[g]`` policy turns, rebuilt for its
+        ``group_size`` re-rollouts by executing its actions -> dict with ``actions`` (per row, the
+        replayed action id lists), ``states`` [R] (environment at the cut), ``context`` [R] (id
+        lists: prompt a_1 o_1 … a_c o_c). No model work."""
+        src = np.asarray(source.tokens)
+        pm = np.asarray(source.policy_mask)
+        cut = np.asarray(cut).astype(np.int64)
+        G = cut.shape[0]
+        if src.shape[0] != G or cut.ndim != 1:
+            raise ValueError(f"reroll: source has {src.shape[0]} rows, cut has shape {cut.shape}; need [G] and G rows")
+        prompt, plen = env_lib.prompts(problems)
+        actions = []
+        for g in range(G):
+            spans = action_spans(pm[g])
+            if not 1 <= cut[g] < len(spans) + 1:
+                raise ValueError(f"reroll: cut[{g}]={cut[g]} must be in [1, {len(spans)}] (the source's policy turns)")
+            actions.append([src[g, a:b].tolist() for a, b in spans[: cut[g]]])
+        rows = {"actions": [], "states": [], "context": [], "obs": []}
+        t0 = time.perf_counter()
+        for r in range(G * group_size):
+            g = r // group_size
+            state = env_lib.reset(problems, g)
+            ctx, obs_all = prompt[g, : plen[g]].tolist(), []
+            for a in actions[g]:
+                state, o = env_lib.execute(state, a, self.env)
+                ctx += a + o
+                obs_all.append(o)
+            if state.done:
+                raise ValueError(f"reroll: the source of group {g} ended within its first {cut[g]} turns")
+            rows["actions"].append(actions[g])
+            rows["states"].append(state)
+            rows["context"].append(ctx)
+            rows["obs"].append(obs_all)
+        self.costs["env_steps_replayed"] += int(sum(len(a) for a in rows["actions"]))
+        self.costs["time_env_s"] += time.perf_counter() - t0
+        return rows
+
+    def reroll(self, params, problems: Problems, source: Episodes, cut: np.ndarray, key, *, group_size: int,
+               return_states: bool = False, return_prefix: bool = False):
+        """``group_size`` continuations of each source row [G] after its first ``cut[g]`` turns."""
+        tr = self.trainer
+        t0 = time.perf_counter()
+        rb = self.rebuild(problems, source, cut, group_size=group_size)
+        R, W = len(rb["states"]), self.width
+        ctx_len = np.array([len(c) for c in rb["context"]], np.int32)            # [R] prompt + prefix
+        last = [o[-1] for o in rb["obs"]]
+        olen = np.array([len(o) for o in last], np.int32)                        # [R] held-back last obs
+        head_len = ctx_len - olen                                                # context minus last obs
+        head = np.full((R, W), PAD, np.int32)
+        obs = np.full((R, self.O), PAD, np.int32)
+        for r in range(R):
+            head[r, : head_len[r]] = rb["context"][r][: head_len[r]]
+            obs[r, : olen[r]] = last[r]
+        replayed = np.array([sum(len(a) for a in acts) for acts in rb["actions"]], np.int32)
+        self.costs["tokens_replayed"] += int(replayed.sum())
+        self.costs["env_steps"] += int(sum(len(a) for a in rb["actions"]))
+        cache = None
+        if self.mode == "regenerate":
+            cache = self._regenerate(params, problems, rb, W, group_size)
+        self.costs["time_rebuild_s"] += time.perf_counter() - t0
+        ro0 = _context_rollout(head, head_len)
+        states = list(rb["states"])
+        t1 = time.perf_counter()
+        ro, cache = append_and_resume(params, ro0, obs, olen, key, cfg=tr.model_cfg, scfg=self.scfg,
+                                      cache=cache, mesh=tr.mesh, return_cache=True)
+        self.costs["time_sample_s"] += time.perf_counter() - t1
+        self.costs["calls"] += 1
+        ro, states = self._turns(params, ro, cache, states, (ctx_len).astype(np.int64),
+                                 jax.random.fold_in(key, 1_000), self.scfg)
+        ep = self._episodes(ro, states, problems, group_size, replayed)
+        out = (ep,)
+        if return_states:
+            out += (states,)
+        if return_prefix:
+            out += ({"head": head, "head_len": head_len, "obs": obs, "obs_len": olen,
+                     "states": list(rb["states"]), "cache": None},)
+        return out[0] if len(out) == 1 else out
+
+    def _regenerate(self, params, problems: Problems, rb: dict, W: int, group_size: int):
+        """The ``regenerate`` path: prompt prefill, then turn by turn: force-decode the action one
+        token per step, execute it, append its observation (all but the last, which the caller
+        appends when it resumes). Returns the cache [*, R, W, *] of the context minus the last obs."""
+        cfg = self.trainer.model_cfg
+        R = len(rb["states"])
+        prompt, plen = env_lib.prompts(problems)
+        rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
+        cache = _prefill_cache(params, jnp.asarray(rows), jnp.asarray(rlen), cfg=cfg, max_len=W)
+        pos = rlen.astype(np.int32).copy()                                       # [R] next slot
+        n_turns = max(len(a) for a in rb["actions"])
+        states = [env_lib.reset(problems, r // group_size) for r in range(R)]
+        for j in range(n_turns):
+            act = np.full((R, self.A), PAD, np.int32)
+            alen = np.zeros((R,), np.int32)
+            obs = np.full((R, self.O), PAD, np.int32)
+            ol = np.zeros((R,), np.int32)
+            for r in range(R):
+                if j < len(rb["actions"][r]):
+                    a = rb["actions"][r][j]
+                    act[r, : len(a)] = a
+                    alen[r] = len(a)
+            cache, _ = _force_decode(params, cache, jnp.asarray(act), jnp.asarray(pos), jnp.asarray(alen), cfg=cfg)
+            jax.block_until_ready(cache)
+            t0 = time.perf_counter()
+            for r in np.flatnonzero(alen):  # the environment steps, interleaved with the model
+                states[r], o = env_lib.execute(states[r], act[r, : alen[r]], self.env)
+                if j < len(rb["actions"][r]) - 1:
+                    obs[r, : len(o)] = o
+                    ol[r] = len(o)
+            self.costs["time_env_s"] += time.perf_counter() - t0
+            self.costs["tokens_forced"] += int(alen.sum())
+            pos = pos + alen
+            cache = _extend_block(params, cache, jnp.asarray(obs), jnp.asarray(pos), jnp.asarray(ol), cfg=cfg)
+            pos = pos + ol
+        if states != rb["states"]:
+            raise ValueError("internal: regenerated states differ from the replayed ones")
+        return jax.block_until_ready(cache)
+
+
+def _context_rollout(head: np.ndarray, head_len: np.ndarray) -> Rollout:
+    """A ``Rollout`` holding rebuilt contexts ``head [R, W]`` (nothing generated: policy mask 0)."""
+    R, W = head.shape
+    valid = np.arange(W)[None, :] < head_len[:, None]
+    zeros = jnp.zeros((R, W), jnp.float32)
+    return Rollout(tokens=jnp.asarray(head), policy_mask=jnp.zeros((R, W), bool), logprobs=zeros,
+                   sampling_logprobs=zeros, valid=jnp.asarray(valid),
+                   positions=jnp.asarray(np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)),
+                   prompt_lengths=jnp.asarray(head_len), lengths=jnp.asarray(head_len),
+                   finished=jnp.ones((R,), bool), truncated=jnp.zeros((R,), bool),
+                   stop_token=jnp.full((R,), EOT, jnp.int32))
