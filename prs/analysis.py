@@ -122,6 +122,8 @@ class Run:
     def describe(self) -> str:
         if self.status == "complete":
             return "complete"
+        if self.status == "empty":
+            return "empty: no train line (not started, or killed before the first step)"
         planned = "?" if self.planned_steps is None else str(self.planned_steps)
         return f"{self.status}: killed after {self.steps_done}/{planned} steps"
 
@@ -819,34 +821,37 @@ def plot_fig2(n: int = 8):
 def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), seeds: Sequence[int] = (0, 1),
                    steps: int = 8, eval_every: int = 2, sft_steps: int = 60, task: str = "arith") -> list[pathlib.Path]:
     """Trains a tiny run per (method, seed) into ``out_dir/<task>-<method>-s<seed>`` with the tiny
-    model and task of the trainer tests (``tests/test_trainer.py``), skipping runs already complete;
-    returns the run directories. An exclusive lock on ``out_dir/.lock`` serialises concurrent callers."""
+    model and task of the trainer tests (``tests/test_trainer.py``; 32 eval problems), skipping runs already complete;
+    returns the run directories. The shared warm start is built first (``methods=()``: only that).
+    An exclusive lock on ``out_dir/.lock`` serialises concurrent callers."""
     import fcntl
 
     from prs import prefix as ps
     from prs.model import ModelConfig
-    from prs.runner import RunConfig, run
+    from prs.runner import RunConfig, base_params, run
     from prs.tasks.registry import make_task
     from prs.trainer import RLConfig
 
     tk = make_task(task, min_terms=2, max_terms=4)
     model = ModelConfig.preset("tiny", vocab_size=tk.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                                head_dim=8, d_ff=64)
-    rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=32, eval_samples=1)  # eval rows = train rows: one sampler compile
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dirs = [out / f"{task}-{m}-s{s}" for m in methods for s in seeds]
+    def run_cfg(s):
+        return RunConfig(steps=steps, seed=s, eval_every=eval_every, ckpt_every=0, sft_steps=sft_steps, sft_batch=32,
+                         base_dir=str(out / "base"), wandb_mode="disabled", progress=False)
+
     with open(out / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        base_params(tk, model, run_cfg(0), out / "base", log=lambda *a: None)
         for d in dirs:
             if load_run(d).complete if d.exists() else False:
                 continue
             m, s = parse_run_name(d.name)["method"], parse_run_name(d.name)["seed"]
             cfg = {"method": {"name": m}, "task": {"name": task}, "seed": s, "steps": steps}
-            run(tk, model, rl, ps.PrefixConfig(mode=m, n=8),
-                RunConfig(steps=steps, seed=s, eval_every=eval_every, ckpt_every=0, sft_steps=sft_steps, sft_batch=32,
-                          base_dir=str(out / "base"), wandb_mode="disabled", progress=False),
-                d, config_dict=cfg, log=lambda *a: None)
+            run(tk, model, rl, ps.PrefixConfig(mode=m, n=8), run_cfg(s), d, config_dict=cfg, log=lambda *a: None)
     return dirs
 
 
