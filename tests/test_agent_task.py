@@ -18,7 +18,7 @@ from prs.tasks.agent_rollouts import action_spans
 from prs.tasks.registry import make_task
 from prs.trainer import Episodes, RLConfig, Trainer
 
-CFG = R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=5, report_max=2)
+CFG = R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2)  # few turns: few compiles
 CFG8 = R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=8, report_max=2)
 MODEL = ModelConfig.preset("tiny", vocab_size=len(R.TOKENS))
 
@@ -96,7 +96,7 @@ def test_random_token_garbage_never_crashes():
 def test_submit_rules_and_turn_budget():
     _, s, _ = _run("1234", "1234", ["s1$"])            # junk then EOS: ends, NOT submitted
     assert s.done and not s.submitted
-    obs, s, probs = _run("1234", "1734", ["t;", "t;", "t;", "t;", "t;"])  # budget 5 exhausted
+    obs, s, probs = _run("1234", "1734", ["t;"] * CFG.max_turns)  # budget exhausted
     assert obs[-1] == "" and s.done and not s.submitted and s.turns == CFG.max_turns
     assert R.verify(probs, 0, s) == 0.0
 
@@ -112,7 +112,7 @@ def test_verifier_f2p_and_p2p_semantics():
     _, s, probs = _run("1234", "1734", ["$"])
     assert R.verify_detail(probs, 0, s) == {"f2p": False, "p2p": True, "submitted": True, "reward": False}
     # fixed but never submitted
-    _, s, probs = _run("1234", "1734", ["s17;", "t;", "t;", "t;", "t;"])
+    _, s, probs = _run("1234", "1734", ["s17;"] + ["t;"] * (CFG.max_turns - 1))
     assert R.verify_detail(probs, 0, s)["f2p"] and R.verify(probs, 0, s) == 0.0
 
 
@@ -275,58 +275,63 @@ def _demo_source(task, probs, seed=1):
                     units=jnp.asarray(turns), replayed=z, env_steps=jnp.asarray(turns)), mask
 
 
-def test_replay_rebuilds_the_state_the_source_had_at_the_cut():
-    task, tr, params = _trainer()
+@pytest.fixture(scope="module")
+def rerolled():
+    """Re-rollouts of 6 demonstration sources (2 each), cut half-way, in both modes, same key."""
+    task, tr_rep, params = _trainer("replay")
+    _, tr_gen, _ = _trainer("regenerate")
     probs = task.train_problems(seed=0, step=1, count=6)
     src, mask = _demo_source(task, probs)
-    turns = np.asarray(src.units)
-    cut = np.maximum(turns // 2, 1)
+    cut = np.maximum(np.asarray(src.units) // 2, 1)
+    key = jax.random.PRNGKey(2)
+    out = {"probs": probs, "src": src, "mask": mask, "cut": cut, "params": params, "tr": {}}
+    for mode, tr in (("replay", tr_rep), ("regenerate", tr_gen)):
+        out[mode] = tr.rollouts.reroll(params, probs, src, cut, key, group_size=2, return_states=True,
+                                       return_prefix=True)
+        out["tr"][mode] = tr
+    return out
+
+
+def test_replay_rebuilds_the_state_the_source_had_at_the_cut(rerolled):
+    probs, src, mask, cut, params = (rerolled[k] for k in ("probs", "src", "mask", "cut", "params"))
+    tr = rerolled["tr"]["replay"]
+    ep, states, _ = rerolled["replay"]
+    assert np.any(cut > 1)
     # the states the source episodes went through, turn by turn (the demonstrator's own run)
     rb = tr.rollouts.rebuild(probs, src, cut, group_size=2)
     for r in range(12):
         g = r // 2
         acts = [np.asarray(src.tokens[g, a:b]) for a, b in action_spans(mask[g])]
-        _, _, states = R.render(probs, g, acts, CFG)
-        assert rb["states"][r] == states[cut[g] - 1]
+        _, _, seen = R.render(probs, g, acts, CFG)
+        assert rb["states"][r] == seen[cut[g] - 1]
         ctx = rb["context"][r]
         np.testing.assert_array_equal(ctx, np.asarray(src.tokens[g, : len(ctx)]))  # same tokens as the source
-    ep, states = tr.rollouts.reroll(params, probs, src, cut, jax.random.PRNGKey(2), group_size=2,
-                                    return_states=True)
-    # the continuation alone is policy output; the whole episode is graded and re-executes cleanly
+    # no model token for the prefix: the policy mask starts right after the rebuilt context
     assert np.all(np.asarray(ep.replayed) == np.repeat([sum(b - a for a, b in action_spans(mask[g])[: cut[g]])
                                                        for g in range(6)], 2))
     pm = np.asarray(ep.policy_mask)
     for r in range(12):
-        first = action_spans(pm[r])[0][0]
-        assert first == len(rb["context"][r])
-    # reference: re-execute everything; the policy mask is the actions after the cut
+        assert action_spans(pm[r])[0][0] == len(rb["context"][r])
+    # reference: re-execute whole episodes; the policy mask is the actions after the cut
     _reference_check(ep, probs, 2, states, n_replayed=np.repeat(cut, 2))
     with pytest.raises(ValueError, match="cut"):
-        tr.rollouts.reroll(params, probs, src, turns + 1, jax.random.PRNGKey(2), group_size=2)
+        tr.rollouts.reroll(params, probs, src, np.asarray(src.units) + 1, jax.random.PRNGKey(2), group_size=2)
 
 
-def test_replay_and_regenerate_give_identical_states_inputs_and_continuations():
-    task, tr_rep, params = _trainer("replay")
-    _, tr_gen, _ = _trainer("regenerate")
-    probs = task.train_problems(seed=0, step=2, count=4)
-    src, _ = _demo_source(task, probs, seed=3)
-    cut = np.maximum(np.asarray(src.units) - 1, 1)
-    key = jax.random.PRNGKey(9)
-    ep1, st1, pre1 = tr_rep.rollouts.reroll(params, probs, src, cut, key, group_size=2, return_states=True,
-                                            return_prefix=True)
-    ep2, st2, pre2 = tr_gen.rollouts.reroll(params, probs, src, cut, key, group_size=2, return_states=True,
-                                            return_prefix=True)
+def test_replay_and_regenerate_give_identical_states_inputs_and_continuations(rerolled):
+    (ep1, st1, pre1), (ep2, st2, pre2) = rerolled["replay"], rerolled["regenerate"]
     assert pre1["states"] == pre2["states"]
     for k in ("head", "head_len", "obs", "obs_len"):
         np.testing.assert_array_equal(pre1[k], pre2[k])
     assert st1 == st2
     for a, b in zip(ep1, ep2):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
-    c1, c2 = tr_rep.rollouts.costs, tr_gen.rollouts.costs
-    assert c1["tokens_forced"] == 0 and c2["tokens_forced"] == c1["tokens_replayed"] == int(np.sum(ep1.replayed))
+    c1, c2 = rerolled["tr"]["replay"].rollouts.costs, rerolled["tr"]["regenerate"].rollouts.costs
+    assert c1["tokens_forced"] == 0 and c2["tokens_forced"] == c1["tokens_replayed"] == int(np.sum(ep1.replayed)) > 0
     # the regenerated cache equals a one-shot prefill of the same context (valid slots)
     from prs.tasks.agent_rollouts import _prefill_cache
-    rb = tr_gen.rollouts.rebuild(probs, src, cut, group_size=2)
+    tr_gen, probs, params = rerolled["tr"]["regenerate"], rerolled["probs"], rerolled["params"]
+    rb = tr_gen.rollouts.rebuild(probs, rerolled["src"], rerolled["cut"], group_size=2)
     cache = tr_gen.rollouts._regenerate(params, probs, rb, CFG.episode_width, 2)
     ref = _prefill_cache(params, jnp.asarray(pre1["head"]), jnp.asarray(pre1["head_len"]), cfg=MODEL,
                          max_len=CFG.episode_width)
