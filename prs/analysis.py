@@ -25,8 +25,12 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   censored and partial (killed) runs stay in the tables with their status, never dropped. A run
   with no train line at all (``empty``) is listed in the tables but excluded from the statistics.
 * **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_batch_t + time_update_t)``
-  (seconds, compile time of the first steps included) and generated tokens
+  (seconds) and generated tokens
   ``Σ_{t < s} tokens_generated_t`` over the train lines before the convergence step ``s``.
+  Compilation makes some steps (the first, a first re-roll of a new width) far slower than the
+  rest, and in a sweep only the first run of a process pays it; so by default (``time_clip=5``)
+  a step time above 5 × the run's median step time counts as the median. ``time_clip=None``
+  gives the raw sums.
   If the baseline's smoothed seed-mean starts at or above ``L`` (it never improved), the task is
   flagged ``degenerate`` (every curve converges at step 0; speed-ups 0/0 are NaN).
 * **Speed-up** of a method over the baseline: the ratio of means over seeds
@@ -127,20 +131,24 @@ class Run:
         planned = "?" if self.planned_steps is None else str(self.planned_steps)
         return f"{self.status}: killed after {self.steps_done}/{planned} steps"
 
-    def cumulative_cost(self) -> tuple[np.ndarray, np.ndarray]:
-        """(wall [T+1] s, tokens [T+1]): totals before train step t (index t), t = 0 .. T."""
-        wall = np.concatenate([[0.0], np.cumsum(self.step_time)])
+    def cumulative_cost(self, *, clip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(wall [T+1] s, tokens [T+1]): totals before train step t (index t), t = 0 .. T.
+
+        ``clip``: step times above ``clip`` × the run's median step time (compilation spikes) count
+        as the median; None keeps the raw times.
+        """
+        wall = np.concatenate([[0.0], np.cumsum(clipped_step_time(self.step_time, clip=clip))])
         tok = np.concatenate([[0.0], np.cumsum(self.step_tokens)])
         return wall, tok
 
-    def cost_at(self, step: float) -> tuple[float, float]:
+    def cost_at(self, step: float, *, clip: float | None = None) -> tuple[float, float]:
         """(wall-clock s, generated tokens) spent before the parameters after ``step`` updates.
 
         ``inf`` for an infinite (censored) step; the totals so far for a step beyond the last train line.
         """
         if not math.isfinite(step):
             return math.inf, math.inf
-        wall, tok = self.cumulative_cost()
+        wall, tok = self.cumulative_cost(clip=clip)
         i = int(min(max(step, 0), self.steps_done))
         return float(wall[i]), float(tok[i])
 
@@ -149,6 +157,17 @@ _NAME_PATTERNS = (
     re.compile(r"^(?P<task>[A-Za-z0-9_.]+)-(?P<method>.+)-s(?P<seed>\d+)$"),  # Hydra: <task>-<method><tag>-s<seed>
     re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)$"),  # outside Hydra: <method>_s<seed>
 )
+
+
+def clipped_step_time(step_time, *, clip: float | None) -> np.ndarray:
+    """t_i -> t_i if t_i <= clip · median(t) else median(t): step times [T] without compilation spikes."""
+    t = np.asarray(step_time, float)
+    if clip is None or t.size == 0:
+        return t
+    if clip < 1.0:
+        raise ValueError(f"clip must be >= 1 (a multiple of the median step time) or None, got {clip!r}")
+    med = float(np.median(t))
+    return np.where(t > clip * med, med, t)
 
 
 def parse_run_name(name: str) -> dict[str, Any]:
@@ -437,7 +456,7 @@ def bootstrap_band(y, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0)
     return mean, np.asarray(lo), np.asarray(hi)
 
 
-def curves_vs_wallclock(runs: Sequence[Run], *, num: int = 50) -> tuple[np.ndarray, np.ndarray]:
+def curves_vs_wallclock(runs: Sequence[Run], *, num: int = 50, clip: float | None = 5.0) -> tuple[np.ndarray, np.ndarray]:
     """Held-out pass@1 on a common wall-clock grid: (t [G] s, pass [S, G]) by linear interpolation.
 
     Each run's evaluation after s updates sits at its cumulative train time before step s; the grid
@@ -445,7 +464,7 @@ def curves_vs_wallclock(runs: Sequence[Run], *, num: int = 50) -> tuple[np.ndarr
     """
     xs, ys = [], []
     for r in runs:
-        wall, _ = r.cumulative_cost()
+        wall, _ = r.cumulative_cost(clip=clip)
         idx = np.minimum(r.eval_step, r.steps_done)
         xs.append(wall[idx] if r.steps_done else np.zeros(r.eval_step.shape))
         ys.append(r.eval_pass)
@@ -474,7 +493,8 @@ def settled_reroll_rates(run: Run, *, settle_frac: float = 0.5) -> np.ndarray:
     return np.where(w.sum(0) > 0, tot / np.maximum(w.sum(0), 1e-12), np.nan)
 
 
-def per_seed_convergence(runs: Sequence[Run], level: float, *, window: int) -> dict[str, np.ndarray]:
+def per_seed_convergence(runs: Sequence[Run], level: float, *, window: int,
+                         clip: float | None = 5.0) -> dict[str, np.ndarray]:
     """Per-seed steps to reach ``level`` on each run's smoothed curve, with costs and censoring.
 
     Returns arrays [S]: steps (inf if censored), censored, last (last evaluated step),
@@ -484,7 +504,7 @@ def per_seed_convergence(runs: Sequence[Run], level: float, *, window: int) -> d
     hit, cens = first_reach(steps, moving_average(y, window=window), level) if runs else (np.zeros(0), np.zeros(0, bool))
     last = last_step(steps, y).astype(float) if runs else np.zeros(0)
     bound = np.where(cens, last, hit)
-    cost = np.array([r.cost_at(b) for r, b in zip(runs, bound)], float).reshape(len(runs), 2)
+    cost = np.array([r.cost_at(b, clip=clip) for r, b in zip(runs, bound)], float).reshape(len(runs), 2)
     return {"steps": hit, "censored": cens, "last": last, "steps_bound": bound, "wall": cost[:, 0], "tokens": cost[:, 1]}
 
 
@@ -497,7 +517,7 @@ def _pair(base: Sequence[Run], meth: Sequence[Run], bx: np.ndarray, mx: np.ndarr
 
 def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline", window: int = 3,
                  ref: str = "final", settle_frac: float = 0.5, at_step: int | None = None, paired: bool = False,
-                 n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+                 n_boot: int = 2000, level: float = 0.95, seed: int = 0, time_clip: float | None = 5.0) -> dict[str, Any]:
     """All statistics of one task: {method: {...}} plus the reference level. See the module docstring."""
     if baseline not in by_method:
         raise ValueError(f"baseline method {baseline!r} not among the runs' methods {sorted(by_method)}")
@@ -513,11 +533,11 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
     if at_step is None:
         planned = [r.planned_steps for r in ref_runs if r.planned_steps is not None]
         at_step = int(max(planned)) if planned else int(bsteps[-1]) if bsteps.size else 0
-    base_conv = per_seed_convergence(base_runs, level_, window=window)
+    base_conv = per_seed_convergence(base_runs, level_, window=window, clip=time_clip)
     start = moving_average(seed_mean(by), window=window)[:1]
     degenerate = bool(start.size and start[0] >= level_)
     out: dict[str, Any] = {"baseline": baseline, "reference_level": level_, "ref": ref, "window": window,
-                           "degenerate": degenerate,
+                           "degenerate": degenerate, "time_clip": time_clip,
                            "settle_frac": settle_frac, "at_step": at_step, "paired": paired, "methods": {}}
     for method, runs in by_method.items():
         if not runs:
@@ -527,7 +547,7 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
         steps, y = eval_matrix(runs)
         mean_curve = moving_average(seed_mean(y), window=window)
         mc_step, mc_cens = first_reach(steps, mean_curve, level_)
-        conv = base_conv if method == baseline else per_seed_convergence(runs, level_, window=window)
+        conv = base_conv if method == baseline else per_seed_convergence(runs, level_, window=window, clip=time_clip)
         rec: dict[str, Any] = {
             "seeds": [r.seed for r in runs], "status": [r.describe() for r in runs],
             "n_runs": len(runs), "n_complete": sum(r.complete for r in runs),
@@ -622,6 +642,8 @@ def convergence_table(task_result: dict[str, Any]) -> str:
     if "error" in t:
         return f"(no analysis: {t['error']})"
     ref = f"reference level {t['reference_level']:.3f} ({t['ref']} of the smoothed baseline seed-mean, window {t['window']})"
+    clip = t.get("time_clip")
+    ref += "; wall-clock: " + (f"step times above {clip:g}x the run's median counted as the median" if clip else "raw")
     if t.get("degenerate"):
         ref += (" -- DEGENERATE: the baseline never rose above its initial value, every curve 'converges' at step 0"
                 " and the speed-ups are undefined")
@@ -703,7 +725,8 @@ def _plt():
 
 
 def plot_learning_curves(by_method: dict[str, list[Run]], *, methods: Sequence[str] | None = None,
-                         level: float | None = None, n_boot: int = 1000, seed: int = 0, title: str = ""):
+                         level: float | None = None, n_boot: int = 1000, seed: int = 0, title: str = "",
+                         time_clip: float | None = 5.0):
     """Fig. 1 analogue: held-out pass@1 vs step and vs wall-clock, seed mean ± 95% bootstrap band."""
     plt = _plt()
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -717,7 +740,7 @@ def plot_learning_curves(by_method: dict[str, list[Run]], *, methods: Sequence[s
         line, = ax[0].plot(steps, mean, "o-", ms=3,
                            label=f"{m} (n={len(runs)}" + (f", {partial} partial)" if partial else ")"))
         ax[0].fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
-        grid, yw = curves_vs_wallclock(runs)
+        grid, yw = curves_vs_wallclock(runs, clip=time_clip)
         mean, lo, hi = bootstrap_band(yw, n_boot=n_boot, seed=seed)
         ax[1].plot(grid, mean, "-", color=line.get_color(), label=m)
         ax[1].fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
@@ -728,7 +751,8 @@ def plot_learning_curves(by_method: dict[str, list[Run]], *, methods: Sequence[s
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
     ax[0].set(xlabel="training step (updates)", title="vs step (mean ± 95% bootstrap CI over seeds)")
-    ax[1].set(xlabel="wall-clock (s, sample + batch + update)", title="vs wall-clock")
+    ax[1].set(xlabel="wall-clock (s, sample + batch + update" + (f"; steps > {time_clip:g}x median clipped)" if time_clip else ")"),
+              title="vs wall-clock")
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -374,3 +374,19 @@ def test_sweep_in_progress_gives_tables_and_figures(tmp_path):
         for table in (an.convergence_table, an.equal_step_table, an.bucket_table):
             assert table(res[task])
     json.dumps(an.to_jsonable(res), allow_nan=False)
+
+
+def test_compile_spikes_are_clipped_from_wall_clock(tmp_path):
+    import dataclasses
+
+    d = write_run(tmp_path, "toy-baseline-s0", method="baseline", seed=0, steps=30, tau=5.0, step_time=2.0)
+    r = an.load_run(d)
+    t = r.step_time.copy()
+    t[0], t[17], t[18] = 60.0, 12.0, 9.0         # compile spikes at steps 0 and 17; 9 s (< 5 x 2 s) is kept
+    r = dataclasses.replace(r, step_time=t)
+    ref = [2.0 if x > 5 * np.median(t) else x for x in t]
+    np.testing.assert_allclose(an.clipped_step_time(t, clip=5.0), ref)
+    assert r.cost_at(20, clip=5.0)[0] == pytest.approx(sum(ref[:20])) == pytest.approx(2.0 * 19 + 9.0)
+    assert r.cost_at(20)[0] == pytest.approx(sum(t[:20]))   # raw
+    with pytest.raises(ValueError, match="clip"):
+        an.clipped_step_time(t, clip=0.5)
