@@ -404,34 +404,6 @@ def load_hf_state_dict(state, cfg: ModelConfig) -> Params:
     from safetensors): ``nn.Linear`` weights ``[out, in]`` are transposed to ``[in, out]`` and
     layers stacked on ``[L]`` (layout in the module docstring). A tied checkpoint's
     ``lm_head.weight`` is ignored. Raises ValueError naming a missing key or a wrong shape."""
-    def get(name):
-        if name not in state:
-            raise ValueError(f"load_hf_state_dict: missing key {name!r}")
-        return np.asarray(state[name])
+    from prs.hf import load_params  # one loader: prs.hf also reads sharded safetensors
 
-    want = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    layers = {}
-    for ours, (suffix, transpose) in _HF_LAYER.items():
-        if ours not in want["layers"]:
-            continue
-        mats = []
-        for i in range(cfg.n_layers):
-            m = get(f"model.layers.{i}.{suffix}")
-            m = m.T if transpose else m
-            if m.shape != want["layers"][ours].shape[1:]:
-                raise ValueError(f"load_hf_state_dict: model.layers.{i}.{suffix} gives shape {m.shape} "
-                                 f"as {ours} [in, out], config expects {want['layers'][ours].shape[1:]}")
-            mats.append(m)
-        layers[ours] = np.stack(mats)
-    params = {"embed_tokens": get("model.embed_tokens.weight"), "layers": layers,
-              "norm": get("model.norm.weight")}
-    if not cfg.tie_embeddings:
-        params["lm_head"] = get("lm_head.weight").T
-
-    def check(path, x, ref):
-        if tuple(x.shape) != tuple(ref.shape):
-            raise ValueError(f"load_hf_state_dict: {jax.tree_util.keystr(path)} has shape {tuple(x.shape)} "
-                             f"after conversion, config expects {tuple(ref.shape)}")
-        return jnp.asarray(x, cfg.param_dtype)
-
-    return jax.tree_util.tree_map_with_path(check, params, want)
+    return load_params(state, cfg)

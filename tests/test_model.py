@@ -113,7 +113,7 @@ def test_load_hf_state_dict_inverts_hf_layout(cfg):
     back = M.load_hf_state_dict({k: v.astype(np.float32) for k, v in sd.items()}, cfg)
     assert jax.tree.structure(back) == jax.tree.structure(params)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)
-    with pytest.raises(ValueError, match="missing key 'model.norm.weight'"):
+    with pytest.raises(ValueError, match="missing tensor 'model.norm.weight'"):
         M.load_hf_state_dict({k: v for k, v in sd.items() if k != "model.norm.weight"}, cfg)
     sd["model.layers.0.mlp.up_proj.weight"] = sd["model.layers.0.mlp.up_proj.weight"].T
     with pytest.raises(ValueError, match="up_proj"):
