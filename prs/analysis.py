@@ -185,9 +185,15 @@ def parse_run_name(name: str) -> dict[str, Any]:
 
 def _read_jsonl(path: pathlib.Path) -> tuple[list[dict], list[str]]:
     records, problems = [], []
-    if not path.exists():
+    gz = path.with_name(path.name + ".gz")  # committed result sets keep metrics.jsonl.gz
+    if not path.exists() and not gz.exists():
         return records, ["no metrics.jsonl"]
-    lines = path.read_text().splitlines()
+    if path.exists():
+        lines = path.read_text().splitlines()
+    else:
+        import gzip
+
+        lines = gzip.decompress(gz.read_bytes()).decode().splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -260,7 +266,8 @@ def find_run_dirs(root) -> list[pathlib.Path]:
     if not root.is_dir():
         raise ValueError(f"run root {str(root)!r} is not a directory")
     cands = [root, *root.glob("*"), *root.glob("*/*")]
-    return sorted({p for p in cands if p.is_dir() and ((p / "metrics.jsonl").exists() or (p / "summary.json").exists())})
+    marks = ("metrics.jsonl", "metrics.jsonl.gz", "summary.json")
+    return sorted({p for p in cands if p.is_dir() and any((p / m).exists() for m in marks)})
 
 
 def load_runs(root) -> list[Run]:

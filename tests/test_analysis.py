@@ -390,3 +390,22 @@ def test_compile_spikes_are_clipped_from_wall_clock(tmp_path):
     assert r.cost_at(20)[0] == pytest.approx(sum(t[:20]))   # raw
     with pytest.raises(ValueError, match="clip"):
         an.clipped_step_time(t, clip=0.5)
+
+
+def test_gzipped_metrics_load_like_plain(tmp_path):
+    """Committed result sets keep ``metrics.jsonl.gz``; the loader reads it like the plain file."""
+    import gzip
+
+    from prs.analysis import load_run, load_runs
+
+    recs = [{"kind": "eval", "step": 0, "eval/pass_at_1": 0.25}, {"kind": "eval", "step": 5, "eval/pass_at_1": 0.5}]
+    text = "".join(json.dumps(r) + "\n" for r in recs)
+    plain, packed = tmp_path / "root" / "arith-baseline-s0", tmp_path / "root" / "arith-baseline-s1"
+    plain.mkdir(parents=True)
+    packed.mkdir()
+    (plain / "metrics.jsonl").write_text(text)
+    (packed / "metrics.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    a, b = load_run(plain), load_run(packed)
+    np.testing.assert_array_equal(a.eval_pass, b.eval_pass)
+    np.testing.assert_array_equal(b.eval_step, [0, 5])
+    assert [r.seed for r in load_runs(tmp_path / "root")] == [0, 1]
