@@ -43,7 +43,7 @@ def base_params(task, mc, out: pathlib.Path, *, steps: int, batch: int, lr: floa
     path = out / f"base-{steps}-{batch}.npz"
     if path.exists():
         flat = np.load(path)
-        leaves, tree = jax.tree.flatten(jax.eval_shape(init_params, mc, jax.random.PRNGKey(0)))
+        leaves, tree = jax.tree.flatten(jax.eval_shape(lambda k: init_params(mc, k), jax.random.PRNGKey(0)))
         return jax.tree.unflatten(tree, [jnp.asarray(flat[f"a{i}"]) for i in range(len(leaves))])
     t0 = time.perf_counter()
     params = supervised_warm_start(task, mc, steps=steps, batch=batch, lr=lr, seed=0, log_every=100,
@@ -75,49 +75,94 @@ def run_one(task, mc, params, method: str, seed: int, args) -> dict:
     return {"method": method, "seed": seed, "evals": evals, "steps": steps}
 
 
+def _timed_reroll(tr, box):
+    orig = tr.rollouts.reroll
+
+    def timed(*a, **kw):
+        t = time.perf_counter()
+        r = orig(*a, **kw)
+        jax.block_until_ready(r.tokens)
+        box["t"] = time.perf_counter() - t
+        return r
+
+    tr.rollouts.reroll = timed
+
+
 def time_modes(task_name, params_task_kw, mc, params, args) -> dict:
-    out = {}
-    for mode in ("replay", "regenerate", "replay", "regenerate"):   # interleaved: load drift hits both
+    """Median ``collect`` (sample + re-roll) and re-roll time per mode over the same steps; every
+    step is first run once per mode to compile its shapes, then measured alternating the modes."""
+    modes = ("replay", "regenerate")
+    trs, box = {}, {}
+    for mode in modes:
         task = make_task(task_name, **{**params_task_kw, "replay": mode})
         rl = RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval_count=8, eval_samples=2)
-        tr = Trainer(task, mc, rl, ps.PrefixConfig(mode="ps_fix", n=args.n), seed=123)
-        state = tr.init_state(params)
-        rec = out.setdefault(mode, {"collect_s": [], "reroll_s": [], "tokens_forced": 0, "tokens_replayed": 0,
-                                    "tokens_generated": 0})
-        for rep in range(args.timing_reps + 1):
-            state = state._replace(step=jnp.asarray(rep, jnp.int32))  # same (seed, step) in both modes
-            tr.rollouts.reset_costs()
-            orig = tr.rollouts.reroll
-            box = {}
-
-            def timed(*a, **kw):
-                t = time.perf_counter()
-                r = orig(*a, **kw)
-                jax.block_until_ready(r.tokens)
-                box["t"] = time.perf_counter() - t
-                return r
-
-            tr.rollouts.reroll = timed
-            t0 = time.perf_counter()
-            batch, _, m = tr.collect(state)
-            jax.block_until_ready(batch.tokens)
-            dt = time.perf_counter() - t0
-            tr.rollouts.reroll = orig
-            if rep == 0:
-                continue  # warm-up (compiles)
-            rec["collect_s"].append(dt)
-            rec["reroll_s"].append(box.get("t", 0.0))
-            for k in ("tokens_forced", "tokens_replayed", "tokens_generated"):
-                rec[k] += tr.rollouts.costs[k]
+        trs[mode] = Trainer(task, mc, rl, ps.PrefixConfig(mode="ps_fix", n=args.n), seed=123)
+        _timed_reroll(trs[mode], box)
+    state0 = trs["replay"].init_state(params)
+    rec = {m: {"collect_s": [], "reroll_s": [], "tokens_forced": 0, "tokens_replayed": 0, "tokens_generated": 0}
+           for m in modes}
+    for phase in ("warm-up", "measure"):
+        for rep in range(args.timing_reps):
+            state = state0._replace(step=jnp.asarray(rep, jnp.int32))   # same (seed, step): same problems
+            for mode in modes:
+                tr = trs[mode]
+                tr.rollouts.reset_costs()
+                box.clear()
+                t0 = time.perf_counter()
+                batch, _, m = tr.collect(state)
+                jax.block_until_ready(batch.tokens)
+                dt = time.perf_counter() - t0
+                if phase == "warm-up":
+                    continue
+                rec[mode]["collect_s"].append(dt)
+                rec[mode]["reroll_s"].append(box.get("t", 0.0))
+                for k in ("tokens_forced", "tokens_replayed", "tokens_generated"):
+                    rec[mode][k] += tr.rollouts.costs[k]
     res = {}
-    for mode, rec in out.items():
-        res[mode] = {"collect_median_s": float(np.median(rec["collect_s"])),
-                     "reroll_median_s": float(np.median(rec["reroll_s"])),
-                     **{k: rec[k] for k in ("tokens_forced", "tokens_replayed", "tokens_generated")},
-                     "n": len(rec["collect_s"])}
+    for mode in modes:
+        r = rec[mode]
+        res[mode] = {"collect_median_s": float(np.median(r["collect_s"])), "reroll_median_s": float(np.median(r["reroll_s"])),
+                     **{k: r[k] for k in ("tokens_forced", "tokens_replayed", "tokens_generated")}, "n": len(r["collect_s"])}
     res["ratio_collect_regenerate_over_replay"] = res["regenerate"]["collect_median_s"] / res["replay"]["collect_median_s"]
     res["ratio_reroll_regenerate_over_replay"] = res["regenerate"]["reroll_median_s"] / res["replay"]["reroll_median_s"]
     return res
+
+
+def time_reroll_scaling(args) -> dict:
+    """Re-roll time alone, replay vs regenerate, on fixed demonstration sources (half-way cuts) for
+    models of growing size (random init: only the cost matters here)."""
+    from prs.tasks.agent_rollouts import action_spans
+    from prs.trainer import Episodes
+
+    out = {}
+    for name, kw in (("tiny d64 L2", dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128)),
+                     ("d256 L4", dict(d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, head_dim=32, d_ff=768)),
+                     ("d512 L6", dict(d_model=512, n_layers=6, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536))):
+        res = {}
+        for mode in ("replay", "regenerate"):
+            task = make_task("repair", replay=mode)
+            mc = ModelConfig.preset("tiny", vocab_size=task.vocab_size, **kw)
+            params = init_params(mc, jax.random.PRNGKey(0))
+            tr = Trainer(task, mc, RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval_count=8),
+                         ps.PrefixConfig(mode="ps_fix", n=args.n), seed=0)
+            probs = task.train_problems(seed=5, step=0, count=args.tasks)
+            tok, mask = task.demonstrations(probs, seed=1)
+            turns = np.array([len(action_spans(m)) for m in mask], np.int32)
+            z = jnp.zeros((tok.shape[0],), jnp.int32)
+            src = Episodes(jnp.asarray(tok), jnp.zeros(tok.shape, jnp.int32), jnp.asarray(tok != 0), jnp.asarray(mask),
+                           jnp.zeros(tok.shape, jnp.float32), z.astype(jnp.float32), jnp.asarray(turns), z, z)
+            cut = np.maximum(turns - 1, 1)
+            ts = []
+            for rep in range(args.timing_reps + 1):
+                t0 = time.perf_counter()
+                ep = tr.rollouts.reroll(params, probs, src, cut, jax.random.PRNGKey(0), group_size=args.n)
+                jax.block_until_ready(ep.tokens)
+                ts.append(time.perf_counter() - t0)
+            res[mode] = float(np.median(ts[1:]))
+        res["ratio_regenerate_over_replay"] = res["regenerate"] / res["replay"]
+        out[name] = res
+        print(name, res, flush=True)
+    return out
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -172,7 +217,9 @@ def main():
     if not args.no_timing:
         result["replay_vs_regenerate"] = time_modes("repair", {}, mc, params, args)
         print(json.dumps(result["replay_vs_regenerate"], indent=1), flush=True)
-        (out / "timing.json").write_text(json.dumps(result["replay_vs_regenerate"], indent=1))
+        result["reroll_scaling"] = time_reroll_scaling(args)
+        (out / "timing.json").write_text(json.dumps({k: result[k] for k in ("replay_vs_regenerate", "reroll_scaling")},
+                                                    indent=1))
     if not args.timing_only:
         runs = []
         for seed in args.seeds:

@@ -129,6 +129,9 @@ class AgentRollouts:
                                   top_p=rl.top_p, eos_id=EOS, stop_ids=(EOT,), pad_id=PAD,
                                   buckets=(self.P, self.width))
         self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        # widths of a rebuilt context (both modes): quarters of L rounded up to 8, so a short prefix
+        # is not prefilled (replay) or attended (regenerate) over the whole episode width
+        self.head_buckets = tuple(sorted({min(-(-(self.width * q // 4) // 8) * 8, self.width) for q in (1, 2, 3, 4)}))
         self.reset_costs()
 
     def reset_costs(self) -> None:
@@ -244,11 +247,12 @@ class AgentRollouts:
         tr = self.trainer
         t0 = time.perf_counter()
         rb = self.rebuild(problems, source, cut, group_size=group_size)
-        R, W = len(rb["states"]), self.width
+        R = len(rb["states"])
         ctx_len = np.array([len(c) for c in rb["context"]], np.int32)            # [R] prompt + prefix
         last = [o[-1] for o in rb["obs"]]
         olen = np.array([len(o) for o in last], np.int32)                        # [R] held-back last obs
         head_len = ctx_len - olen                                                # context minus last obs
+        W = next(b for b in self.head_buckets if b >= head_len.max())            # few shapes, little padding
         head = np.full((R, W), PAD, np.int32)
         obs = np.full((R, self.O), PAD, np.int32)
         for r in range(R):
