@@ -116,6 +116,12 @@ class AgentRollouts:
     Args:
       trainer: the ``prs.trainer.Trainer`` (model config, RL config, mesh).
       env: the task's ``RepairConfig``.  mode: ``"replay"`` or ``"regenerate"`` (see module docstring).
+
+    Every sampler call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
+    ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
+    Compiles: one sampler shape per turn count (the buffers grow by ``O + A`` per turn) and per
+    row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across steps.
+    The ``regenerate`` path runs unsharded (``trainer.mesh`` is used by the sampler calls only).
     """
 
     def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay"):
@@ -280,7 +286,7 @@ class AgentRollouts:
             out += (states,)
         if return_prefix:
             out += ({"head": head, "head_len": head_len, "obs": obs, "obs_len": olen,
-                     "states": list(rb["states"]), "cache": None},)
+                     "states": list(rb["states"])},)
         return out[0] if len(out) == 1 else out
 
     def _regenerate(self, params, problems: Problems, rb: dict, W: int, group_size: int):

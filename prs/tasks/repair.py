@@ -226,9 +226,9 @@ def execute(state: EnvState, action, cfg: RepairConfig) -> tuple[EnvState, list[
     act = [int(t) for t in np.asarray(action).reshape(-1)]
     turns = state.turns + 1
     if act and act[-1] == EOS:
-        done = dataclasses_replace(state, turns=turns, done=True, submitted=len(act) == 1)
+        done = state._replace(turns=turns, done=True, submitted=len(act) == 1)
         return done, []
-    nxt = dataclasses_replace(state, turns=turns, done=turns >= cfg.max_turns)
+    nxt = state._replace(turns=turns, done=turns >= cfg.max_turns)
     obs_ok = [OBS_OPEN, OK, OBS_CLOSE]
     if not act or act[-1] != EOT:
         obs = [OBS_OPEN, GARBLED, OBS_CLOSE]  # no ``;``: truncated or empty turn
@@ -250,7 +250,7 @@ def execute(state: EnvState, action, cfg: RepairConfig) -> tuple[EnvState, list[
                 field = "program" if kind == 0 else "tests"
                 vals = list(getattr(state, field))
                 vals[line] = old
-                nxt = dataclasses_replace(nxt, history=state.history[:-1], **{field: tuple(vals)})
+                nxt = nxt._replace(history=state.history[:-1], **{field: tuple(vals)})
                 obs = obs_ok
             else:
                 obs = [OBS_OPEN, ILLEGAL, OBS_CLOSE]
@@ -264,13 +264,9 @@ def execute(state: EnvState, action, cfg: RepairConfig) -> tuple[EnvState, list[
                 vals = list(getattr(state, field))
                 old = vals[line]
                 vals[line] = val
-                nxt = dataclasses_replace(nxt, history=state.history + ((kind, line, old),), **{field: tuple(vals)})
+                nxt = nxt._replace(history=state.history + ((kind, line, old),), **{field: tuple(vals)})
                 obs = obs_ok
     return nxt, ([] if nxt.done else obs)
-
-
-def dataclasses_replace(state: EnvState, **kw) -> EnvState:
-    return state._replace(**kw)
 
 
 def verify(problems: Problems, index: int, state: EnvState) -> float:
@@ -385,7 +381,6 @@ class RepairTask:
 
     cfg: RepairConfig = RepairConfig()
     name: str = "repair"
-    rewards_jittable = False
 
     vocab_size = len(TOKENS)
     pad_id = PAD
