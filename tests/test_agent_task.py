@@ -358,3 +358,10 @@ def test_hydra_selects_the_task_and_every_method_builds(tmp_path):
             assert model_cfg.vocab_size == task.vocab_size == len(R.TOKENS)
             tr = Trainer(task, model_cfg, rl, prefix, seed=0)
             assert tr.width == task.cfg.episode_width
+
+
+def test_module_docstring_episode_is_what_the_executor_renders():
+    doc_line = next(line.strip() for line in R.__doc__.splitlines() if line.strip().startswith("^315862#"))
+    probs = R.problems_from_strings("315862", "375802")
+    ids, _, states = R.render(probs, 0, ["t;", "s17;", "s40;", "t;", "$"], R.RepairConfig())
+    assert R.decode(ids) == doc_line and R.verify(probs, 0, states[-1]) == 1.0
