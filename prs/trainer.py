@@ -308,7 +308,9 @@ class Trainer:
         problems = task.train_problems(seed=self.seed, step=step, count=b)
         ep = self.rollouts.rollout(state.params, problems, k_sample, group_size=n)  # [R, L]
         rewards = ep.rewards.reshape(b, n)                                      # [B, N]
-        k = jnp.sum(rewards, axis=1).astype(jnp.int32)                          # [B]
+        # k counts full successes (reward 1): the same as Σ r for a binary reward, and the pass
+        # count when a task trains on a partial-credit reward (fraction of tests, similarity)
+        k = jnp.sum(rewards >= 1.0, axis=1).astype(jnp.int32)                  # [B]
         bucket = ps.assign_buckets(k, pc)                                       # [B]
         cost = {"gen": int(jnp.sum(ep.policy_mask)), "replayed": 0, "env": int(jnp.sum(ep.env_steps))}
         t_sample = time.perf_counter() - t0
@@ -336,7 +338,7 @@ class Trainer:
             cost["gen"] += int(jnp.sum(ep2.policy_mask[real]))
             cost["replayed"] += int(jnp.sum(ep2.replayed[real]))
             cost["env"] += int(jnp.sum(ep2.env_steps[real]))
-            reroll_rate[sel] = np.asarray(jnp.mean(r2, axis=1))[:g]
+            reroll_rate[sel] = np.asarray(jnp.mean(r2 >= 1.0, axis=1))[:g]
             obs_bucket = np.full((b,), -1, np.int32)
             obs_bucket[sel] = bucket_np[sel]
             new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
@@ -362,7 +364,7 @@ class Trainer:
         groups = train_rewards.shape[0]
         adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
         if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
-            chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) > 0,
+            chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
                                             key=k_src, cap=rl.rft_cap)          # [R]
             keep = jnp.any(chosen.reshape(groups, n), axis=1)
             loss_mask = train.policy_mask & chosen[:, None]
@@ -374,8 +376,9 @@ class Trainer:
 
         metrics: dict[str, Any] = {
             "step": step,
-            "pass_rate": float(jnp.mean(rewards)),
-            "pass_rate_train": float(jnp.mean(train_rewards[: b if rl.reroll == "replace" else b + sel.size])),
+            "pass_rate": float(jnp.mean(rewards >= 1.0)),
+            "pass_rate_train": float(jnp.mean(train_rewards[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
+            "reward_mean": float(jnp.mean(rewards)),
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             "groups_kept": int(jnp.sum(keep)),
             "groups_rerolled": int(sel.size),
@@ -401,8 +404,7 @@ class Trainer:
         """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
         ep = self.rollouts.rollout(params, self._eval_problems, key, group_size=self.rl.eval_samples, evaluation=True)
-        r = ep.rewards
-        return {"eval/pass_at_1": float(jnp.mean(r))}
+        return {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None):

@@ -281,3 +281,30 @@ def test_rft_trains_on_at_most_cap_successes_per_task_with_nll(base_params):
     np.testing.assert_allclose(float(trainer.loss(state.params, batch)), -(lp * mk).sum() / mk.sum(), rtol=1e-4)
     with pytest.raises(ValueError, match="rft"):
         Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_ada", n=8))
+
+
+class _HalfCreditTask(ArithTask):
+    """arith with partial credit: a failed rollout earns 0.5 (like a fraction-of-tests reward)."""
+
+    def __init__(self):
+        super().__init__(TASK.cfg)
+
+    def rewards(self, problems, rollout, *, group_size):
+        r = super().rewards(problems, rollout, group_size=group_size)
+        return jnp.where(r >= 1.0, 1.0, 0.5)
+
+
+def test_partial_credit_reward_trains_on_credit_but_buckets_and_pass_rates_count_successes(base_params):
+    pc = ps.PrefixConfig(mode="baseline", n=8)
+    binary = Trainer(TASK, MODEL, RL, pc, seed=8)
+    half = Trainer(_HalfCreditTask(), MODEL, RL, pc, seed=8)
+    b1, _, m1 = binary.collect(binary.init_state(base_params))
+    b2, _, m2 = half.collect(half.init_state(base_params))
+    np.testing.assert_array_equal(np.asarray(b1.tokens), np.asarray(b2.tokens))  # same rollouts
+    assert m1["k_hist"] == m2["k_hist"] and m1["pass_rate"] == m2["pass_rate"]
+    assert m2["reward_mean"] == pytest.approx(0.5 + 0.5 * m1["pass_rate"])
+    # RLOO on the credit: a success in a group with k successes gets 1 - (k-1 + 0.5 (N-k)) / (N-1)
+    r = np.where(np.asarray(b1.advantages).reshape(-1, 8) > 0, 1.0, 0.0)  # successes have positive RLOO
+    credit = np.where(r > 0, 1.0, 0.5)
+    loo = credit - (credit.sum(1, keepdims=True) - credit) / 7
+    np.testing.assert_allclose(np.asarray(b2.advantages).reshape(-1, 8), loo, atol=1e-6)
