@@ -365,3 +365,21 @@ def test_module_docstring_episode_is_what_the_executor_renders():
     probs = R.problems_from_strings("315862", "375802")
     ids, _, states = R.render(probs, 0, ["t;", "s17;", "s40;", "t;", "$"], R.RepairConfig())
     assert R.decode(ids) == doc_line and R.verify(probs, 0, states[-1]) == 1.0
+
+
+def test_fraction_reward_gives_partial_credit_where_binary_gives_none():
+    """The partial-pass trap's reward (code_agent_rewards.md): fraction of hidden tests vs all-or-nothing."""
+    from prs.tasks import repair as env_lib
+
+    probs = env_lib.problems_from_strings("123456", "120406")      # lines 2 and 4 are bugs (F2P)
+    s0 = env_lib.reset(probs, 0)
+    half_fixed = s0._replace(program=(1, 2, 0, 4, 5, 6), submitted=True)   # one of two bugs fixed
+    fixed = s0._replace(program=(1, 2, 0, 4, 0, 6), submitted=True)
+    broke_p2p = s0._replace(program=(9, 2, 0, 4, 0, 6), submitted=True)    # fixed both, broke line 0
+    cases = [(half_fixed, 0.0, 5 / 6), (fixed, 1.0, 1.0), (broke_p2p, 0.0, 5 / 6),
+             (fixed._replace(submitted=False), 0.0, 0.0)]
+    for state, binary, fraction in cases:
+        assert env_lib.verify(probs, 0, state) == binary
+        assert env_lib.verify(probs, 0, state, reward="fraction") == pytest.approx(fraction)
+    with pytest.raises(ValueError, match="reward"):
+        env_lib.RepairConfig(reward="similarity")

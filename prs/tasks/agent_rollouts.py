@@ -181,7 +181,8 @@ class AgentRollouts:
         L = self.width
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
-        rewards = np.array([env_lib.verify(problems, r // group_size, s) for r, s in enumerate(states)], np.float32)
+        rewards = np.array([env_lib.verify(problems, r // group_size, s, reward=self.env.reward)
+                            for r, s in enumerate(states)], np.float32)
         turns = np.array([s.turns for s in states], np.int32)
         return Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
                         valid=_fit(ro.valid, L, False), policy_mask=_fit(ro.policy_mask, L, False),

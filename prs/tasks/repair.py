@@ -100,6 +100,11 @@ class RepairConfig:
       report_max: failing tests listed by one ``t;`` at most (>= 1).
       demo_error_rate, demo_check_rate, demo_undo_rate: the scripted demonstrator's noise (see the
         module docstring), each in [0, 1].
+      reward: ``"binary"`` (the default: 1 iff submitted and every FAIL_TO_PASS and PASS_TO_PASS
+        hidden test passes, ``prs.rewards.binary_test_reward``) or ``"fraction"`` (submitted ×
+        the fraction of hidden tests passing, ``prs.rewards.fraction_test_reward``): the partial-
+        credit reward of the partial-pass trap (``theory.partial_pass``). Buckets and pass rates
+        still count full successes (reward 1).
       replay: how a re-rollout rebuilds its prefix: ``"replay"`` (execute the prefix's actions,
         prefill the context once) or ``"regenerate"`` (force-decode the prefix token by token
         through the model, interleaved with the environment steps). Same states, same inputs.
@@ -113,6 +118,7 @@ class RepairConfig:
     demo_error_rate: float = 0.25
     demo_check_rate: float = 0.5
     demo_undo_rate: float = 0.3
+    reward: str = "binary"
     replay: str = "replay"
 
     def __post_init__(self):
@@ -128,6 +134,8 @@ class RepairConfig:
         for name in ("demo_error_rate", "demo_check_rate", "demo_undo_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"RepairConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.reward not in ("binary", "fraction"):
+            raise ValueError(f"RepairConfig.reward={self.reward!r}; choose 'binary' or 'fraction'")
         if self.replay not in ("replay", "regenerate"):
             raise ValueError(f"RepairConfig.replay={self.replay!r}; choose 'replay' or 'regenerate'")
 
@@ -269,10 +277,21 @@ def execute(state: EnvState, action, cfg: RepairConfig) -> tuple[EnvState, list[
     return nxt, ([] if nxt.done else obs)
 
 
-def verify(problems: Problems, index: int, state: EnvState) -> float:
+def verify(problems: Problems, index: int, state: EnvState, *, reward: str = "binary") -> float:
     """R = 1[submitted ∧ F2P all pass ∧ P2P all pass]: the HIDDEN tests (the reference program)
-    applied to the final program; the visible, editable tests play no part."""
-    return float(verify_detail(problems, index, state)["reward"])
+    applied to the final program; the visible, editable tests play no part. ``reward="fraction"``
+    gives submitted × (passing hidden tests / all hidden tests) instead (see ``RepairConfig``)."""
+    from prs.rewards import binary_test_reward, fraction_test_reward
+
+    prog0 = np.asarray(problems.program[index])
+    ref = np.asarray(problems.reference[index])
+    passed = (np.asarray(state.program) == ref)[None, :]      # [1, n_tests] hidden test results
+    f2p = prog0 != ref
+    if reward == "fraction":
+        score = fraction_test_reward(passed)
+    else:
+        score = binary_test_reward(passed, fail_to_pass=f2p, pass_to_pass=~f2p)
+    return float(score[0]) * float(state.submitted)
 
 
 def verify_detail(problems: Problems, index: int, state: EnvState) -> dict:
