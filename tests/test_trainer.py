@@ -308,3 +308,21 @@ def test_partial_credit_reward_trains_on_credit_but_buckets_and_pass_rates_count
     credit = np.where(r > 0, 1.0, 0.5)
     loo = credit - (credit.sum(1, keepdims=True) - credit) / 7
     np.testing.assert_allclose(np.asarray(b2.advantages).reshape(-1, 8), loo, atol=1e-6)
+
+
+@pytest.mark.parametrize("preset", ["ablation_arith_cpu", "ablation_arith_accel", "ablation_repair_cpu"])
+def test_ablation_presets_compose_and_sweep_every_method(preset):
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+    from experiments.train import build
+
+    conf = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
+    with initialize_config_dir(config_dir=conf, version_base=None):
+        raw = compose("config", overrides=[f"+experiment={preset}", "sft.base_dir=/tmp/x"], return_hydra_config=True)
+        params = raw.hydra.sweeper.params
+        assert set(str(params.method).split(",")) == {"baseline", "ps_fix", "ps_ada_hard", "ps_ada"}
+        assert len(str(params.seed).split(",")) >= 5
+        cfg = validate(compose("config", overrides=[f"+experiment={preset}", "sft.base_dir=/tmp/x"]))
+        task, model_cfg, rl, prefix, run_cfg = build(cfg)
+        assert task.name == preset.split("_")[1] and model_cfg.vocab_size == task.vocab_size
