@@ -46,20 +46,13 @@ def build(cfg: TrainCfg):
     else:
         overrides.setdefault("vocab_size", task.vocab_size)
         model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
-    a, o, s, e = cfg.algo, cfg.optim, cfg.sampler, cfg.eval
-    rl = RLConfig(tasks_per_step=a.tasks_per_step, group_size=a.group_size, estimator=a.estimator,
-                  std_ddof=a.std_ddof, drop_no_contrast=a.drop_no_contrast, clip_low=a.clip_low,
-                  clip_high=a.clip_high, agg=a.agg, kl_coef=a.kl_coef, entropy_coef=a.entropy_coef,
-                  lr=o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
-                  warmup_steps=o.warmup_steps, reroll=cfg.method.reroll,
-                  reroll_fallback=cfg.method.reroll_fallback,
-                  algorithm=cfg.method.algorithm, rft_cap=cfg.method.rft_cap, temperature=s.temperature,
-                  top_k=s.top_k, top_p=s.top_p, max_new_tokens=s.max_new_tokens, eval_count=e.count,
-                  eval_samples=e.samples, eval_temperature=e.temperature)
-    m = cfg.method
-    prefix = ps.PrefixConfig(mode=m.mode, n=a.group_size, hard_max=m.hard_max, easy_min=m.easy_min,
-                             target=m.target, rho_init=m.rho_init, ema_decay=m.ema_decay, gain=m.gain,
-                             rho_min=m.rho_min, rho_max=m.rho_max)
+    # The algo / optim / sampler nodes and the method's loop fields use RLConfig's own names.
+    m, e = cfg.method, cfg.eval
+    fields = lambda node, keep=None: {k: v for k, v in dataclasses.asdict(node).items() if keep is None or k in keep}
+    rl = RLConfig(**fields(cfg.algo), **fields(cfg.optim), **fields(cfg.sampler),
+                  **fields(m, {"reroll", "reroll_fallback", "algorithm", "rft_cap"}),
+                  eval_count=e.count, eval_samples=e.samples, eval_temperature=e.temperature)
+    prefix = ps.PrefixConfig(n=cfg.algo.group_size, **fields(m, {f.name for f in dataclasses.fields(ps.PrefixConfig)}))
     run_cfg = RunConfig(steps=cfg.steps, seed=cfg.seed, eval_every=e.every, ckpt_every=cfg.ckpt_every,
                         sft_steps=cfg.sft.steps, sft_batch=cfg.sft.batch, sft_lr=cfg.sft.lr, sft_seed=cfg.sft.seed,
                         base_dir=cfg.sft.base_dir, wandb_mode=cfg.logging.wandb_mode,
