@@ -16,7 +16,7 @@ import logging
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from experiments.config import TrainCfg, validate
 
@@ -30,7 +30,6 @@ def build(cfg: TrainCfg):
     from prs import prefix as ps
     from prs.model import ModelConfig
     from prs.runner import RunConfig
-    from prs.tasks import math_jsonl  # noqa: F401  (registers the "math_jsonl" task)
     from prs.tasks.registry import make_task
     from prs.trainer import RLConfig
 

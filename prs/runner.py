@@ -34,7 +34,7 @@ import numpy as np
 
 from prs import prefix as ps
 from prs.model import ModelConfig, init_params
-from prs.trainer import RLConfig, Trainer, TrainState, supervised_warm_start
+from prs.trainer import RLConfig, Trainer, supervised_warm_start
 
 
 @dataclasses.dataclass(frozen=True)

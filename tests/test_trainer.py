@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from prs import prefix as ps
-from prs.advantages import group_advantages
 from prs.model import ModelConfig
 from prs.runner import RunConfig, run
 from prs.tasks.registry import ArithTask, make_task
@@ -173,8 +172,6 @@ def test_bad_config_values_fail_clearly(make, match):
 
 def test_hydra_entry_point_runs_and_rejects_unknown_keys(tmp_path):
     from hydra import compose, initialize_config_dir
-    from omegaconf import errors as oc_errors
-
     from experiments.config import validate
     from experiments.train import build
 

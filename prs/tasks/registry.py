@@ -117,4 +117,7 @@ def make_task(name: str, **params):
     return TASKS[name](**params)
 
 
+# Tasks defined in their own modules register themselves on import; importing them here means
+# `make_task` knows every shipped task whoever imports the registry (prs code, Hydra, notebooks).
+from prs.tasks import math_jsonl as _math_jsonl  # noqa: E402,F401  (registers "math_jsonl")
 from prs.tasks import repair as _repair  # noqa: E402,F401  (registers the "repair" agent task)
