@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs import prefix as ps
-from prs.model import ModelConfig, init_params
+from prs.core import prefix as ps
+from prs.models.qwen3 import ModelConfig, init_params
 from prs.tasks.registry import make_task
-from prs.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
 
 
 def model_cfg(task) -> ModelConfig:
@@ -132,7 +132,7 @@ def time_reroll_scaling(args) -> dict:
     """Re-roll time alone, replay vs regenerate, on fixed demonstration sources (half-way cuts) for
     models of growing size (random init: only the cost matters here)."""
     from prs.tasks.agent_rollouts import action_spans
-    from prs.trainer import Episodes
+    from prs.rl.episodes import Episodes
 
     out = {}
     for name, kw in (("tiny d64 L2", dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128)),

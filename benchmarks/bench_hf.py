@@ -9,7 +9,7 @@ Estimates (``estimate``) from the ``ModelConfig`` presets:
     = 16 B/param (the qwen3_* configs keep fp32 masters: ``param_dtype: float32``);
   * KV cache per token: 2 (k, v) x L x Kv x H x 2 B (bf16 cache, ``cfg.dtype``);
   * decode: memory-bound; one step of R rows reads the weights once (bf16 copy, 2P bytes) and the
-    whole cache of S slots per row (``prs.model.extend`` attends all S slots, not only 0..pos):
+    whole cache of S slots per row (``prs.models.qwen3.extend`` attends all S slots, not only 0..pos):
     t_step ≈ (2P + R·S·kv) / BW, tokens/s = R / t_step, capped by compute R·2P / FLOPs;
   * the training loss's float32 logits are [R, T, V]: 4·V bytes per token (0.6 MB at V = 151,936).
 """
@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from prs import hf  # noqa: E402
-from prs import math_verify as mv  # noqa: E402
-from prs.model import ModelConfig, init_params  # noqa: E402
+from prs.models import hf  # noqa: E402
+from prs.rewards import math_verify as mv  # noqa: E402
+from prs.models.qwen3 import ModelConfig, init_params  # noqa: E402
 
 GIB = 1024**3
 HARDWARE = {  # public datasheet figures: HBM bytes/s, dense bf16 FLOP/s, memory bytes
@@ -120,7 +120,9 @@ def bench_verify() -> dict:
 def bench_tokenizer(tmp: pathlib.Path) -> dict:
     from prs.tasks.math_jsonl import make_math_jsonl
 
-    hf.make_tiny_checkpoint(tmp / "tiny")
+    from prs.tasks.math_jsonl import tokenizer_texts
+
+    hf.make_tiny_checkpoint(tmp / "tiny", texts=tokenizer_texts())
     t0 = time.perf_counter()
     task = make_math_jsonl(tokenizer=str(tmp / "tiny"))
     return {"task_build_24_problems_s": time.perf_counter() - t0, "prompt_width": task.width}
@@ -128,7 +130,7 @@ def bench_tokenizer(tmp: pathlib.Path) -> dict:
 
 def bench_cpu_qwen3_0_6b(tmp: pathlib.Path) -> dict:
     """Qwen3-0.6B shapes with random bf16 weights on this CPU: checkpoint load, prefill, decode."""
-    from prs.model import decode_step, prefill
+    from prs.models.qwen3 import decode_step, prefill
 
     cfg = ModelConfig.preset("qwen3_0_6b", param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
     params = jax.jit(lambda k: init_params(cfg, k), static_argnums=())(jax.random.key(0))

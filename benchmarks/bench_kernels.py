@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.losses import policy_loss, token_logprobs
+from prs.core.losses import policy_loss, token_logprobs
 
 
 def _time(fn, *args, reps):

@@ -21,13 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs import model as M
-from prs import sampler as S
+from prs.models import qwen3 as M
+from prs.models import sampler as S
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg"))
 def sample_no_cache(params, tokens, lengths, key, *, cfg, scfg):
-    """Same sampling loop as ``prs.sampler`` but each step re-runs the full forward (no KV cache)."""
+    """Same sampling loop as ``prs.models.sampler`` but each step re-runs the full forward (no KV cache)."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)))

@@ -25,8 +25,9 @@ from typing import Callable
 import numpy as np
 from omegaconf import OmegaConf
 
-from prs import prefix as px
+from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
+from prs.core import prefix as px
 
 log = logging.getLogger(__name__)
 
@@ -34,33 +35,12 @@ PAPER_ABLATION = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada
 ADAPTIVE = ("ps_ada", "ps_ada_hard")
 
 
-@dataclasses.dataclass
-class LearnerCfg:
-    """prs.sim.SimConfig fields other than mode/N and the controller constants."""
-
-    n_tasks: int = 128
-    chain_len: int = 8
-    groups: int = 32
-    steps: int = 200
-    lr: float = 3.0
-    recovery_handicap: float = 4.0
-    estimator: str = "rloo"
-    p_lo: float = 0.01
-    p_hi: float = 0.99
-    step_concentration: float = 0.0  # 0 = even steps; c > 0: Dirichlet(c) shares of the difficulty
-    reroll: str = "add"              # or "replace": the re-rolled group replaces its original
-    reroll_prefix: bool = True       # false: re-roll the same groups without a prefix (control)
-
-
-@dataclasses.dataclass
-class ControllerCfg:
-    """prs.prefix.PrefixConfig constants (the target is swept in `SweepCfg.targets`)."""
-
-    ema_decay: float = 0.8
-    gain: float = 2.0
-    rho_init: float = 0.5
-    rho_min: float = 0.05
-    rho_max: float = 0.95
+# The learner and controller nodes are derived from prs.sim.SimConfig (experiments.schema): each
+# field, type and default is declared once, there. `sweep` picks mode and N; the target is swept.
+CONTROLLER = ["ema_decay", "gain", "rho_init", "rho_min", "rho_max"]
+LEARNER = rest_of(sim.SimConfig, ["mode", "n"], CONTROLLER)
+LearnerCfg = node("LearnerCfg", (sim.SimConfig, LEARNER))
+ControllerCfg = node("ControllerCfg", (sim.SimConfig, CONTROLLER))
 
 
 @dataclasses.dataclass
@@ -115,10 +95,10 @@ def _difficulty(cfg: SimulateCfg, name: str) -> sim.Difficulty:
 
 def sim_config(cfg: SimulateCfg, mode: str, n: int) -> sim.SimConfig:
     """mode "reroll_only" = ps_ada's groups re-rolled from scratch (no prefix), the control."""
-    learner = dataclasses.asdict(cfg.learner)
+    learner = to_kwargs(cfg.learner, sim.SimConfig)
     if mode == "reroll_only":
         mode, learner["reroll_prefix"] = "ps_ada", False
-    return sim.SimConfig(mode=mode, n=n, **learner, **dataclasses.asdict(cfg.controller))
+    return sim.SimConfig(mode=mode, n=n, **learner, **to_kwargs(cfg.controller, sim.SimConfig))
 
 
 def _ci(triple):

@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from experiments.config import TrainCfg, validate
+from experiments.schema import to_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,11 @@ def build(cfg: TrainCfg):
     """Config -> (task, model_cfg, rl, prefix, run_cfg). Raises ValueError on bad values."""
     import jax.numpy as jnp
 
-    from prs import prefix as ps
-    from prs.model import ModelConfig
-    from prs.runner import RunConfig
+    from prs.core import prefix as ps
+    from prs.models.qwen3 import ModelConfig
+    from prs.rl.runner import RunConfig
     from prs.tasks.registry import make_task
-    from prs.trainer import RLConfig
+    from prs.rl.trainer import RLConfig
 
     task = make_task(cfg.task.name, **dict(cfg.task.params))
     overrides = dict(cfg.model.overrides)
@@ -39,24 +40,18 @@ def build(cfg: TrainCfg):
         if key in overrides:
             overrides[key] = getattr(jnp, overrides[key])
     if cfg.model.checkpoint:  # shapes from the checkpoint's config.json; overrides: dtypes etc.
-        from prs.hf import load_config
+        from prs.models.hf import load_config
 
         model_cfg = load_config(cfg.model.checkpoint, **overrides)
     else:
         overrides.setdefault("vocab_size", task.vocab_size)
         model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
-    # The algo / optim / sampler nodes and the method's loop fields use RLConfig's own names.
-    m, e = cfg.method, cfg.eval
-    fields = lambda node, keep=None: {k: v for k, v in dataclasses.asdict(node).items() if keep is None or k in keep}
-    rl = RLConfig(**fields(cfg.algo), **fields(cfg.optim), **fields(cfg.sampler),
-                  **fields(m, {"reroll", "reroll_fallback", "algorithm", "rft_cap"}),
-                  eval_count=e.count, eval_samples=e.samples, eval_temperature=e.temperature)
-    prefix = ps.PrefixConfig(n=cfg.algo.group_size, **fields(m, {f.name for f in dataclasses.fields(ps.PrefixConfig)}))
-    run_cfg = RunConfig(steps=cfg.steps, seed=cfg.seed, eval_every=e.every, ckpt_every=cfg.ckpt_every,
-                        sft_steps=cfg.sft.steps, sft_batch=cfg.sft.batch, sft_lr=cfg.sft.lr, sft_seed=cfg.sft.seed,
-                        base_dir=cfg.sft.base_dir, wandb_mode=cfg.logging.wandb_mode,
-                        wandb_project=cfg.logging.wandb_project, progress=cfg.logging.progress,
-                        init_checkpoint=cfg.model.checkpoint)
+    # Every node field maps back to the library field it was derived from (experiments.schema).
+    rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
+                  **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
+    prefix = ps.PrefixConfig(n=cfg.algo.group_size, **to_kwargs(cfg.method, ps.PrefixConfig))
+    run_cfg = RunConfig(**to_kwargs(cfg, RunConfig), **to_kwargs(cfg.eval, RunConfig), **to_kwargs(cfg.sft, RunConfig),
+                        **to_kwargs(cfg.logging, RunConfig), init_checkpoint=cfg.model.checkpoint)
     return task, model_cfg, rl, prefix, run_cfg
 
 
@@ -64,7 +59,7 @@ def build(cfg: TrainCfg):
 def main(dcfg: DictConfig) -> float:
     cfg = validate(dcfg)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint op at INFO
-    from prs.runner import run
+    from prs.rl.runner import run
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
     out_dir = HydraConfig.get().runtime.output_dir

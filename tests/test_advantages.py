@@ -1,4 +1,4 @@
-"""Tests for prs.advantages against a pure-Python reference and the peers' worked examples."""
+"""Tests for prs.core.advantages against a pure-Python reference and the peers' worked examples."""
 import itertools
 import math
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from prs.advantages import group_advantages, group_pass_rates, mixed_groups
+from prs.core.advantages import group_advantages, group_pass_rates, mixed_groups
 
 
 # ---------------------------------------------------------------- independent reference (pure Python)

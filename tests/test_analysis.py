@@ -1,6 +1,6 @@
 """Analysis of runs (prs.analysis, experiments.analyze): convergence steps on synthetic curves,
 bootstrap coverage on known distributions, partial/killed runs, settled bucket rates, the CLI.
-Synthetic run directories are written in ``prs.runner``'s metrics.jsonl format; no training."""
+Synthetic run directories are written in ``prs.rl.runner``'s metrics.jsonl format; no training."""
 from __future__ import annotations
 
 import json
@@ -23,7 +23,7 @@ def curve(steps, tau, y0=0.3, y1=0.9):
 def write_run(root: pathlib.Path, name: str, *, method: str, seed: int, steps: int, tau: float, eval_every: int = 10,
               killed_at: int | None = None, summary: bool = True, step_time: float = 1.0, tokens: int = 100,
               reroll: dict | None = None, config: bool = True, truncated_tail: bool = False, noise: float = 0.0):
-    """A run directory like prs.runner's; killed_at < steps stops after that many train lines."""
+    """A run directory like prs.rl.runner's; killed_at < steps stops after that many train lines."""
     d = root / name
     d.mkdir(parents=True)
     done = steps if killed_at is None else killed_at

@@ -1,8 +1,8 @@
-"""Tests for prs.audit: EQS and its verdicts, separability/F1/hack-rate helpers, the gold-sanity gate."""
+"""Tests for prs.rewards.audit: EQS and its verdicts, separability/F1/hack-rate helpers, the gold-sanity gate."""
 import numpy as np
 import pytest
 
-from prs import audit as au
+from prs.rewards import audit as au
 
 
 def test_eqs_matches_formula_and_verdicts():

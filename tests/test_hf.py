@@ -1,4 +1,4 @@
-"""prs.hf against Hugging Face ``transformers`` (torch CPU): a tiny random Qwen3 / Llama saved with
+"""prs.models.hf against Hugging Face ``transformers`` (torch CPU): a tiny random Qwen3 / Llama saved with
 ``save_pretrained`` must give the same logits in prs (full forward, cached decoding, greedy
 generation); safetensors I/O against the reference ``safetensors`` package; errors."""
 import json
@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import hf
-from prs import model as M
-from prs.sampler import SamplerConfig, sample
+from prs.models import hf
+from prs.models import qwen3 as M
+from prs.models.sampler import SamplerConfig, sample
 
 V, D, L, K, KV, H, F = 96, 64, 2, 4, 2, 16, 128
 
@@ -179,7 +179,7 @@ def test_sharded_load_over_mesh(tmp_path, eight_devices):
                         tie_embeddings=False)
     params = M.init_params(cfg, jax.random.key(5), std=0.2)
     hf.save_checkpoint(tmp_path, params, cfg)
-    from prs.sharding import make_mesh
+    from prs.parallel.sharding import make_mesh
     mesh = make_mesh(eight_devices, model_parallel=2)
     cfg2, sharded = hf.load_checkpoint(tmp_path, mesh=mesh)
     for path, x in jax.tree_util.tree_leaves_with_path(sharded):

@@ -1,4 +1,4 @@
-"""Tests for prs.losses against a float64 numpy re-implementation, closed forms and the peer bugs."""
+"""Tests for prs.core.losses against a float64 numpy re-implementation, closed forms and the peer bugs."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prs.advantages import group_advantages, mixed_groups
-from prs.losses import AGG_MODES, agg_denominator, policy_loss, token_entropy, token_logprobs
+from prs.core.advantages import group_advantages, mixed_groups
+from prs.core.losses import AGG_MODES, agg_denominator, policy_loss, token_entropy, token_logprobs
 
 
 # ---------------------------------------------------------------- numpy reference (float64)

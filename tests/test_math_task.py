@@ -9,16 +9,17 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from prs import hf  # noqa: E402
-from prs import math_verify as mv  # noqa: E402
+from prs.models import hf  # noqa: E402
+from prs.rewards import math_verify as mv  # noqa: E402
 from prs.tasks import math_jsonl  # noqa: E402
-from prs.tokenizer import CHATML, Tokenizer, _render_chatml  # noqa: E402
+from prs.models.tokenizer import CHATML, Tokenizer, _render_chatml  # noqa: E402
+from prs.tasks.math_jsonl import tokenizer_texts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_qwen3")
-    hf.make_tiny_checkpoint(path, seed=0)
+    hf.make_tiny_checkpoint(path, seed=0, texts=tokenizer_texts())
     return path
 
 
@@ -186,7 +187,7 @@ def test_hydra_math_experiment_end_to_end(ckpt, tmp_path):
 
     from experiments.config import validate
     from experiments.train import build
-    from prs.runner import base_params, run
+    from prs.rl.runner import base_params, run
 
     conf = pathlib.Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):

@@ -1,4 +1,4 @@
-"""prs.math_verify: the fallback verifier on tricky answers, cross-checked against the
+"""prs.rewards.math_verify: the fallback verifier on tricky answers, cross-checked against the
 ``math-verify`` package (when installed) as an independent peer, and numbers against Python's own
 arithmetic."""
 import math
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from prs import math_verify as mv
+from prs.rewards import math_verify as mv
 
 # (response, gold, equal?) — mathematical facts, checked by both back ends.
 CASES = [

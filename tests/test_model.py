@@ -1,10 +1,11 @@
-"""Tests for prs.model: an independent numpy Qwen3 forward, cached decode == full forward, masks."""
+"""Tests for prs.models.qwen3: an independent numpy Qwen3 forward, cached decode == full forward, masks."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import model as M
+from prs.models import qwen3 as M
+from prs.models.hf import load_hf_state_dict
 
 CFG = M.ModelConfig.preset("tiny")
 CFG_MHA_UNTIED = M.ModelConfig.preset("tiny", n_kv_heads=4, tie_embeddings=False, qk_norm=False)
@@ -57,7 +58,7 @@ def _to_hf(params, cfg):
 
 def _np_forward(sd, tokens, cfg, valid):
     """Per-row, per-head loops in float64 over a HF-named state_dict (nn.Linear: y = x Wᵀ),
-    written from the Qwen3 equations / HF modeling_qwen3 (not from prs.model)."""
+    written from the Qwen3 equations / HF modeling_qwen3 (not from prs.models.qwen3)."""
     R, T = tokens.shape
     H, K, Kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
     out = np.zeros((R, T, cfg.vocab_size))
@@ -110,14 +111,14 @@ def test_load_hf_state_dict_inverts_hf_layout(cfg):
     sd = _to_hf(params, cfg)
     if cfg.tie_embeddings:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied checkpoints may carry it: ignored
-    back = M.load_hf_state_dict({k: v.astype(np.float32) for k, v in sd.items()}, cfg)
+    back = load_hf_state_dict({k: v.astype(np.float32) for k, v in sd.items()}, cfg)
     assert jax.tree.structure(back) == jax.tree.structure(params)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)
     with pytest.raises(ValueError, match="missing tensor 'model.norm.weight'"):
-        M.load_hf_state_dict({k: v for k, v in sd.items() if k != "model.norm.weight"}, cfg)
+        load_hf_state_dict({k: v for k, v in sd.items() if k != "model.norm.weight"}, cfg)
     sd["model.layers.0.mlp.up_proj.weight"] = sd["model.layers.0.mlp.up_proj.weight"].T
     with pytest.raises(ValueError, match="up_proj"):
-        M.load_hf_state_dict(sd, cfg)
+        load_hf_state_dict(sd, cfg)
 
 
 def test_padding_does_not_change_valid_logits():

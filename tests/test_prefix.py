@@ -1,4 +1,4 @@
-"""Tests for prs.prefix: the Prefix Sampling controller."""
+"""Tests for prs.core.prefix: the Prefix Sampling controller."""
 import math
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import prefix as px
+from prs.core import prefix as px
 
 NS = (2, 4, 5, 8, 16)
 

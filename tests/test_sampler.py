@@ -1,4 +1,4 @@
-"""Tests for prs.sampler against independent references: step-by-step full-forward argmax, numpy
+"""Tests for prs.models.sampler against independent references: step-by-step full-forward argmax, numpy
 top-k/top-p sets, a chi-square test of the sampling distribution, and the cache-free resume path."""
 import jax
 import jax.numpy as jnp
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from prs import model as M
-from prs import sampler as S
-from prs.sharding import DATA_AXIS, make_mesh
+from prs.models import qwen3 as M
+from prs.models import sampler as S
+from prs.parallel.sharding import DATA_AXIS, make_mesh
 
 CFG = M.ModelConfig.preset("tiny")
 FWD = jax.jit(M.forward, static_argnames=("cfg",))

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs.advantages import group_advantages, group_pass_rates, mixed_groups
-from prs.losses import AGG_MODES, policy_loss, token_logprobs
-from prs.sharding import DATA_AXIS, make_mesh, replicate, shard_batch
+from prs.core.advantages import group_advantages, group_pass_rates, mixed_groups
+from prs.core.losses import AGG_MODES, policy_loss, token_logprobs
+from prs.parallel.sharding import DATA_AXIS, make_mesh, replicate, shard_batch
 
 
 def _on_one_device(tree):

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import prefix as px
+from prs.core import prefix as px
 from prs import sim
-from prs.advantages import group_advantages
+from prs.sim import simulator
+from prs.core.advantages import group_advantages
 
 TINY = dict(n_tasks=16, chain_len=4, groups=8, steps=60, lr=3.0)  # one compiled program shared by the tests
 
@@ -129,7 +130,7 @@ def test_seeds_reproducible_and_independent():
 def test_no_recompile_across_difficulty_and_target():
     cfg = sim.SimConfig(mode="ps_ada", **TINY)
     sim.simulate(cfg, sim.SimParams.make("uniform", 0.5), seeds=4)
-    runner = sim._runner(cfg)
+    runner = simulator._runner(cfg)
     n0 = runner._cache_size()
     for d, t in [("bimodal", 0.3), ("hard_heavy", 0.7)]:
         sim.simulate(cfg, sim.SimParams.make(d, t), seeds=4)

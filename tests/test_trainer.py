@@ -11,11 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import prefix as ps
-from prs.model import ModelConfig
-from prs.runner import RunConfig, run
-from prs.tasks.registry import ArithTask, make_task
-from prs.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.core import prefix as ps
+from prs.models.qwen3 import ModelConfig
+from prs.rl.runner import RunConfig, run
+from prs.tasks.arith import ArithTask
+from prs.tasks.registry import make_task
+from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
 
 TASK = make_task("arith", min_terms=2, max_terms=4)
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -223,7 +224,7 @@ def test_reroll_reward_grades_replayed_prefix_plus_continuation():
 
 
 def test_warm_start_is_built_once_and_reused(tmp_path):
-    from prs.runner import base_params as get_base
+    from prs.rl.runner import base_params as get_base
 
     rc = RunConfig(steps=1, sft_steps=3, sft_batch=8, wandb_mode="disabled")
     logs = []
@@ -233,7 +234,7 @@ def test_warm_start_is_built_once_and_reused(tmp_path):
     same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), p1, p2)
     assert all(jax.tree.leaves(same))
     # and it is a trained model, not the random init
-    from prs.model import init_params
+    from prs.models.qwen3 import init_params
     init = init_params(MODEL, jax.random.PRNGKey(rc.sft_seed))
     assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), p1, init)))
 
@@ -253,7 +254,7 @@ def test_reroll_fallback_never_loses_a_mixed_group(base_params):
 
 def test_rft_trains_on_at_most_cap_successes_per_task_with_nll(base_params):
     """SWE-Gym rejection-sampling fine-tuning: loss = token-mean NLL on <= cap successful rollouts per task."""
-    from prs.model import forward
+    from prs.models.qwen3 import forward
     from prs.tasks.arith import verify
 
     rl = dataclasses.replace(RL, algorithm="rft", rft_cap=2)

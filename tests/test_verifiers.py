@@ -1,4 +1,4 @@
-"""Tests for prs.verifiers: Pass@k, Best@k, ORM score, R2E-Gym scores, SWE-Gym capping."""
+"""Tests for prs.rewards.verifiers: Pass@k, Best@k, ORM score, R2E-Gym scores, SWE-Gym capping."""
 import itertools
 import math
 from fractions import Fraction
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from prs import verifiers as vf
+from prs.rewards import verifiers as vf
 
 
 # ---------------------------------------------------------------- Pass@k

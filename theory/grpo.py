@@ -50,7 +50,7 @@ def canonical_rewards(n: int, *, width: int | None = None, dtype: Any = None) ->
 
 
 def _advantages(rewards, valid, estimator, std_ddof, eps):
-    from prs.advantages import group_advantages  # noqa: PLC0415 (sibling package, imported lazily)
+    from prs.core.advantages import group_advantages  # noqa: PLC0415 (sibling package, imported lazily)
 
     return group_advantages(rewards, estimator=estimator, valid=valid, std_ddof=std_ddof, eps=eps)
 

@@ -139,7 +139,7 @@ def _compositions(m: int) -> np.ndarray:
 
 
 def _advantages(rewards, estimator):
-    from prs.advantages import group_advantages  # noqa: PLC0415
+    from prs.core.advantages import group_advantages  # noqa: PLC0415
 
     return group_advantages(rewards, estimator=estimator)
 

@@ -1,7 +1,14 @@
-"""Procedurally generated tasks with exactly verifiable answers (re-exports only)."""
+"""Tasks and their environments: problems, prompts, verifiers, demonstrations, rollouts.
+
+May import ``prs.core``, ``prs.models``, ``prs.rewards`` and ``prs.rl.episodes`` (the ``Episodes``
+type), never the trainer or the run loop. Importing this package registers every shipped task
+(``arith``, ``math_jsonl``, ``repair``) with ``prs.tasks.registry``.
+"""
+from prs.tasks import arith, math_jsonl, repair_task  # noqa: F401  (each registers itself)
 from prs.tasks.arith import (  # noqa: F401
     EVAL_SEED,
     ArithConfig,
+    ArithTask,
     Demonstrations,
     Problems,
     answer_start,
@@ -15,4 +22,5 @@ from prs.tasks.arith import (  # noqa: F401
     simulate_prefix_replay,
     verify,
 )
+from prs.tasks.registry import available_tasks, make_task, register_task  # noqa: F401
 from prs.tasks.vocab import VOCAB, Vocab  # noqa: F401

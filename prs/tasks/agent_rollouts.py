@@ -1,4 +1,4 @@
-"""Multi-turn agent rollouts with replay-through-execution, for ``prs.trainer`` (``make_rollouts``).
+"""Multi-turn agent rollouts with replay-through-execution, for ``prs.rl.trainer`` (``make_rollouts``).
 
 An episode interleaves policy turns (sampled until ``;`` or EOS, at most ``A`` tokens) and
 observation turns (the environment's answer to the action, rendered as tokens, ``policy_mask`` 0,
@@ -6,7 +6,7 @@ so never in the loss)::
 
     prompt  a_1 o_1  a_2 o_2  …  a_n            (a_n = ``$`` or the last turn of the budget)
 
-One sampler call per turn: ``prs.sampler.sample`` for the first action, then
+One sampler call per turn: ``prs.models.sampler.sample`` for the first action, then
 ``append_and_resume`` with the observations of the rows still running (KV cache carried between
 turns). The host executes every action (``prs.tasks.repair.execute``) between calls. Budgets: ``A``
 tokens per action (a longer turn is cut by the sampler and answered with an error observation),
@@ -48,11 +48,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs import model as model_lib
-from prs.sampler import Rollout, SamplerConfig, append_and_resume, sample
+from prs.models import qwen3 as model_lib
+from prs.models.sampler import Rollout, SamplerConfig, append_and_resume, sample
 from prs.tasks import repair as env_lib
 from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
-from prs.trainer import Episodes
+from prs.rl.episodes import Episodes
 
 _COSTS = ("tokens_generated", "tokens_replayed", "tokens_forced", "env_steps", "env_steps_replayed",
           "time_env_s", "time_rebuild_s", "time_sample_s", "calls")
@@ -114,7 +114,7 @@ class AgentRollouts:
     """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
 
     Args:
-      trainer: the ``prs.trainer.Trainer`` (model config, RL config, mesh).
+      trainer: the ``prs.rl.trainer.Trainer`` (model config, RL config, mesh).
       env: the task's ``RepairConfig``.  mode: ``"replay"`` or ``"regenerate"`` (see module docstring).
 
     Every sampler call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so

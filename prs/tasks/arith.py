@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prs.tasks.registry import register_task
 from prs.tasks.vocab import VOCAB, Vocab
 
 _SPLITS = {"train": 0, "eval": 1, "all": 2}
@@ -536,3 +537,73 @@ def describe(cfg: ArithConfig) -> str:
         f"fix delay <= {cfg.max_fix_delay}, restarts <= {cfg.max_restarts}; "
         f"1/{cfg.eval_every} of prompts held out for eval"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The task as the trainer sees it (``prs.tasks.registry.SingleTurnTask``)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArithTask:
+    """The modular-addition chain task (`prs.tasks.arith`) behind the `SingleTurnTask` protocol."""
+
+    cfg: ArithConfig = ArithConfig()
+    name: str = "arith"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab.size
+
+    @property
+    def pad_id(self) -> int:
+        return self.cfg.vocab.pad_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.cfg.vocab.eos_id
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.cfg.max_solution_len
+
+    def train_problems(self, *, seed: int, step: int, count: int) -> Problems:
+        # one independent stream per (seed, step): a resumed run draws the same problems
+        return make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
+
+    def eval_problems(self, *, count: int) -> Problems:
+        return eval_problems(self.cfg, count=count)
+
+    def take(self, problems: Problems, index: np.ndarray) -> Problems:
+        return Problems(*(np.asarray(x)[index] for x in problems))
+
+    def prompts(self, problems: Problems) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(problems.prompt), np.asarray(problems.prompt_len)
+
+    def rewards(self, problems: Problems, rollout, *, group_size: int) -> jnp.ndarray:
+        """[B, N] 0/1. The response graded is everything after the *task* prompt: for a re-rollout,
+        the replayed prefix plus the continuation (the rollout's own ``prompt_lengths`` would
+        hide the prefix from the verifier)."""
+        answer = jnp.repeat(jnp.asarray(problems.answer), group_size)  # [R]
+        task_prompt_len = jnp.repeat(jnp.asarray(problems.prompt_len), group_size)  # [R]
+        r = verify(answer, rollout.tokens, task_prompt_len, rollout.lengths)
+        return r.reshape(-1, group_size)  # [B, N]
+
+    def demonstrations(self, problems: Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        d = demonstrations(problems, self.cfg, seed=seed)
+        return d.tokens, d.loss_mask
+
+    def decode(self, ids) -> str:
+        return self.cfg.vocab.decode([int(i) for i in ids])
+
+
+def _arith(**params) -> ArithTask:
+    fields = {f.name for f in dataclasses.fields(ArithConfig)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ValueError(f"task 'arith': unknown parameter(s) {unknown}; known: {sorted(fields)}")
+    if params.get("term_weights") is not None:
+        params["term_weights"] = tuple(float(w) for w in params["term_weights"])
+    return ArithTask(ArithConfig(**params))
+
+
+register_task("arith", _arith)

@@ -9,12 +9,12 @@ in the repository for tests: ``SHIPPED`` (``prs/tasks/data/math_tiny.jsonl``).
 
 Prompt (the paper's math setting): the problem plus ``instruction`` as one user message, rendered
 with the checkpoint's chat template in non-thinking mode (``enable_thinking=False``) and tokenised
-with the checkpoint's ``tokenizer.json`` (``prs.tokenizer``). All prompts are right-padded with
+with the checkpoint's ``tokenizer.json`` (``prs.models.tokenizer``). All prompts are right-padded with
 ``pad_id`` to one width ``P`` (``max_prompt_len``, default the longest prompt rounded up to a
 multiple of 16): one sampler compile for the whole data set. A problem longer than ``P`` is dropped
 at load time (counted in ``dropped``).
 
-Reward: r = 1 iff the response's final answer (last ``\\boxed{}``; see ``prs.math_verify``) equals
+Reward: r = 1 iff the response's final answer (last ``\\boxed{}``; see ``prs.rewards.math_verify``) equals
 the gold answer. The response graded is every token after the task prompt up to the first
 ``eos_id`` (the replayed prefix of a re-rollout included). Grading is host-side string work, so
 ``rewards_jittable = False``: the trainer calls ``rewards`` outside ``jax.jit``; it loops over the
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from prs.math_verify import verify_answer
+from prs.rewards.math_verify import verify_answer
 from prs.tasks.registry import register_task
 
 SHIPPED = pathlib.Path(__file__).parent / "data" / "math_tiny.jsonl"
@@ -233,7 +233,7 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
       max_prompt_len: prompt width P (longer prompts are dropped). backend: verifier back end.
       max_rows: keep only the first rows of each split (quick runs).
     """
-    from prs.tokenizer import Tokenizer
+    from prs.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_checkpoint(tokenizer)
     path = str(path or SHIPPED)
@@ -251,3 +251,36 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
 
 
 register_task("math_jsonl", make_math_jsonl)
+
+
+def tokenizer_texts(path=None) -> list[str]:
+    """Training texts for a tiny byte-level BPE tokenizer: the problems and solutions of ``path``
+    (default ``SHIPPED``) and the chat markup (``prs.models.hf.make_tiny_checkpoint(texts=...)``)."""
+    rows = [json.loads(line) for line in pathlib.Path(path or SHIPPED).read_text().splitlines() if line.strip()]
+    return [r["problem"] + "\n" + r.get("solution", "") for r in rows] + ["user\nassistant\n\\boxed{}"]
+
+
+def make_tiny_checkpoint(path, **kw):
+    """``prs.models.hf.make_tiny_checkpoint`` with its tokenizer trained on ``tokenizer_texts()``."""
+    from prs.models.hf import make_tiny_checkpoint as _make
+
+    return _make(path, texts=kw.pop("texts", None) or tokenizer_texts(), **kw)
+
+
+def main(argv=None) -> None:
+    """``python -m prs.tasks.math_jsonl make-tiny DIR [--seed S]``: a tiny random Qwen3 checkpoint
+    whose tokenizer is trained on the shipped math problems (``make_tiny_checkpoint``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m prs.tasks.math_jsonl")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("make-tiny", help="write a tiny random Qwen3 checkpoint with a tokenizer")
+    t.add_argument("dir")
+    t.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = make_tiny_checkpoint(args.dir, seed=args.seed)
+    print(f"wrote {args.dir}: {cfg}")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,17 +10,18 @@ demonstrations; everything else (sampling, prefix replay, advantages, updates) i
 
 Task-specific knobs go through ``make_task(name, **params)``; an unknown knob is a ``ValueError``
 naming the task and the knobs it accepts.
+
+This module is the mechanism only and imports no task: each task module registers itself
+(``register_task``), and ``prs/tasks/__init__.py`` imports every shipped task, so whoever imports
+``prs.tasks.registry`` finds them all registered.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import jax.numpy as jnp
 import numpy as np
-
-from prs.tasks import arith
 
 
 class SingleTurnTask(Protocol):
@@ -39,70 +40,7 @@ class SingleTurnTask(Protocol):
     def decode(self, ids) -> str: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class ArithTask:
-    """The modular-addition chain task (`prs.tasks.arith`) behind the `SingleTurnTask` protocol."""
-
-    cfg: arith.ArithConfig = arith.ArithConfig()
-    name: str = "arith"
-
-    @property
-    def vocab_size(self) -> int:
-        return self.cfg.vocab.size
-
-    @property
-    def pad_id(self) -> int:
-        return self.cfg.vocab.pad_id
-
-    @property
-    def eos_id(self) -> int:
-        return self.cfg.vocab.eos_id
-
-    @property
-    def max_new_tokens(self) -> int:
-        return self.cfg.max_solution_len
-
-    def train_problems(self, *, seed: int, step: int, count: int) -> arith.Problems:
-        # one independent stream per (seed, step): a resumed run draws the same problems
-        return arith.make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
-
-    def eval_problems(self, *, count: int) -> arith.Problems:
-        return arith.eval_problems(self.cfg, count=count)
-
-    def take(self, problems: arith.Problems, index: np.ndarray) -> arith.Problems:
-        return arith.Problems(*(np.asarray(x)[index] for x in problems))
-
-    def prompts(self, problems: arith.Problems) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(problems.prompt), np.asarray(problems.prompt_len)
-
-    def rewards(self, problems: arith.Problems, rollout, *, group_size: int) -> jnp.ndarray:
-        """[B, N] 0/1. The response graded is everything after the *task* prompt: for a re-rollout,
-        the replayed prefix plus the continuation (the rollout's own ``prompt_lengths`` would
-        hide the prefix from the verifier)."""
-        answer = jnp.repeat(jnp.asarray(problems.answer), group_size)  # [R]
-        task_prompt_len = jnp.repeat(jnp.asarray(problems.prompt_len), group_size)  # [R]
-        r = arith.verify(answer, rollout.tokens, task_prompt_len, rollout.lengths)
-        return r.reshape(-1, group_size)  # [B, N]
-
-    def demonstrations(self, problems: arith.Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        d = arith.demonstrations(problems, self.cfg, seed=seed)
-        return d.tokens, d.loss_mask
-
-    def decode(self, ids) -> str:
-        return self.cfg.vocab.decode([int(i) for i in ids])
-
-
-def _arith(**params) -> ArithTask:
-    fields = {f.name for f in dataclasses.fields(arith.ArithConfig)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ValueError(f"task 'arith': unknown parameter(s) {unknown}; known: {sorted(fields)}")
-    if params.get("term_weights") is not None:
-        params["term_weights"] = tuple(float(w) for w in params["term_weights"])
-    return ArithTask(arith.ArithConfig(**params))
-
-
-TASKS: dict[str, Callable[..., Any]] = {"arith": _arith}
+TASKS: dict[str, Callable[..., Any]] = {}
 
 
 def register_task(name: str, factory: Callable[..., Any]) -> None:
@@ -117,7 +55,6 @@ def make_task(name: str, **params):
     return TASKS[name](**params)
 
 
-# Tasks defined in their own modules register themselves on import; importing them here means
-# `make_task` knows every shipped task whoever imports the registry (prs code, Hydra, notebooks).
-from prs.tasks import math_jsonl as _math_jsonl  # noqa: E402,F401  (registers "math_jsonl")
-from prs.tasks import repair as _repair  # noqa: E402,F401  (registers the "repair" agent task)
+def available_tasks() -> list[str]:
+    """The registered task names (every shipped task once ``prs.tasks`` is imported)."""
+    return sorted(TASKS)

@@ -4,7 +4,7 @@ One step (``Trainer.step``), all shapes fixed per run so that every jitted piece
 
     1. B problems (deterministic in (seed, step)), each prompt repeated N times     -> [R, P]
     2. sample N rollouts per problem, reward them with the task's verifier          -> r [B, N]
-    3. buckets by k = Σ r (``prs.prefix.assign_buckets``); for every skewed group:
+    3. buckets by k = Σ r (``prs.core.prefix.assign_buckets``); for every skewed group:
        a source rollout (a success for a hard group, a failure for an easy one), a cut point
        c = round(ρ_b · len(source's policy tokens)) clamped to [1, len − 1], and N re-rollouts
        whose input is prompt + the source's first c generated tokens: the policy generates only
@@ -12,7 +12,7 @@ One step (``Trainer.step``), all shapes fixed per run so that every jitted piece
        is 0 on them and they get no gradient (prefix masking, Zhu et al. 2026, §3)
     4. the re-rolled group replaces the original (``reroll="replace"``) or is added beside it
        (``reroll="append"``); the controller sees each re-rolled group's pass rate
-       (``prs.prefix.update``)
+       (``prs.core.prefix.update``)
     5. advantages per group (default leave-one-out without std: the GRPO++ recipe), groups
        without reward contrast dropped (DAPO's filter, as a mask so shapes stay fixed)
     6. the clipped surrogate (``prs.policy_loss``, clip-high 0.28, no KL by default) on the
@@ -20,7 +20,7 @@ One step (``Trainer.step``), all shapes fixed per run so that every jitted piece
 
 Randomness: every step draws its keys from ``fold_in(PRNGKey(seed), step)`` and its problems from
 ``(seed, step)``, so a run resumed from a checkpoint at step s continues exactly as the
-uninterrupted run (``prs.runner`` tests this).
+uninterrupted run (``prs.rl.runner`` tests this).
 
 The host drives the loop: sampling stops rows at EOS inside one jitted ``while_loop`` per call,
 rewards are jitted, and only small per-group vectors (k, buckets, sources, cuts) come back to the
@@ -38,12 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from prs import prefix as ps
-from prs.advantages import group_advantages, mixed_groups
-from prs.losses import policy_loss, token_entropy, token_logprobs
-from prs.model import ModelConfig, forward, init_params
-from prs.sampler import Rollout, SamplerConfig, sample
-from prs.verifiers import cap_successes_per_task
+from prs.core import prefix as ps
+from prs.core.advantages import group_advantages, mixed_groups
+from prs.core.losses import policy_loss, token_entropy, token_logprobs
+from prs.models.qwen3 import ModelConfig, forward, init_params
+from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
+from prs.rewards.verifiers import cap_successes_per_task
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 REROLL_MODES = ("replace", "append")
@@ -59,12 +59,12 @@ class RLConfig:
       estimator: advantage estimator (``grpo``, ``dr_grpo``, ``rloo``).
       std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
-      agg: loss aggregation (``prs.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
+      agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
       kl_coef, entropy_coef: no KL and no entropy loss in GRPO++.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
       algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
         sampling fine-tuning, i.e. token-mean cross-entropy on successful rollouts only, at most
-        ``rft_cap`` per task chosen at random (``prs.verifiers.cap_successes_per_task``; Pan et
+        ``rft_cap`` per task chosen at random (``prs.rewards.verifiers.cap_successes_per_task``; Pan et
         al. 2025, arXiv:2412.21139). RFT runs without Prefix Sampling (``mode="baseline"``).
       reroll: ``replace`` or ``append`` re-rolled groups.
       reroll_fallback: with ``replace``, keep the original group when its re-rolled group has no
@@ -133,14 +133,6 @@ class TrainState(NamedTuple):
     prefix: ps.PrefixState     # controller state, [K] per bucket
 
 
-def _pad_width(x: np.ndarray | jax.Array, width: int, fill) -> jax.Array:
-    """Right-pads the last axis of ``x [R, L]`` to ``width``."""
-    extra = width - x.shape[1]
-    if extra < 0:
-        raise ValueError(f"internal: rollout width {x.shape[1]} exceeds the training width {width}")
-    return jnp.pad(jnp.asarray(x), ((0, 0), (0, extra)), constant_values=fill)
-
-
 class Batch(NamedTuple):
     """What the update sees; L = the run's fixed training width."""
 
@@ -152,91 +144,6 @@ class Batch(NamedTuple):
     advantages: jax.Array   # [R] f32
 
 
-class Episodes(NamedTuple):
-    """Rollouts as the trainer consumes them, whatever the task (single- or multi-turn).
-
-    ``units`` are what a cut point counts: generated tokens for a single-turn task, policy turns
-    for a multi-turn agent task (a prefix is cut at a turn boundary there).
-    """
-
-    tokens: jax.Array       # [R, L] int32 task prompt, (replayed prefix,) generated/observation tokens, pad
-    positions: jax.Array    # [R, L] int32
-    valid: jax.Array        # [R, L] bool
-    policy_mask: jax.Array  # [R, L] bool, tokens the current policy generated in this call
-    logprobs: jax.Array     # [R, L] f32, their sampling log-probs (raw policy, temperature 1)
-    rewards: jax.Array      # [R] f32 binary outcome of the whole episode (prefix + continuation)
-    units: jax.Array        # [R] int32 policy units of the episode (tokens or turns)
-    replayed: jax.Array     # [R] int32 tokens replayed from a source instead of generated
-    env_steps: jax.Array    # [R] int32 environment executions (replayed actions included)
-
-
-def episodes_from_rollout(ro: Rollout, rewards: jax.Array, width: int, pad_id: int, *, replayed=None) -> Episodes:
-    """Single-turn ``Rollout`` -> ``Episodes`` padded to ``width``; units = generated tokens."""
-    r = ro.tokens.shape[0]
-    zeros = jnp.zeros((r,), jnp.int32)
-    return Episodes(
-        tokens=_pad_width(ro.tokens, width, pad_id),
-        positions=_pad_width(ro.positions, width, 0),
-        valid=_pad_width(ro.valid, width, False),
-        policy_mask=_pad_width(ro.policy_mask, width, False),
-        logprobs=_pad_width(ro.logprobs, width, 0.0),
-        rewards=rewards.reshape(-1).astype(jnp.float32),
-        units=jnp.sum(ro.policy_mask, axis=1).astype(jnp.int32),
-        replayed=zeros if replayed is None else jnp.asarray(replayed, jnp.int32),
-        env_steps=zeros,
-    )
-
-
-def take_rows(ep: Episodes, rows) -> Episodes:
-    return Episodes(*(x[rows] for x in ep))
-
-
-class SingleTurnRollouts:
-    """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
-
-    A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
-    tokens; the sampler generates the continuation (up to the same ``max_new_tokens`` budget).
-    Two sampler shapes per run: ``[R, P]`` and ``[R, P + T]`` (prompt-width buckets).
-    """
-
-    def __init__(self, trainer: "Trainer"):
-        task, rl = trainer.task, trainer.rl
-        self.trainer, self.task = trainer, task
-        t_new = rl.max_new_tokens or task.max_new_tokens
-        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
-        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
-                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
-                                  buckets=(prompt_w, prompt_w + t_new))
-        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
-        self.width = prompt_w + 2 * t_new  # L: fixed training width
-        if getattr(task, "rewards_jittable", True):
-            self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
-        else:
-            self._rewards = task.rewards
-
-    def _sample(self, params, rows, rows_len, key, scfg):
-        tr = self.trainer
-        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh)
-
-    def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
-        prompt, plen = self.task.prompts(problems)
-        ro = self._sample(params, np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size), key,
-                          self.eval_scfg if evaluation else self.scfg)
-        r = self._rewards(problems, ro, group_size=group_size)
-        return episodes_from_rollout(ro, r, self.width, self.task.pad_id)
-
-    def reroll(self, params, problems, source: Episodes, cut: np.ndarray, key, *, group_size: int) -> Episodes:
-        """``group_size`` re-rollouts of each source row [G] continuing its first ``cut[g]`` units."""
-        _, plen = self.task.prompts(problems)                                    # [G] task prompt lengths
-        new_len = plen + cut                                                     # prompt + replayed prefix
-        width = int(new_len.max())
-        idx = np.arange(width)[None, :]
-        rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
-        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg)
-        r = self._rewards(problems, ro, group_size=group_size)
-        return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
-
-
 class Trainer:
     """Holds the static configuration and the jitted pieces of one run.
 
@@ -244,9 +151,9 @@ class Trainer:
       task: a ``prs.tasks.registry.SingleTurnTask``, or any task with ``make_rollouts(trainer)``
         returning an object with ``width``, ``rollout(...)`` and ``reroll(...)`` like
         ``SingleTurnRollouts`` (multi-turn agent tasks).
-      model_cfg: ``prs.model.ModelConfig`` (``vocab_size`` must equal the task's).
-      rl: ``RLConfig``.  prefix: ``prs.prefix.PrefixConfig`` (its ``n`` must equal ``rl.group_size``).
-      seed: the run's seed.  mesh: optional ``prs.sharding`` mesh for the sampler's batch.
+      model_cfg: ``prs.models.qwen3.ModelConfig`` (``vocab_size`` must equal the task's).
+      rl: ``RLConfig``.  prefix: ``prs.core.prefix.PrefixConfig`` (its ``n`` must equal ``rl.group_size``).
+      seed: the run's seed.  mesh: optional ``prs.parallel.sharding`` mesh for the sampler's batch.
     """
 
     def __init__(self, task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, *,

@@ -397,13 +397,3 @@ _HF_LAYER = {  # our stacked name -> (HF suffix under model.layers.{i}., transpo
     "up_proj": ("mlp.up_proj.weight", True),
     "down_proj": ("mlp.down_proj.weight", True),
 }
-
-
-def load_hf_state_dict(state, cfg: ModelConfig) -> Params:
-    """Parameters from a Hugging Face Qwen3 ``state_dict`` (name -> array-like, e.g. numpy arrays
-    from safetensors): ``nn.Linear`` weights ``[out, in]`` are transposed to ``[in, out]`` and
-    layers stacked on ``[L]`` (layout in the module docstring). A tied checkpoint's
-    ``lm_head.weight`` is ignored. Raises ValueError naming a missing key or a wrong shape."""
-    from prs.hf import load_params  # one loader: prs.hf also reads sharded safetensors
-
-    return load_params(state, cfg)

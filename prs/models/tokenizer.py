@@ -75,7 +75,7 @@ class Tokenizer:
         try:
             from tokenizers import Tokenizer as _Tok
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("prs.tokenizer needs the `tokenizers` package: pip install tokenizers") from e
+            raise ImportError("prs.models.tokenizer needs the `tokenizers` package: pip install tokenizers") from e
         config = {}
         if (path / "tokenizer_config.json").exists():
             config = json.loads((path / "tokenizer_config.json").read_text())

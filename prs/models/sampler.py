@@ -52,9 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from prs import model as model_lib
-from prs.model import Cache, ModelConfig, Params
-from prs.sharding import DATA_AXIS, replicate, shard_batch
+from prs.models import qwen3 as model_lib
+from prs.models.qwen3 import Cache, ModelConfig, Params
+from prs.parallel.sharding import DATA_AXIS, replicate, shard_batch
 
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 

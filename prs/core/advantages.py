@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prs import _validate as v
+from prs.core import _validate as v
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "rloo_std")
 SINGLETON_MODES = ("zero", "raw")

@@ -4,7 +4,7 @@
     cfg, params = load_checkpoint(path, mesh=make_mesh())                         # sharded over the mesh
     save_checkpoint("/tmp/tiny", params, cfg)                                     # back to the HF layout
 
-Supported architectures (``config.json`` ``model_type``), all mapped onto ``prs.model``'s
+Supported architectures (``config.json`` ``model_type``), all mapped onto ``prs.models.qwen3``'s
 Qwen3-shaped decoder (pre-norm, grouped-query attention, RoPE rotate-half, SwiGLU, RMSNorm):
 
     qwen3   Qwen3ForCausalLM   per-head q/k RMSNorm (``qk_norm=True``), no biases, ``head_dim`` explicit
@@ -12,18 +12,18 @@ Qwen3-shaped decoder (pre-norm, grouped-query attention, RoPE rotate-half, SwiGL
     mistral MistralForCausalLM as llama, without a sliding window
 
 Everything else raises ``ValueError`` naming the field: ``qwen2`` (Qwen2/2.5: q/k/v biases, which
-``prs.model`` has no parameters for), ``attention_bias``/``mlp_bias`` true, a ``rope_scaling`` /
-``rope_parameters.rope_type`` other than default (linear, dynamic, yarn, llama3: ``prs.model``
+``prs.models.qwen3`` has no parameters for), ``attention_bias``/``mlp_bias`` true, a ``rope_scaling`` /
+``rope_parameters.rope_type`` other than default (linear, dynamic, yarn, llama3: ``prs.models.qwen3``
 implements θ only), a sliding window, an activation other than SiLU.
 
 Names and transposes (HF ``nn.Linear.weight`` is ``[out, in]``; prs kernels are ``[in, out]`` with
-layers stacked on ``[L]``) are those of ``prs.model``'s docstring; with ``tie_word_embeddings`` the
+layers stacked on ``[L]``) are those of ``prs.models.qwen3``'s docstring; with ``tie_word_embeddings`` the
 LM head is ``embed_tokensᵀ`` and a stored ``lm_head.weight`` is ignored. RoPE: θ from
 ``rope_theta`` (transformers 4) or ``rope_parameters.rope_theta`` (transformers 5).
 
 dtypes: ``param_dtype`` (storage) defaults to the checkpoint's ``torch_dtype``/``dtype``
 (bfloat16 for released Qwen3), ``dtype`` (matmul compute) defaults to ``param_dtype``; norms,
-softmax and logits are float32 in ``prs.model`` regardless.
+softmax and logits are float32 in ``prs.models.qwen3`` regardless.
 
 The safetensors format (a little-endian u64 header length, a JSON header of
 ``{name: {dtype, shape, data_offsets}}``, then raw bytes) is read here with ``numpy.memmap``, so
@@ -46,7 +46,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from prs.model import _HF_LAYER, ModelConfig, Params, init_params
+from prs.models.qwen3 import _HF_LAYER, ModelConfig, Params, init_params
 
 SUPPORTED = ("qwen3", "llama", "mistral")
 # transformers' config-class defaults for keys a config.json may omit (Qwen3Config, MistralConfig;
@@ -147,7 +147,7 @@ def _rope_theta(hf: Mapping[str, Any]) -> float:
     scaling = hf.get("rope_scaling") or {}
     kind = rp.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     if kind != "default":
-        raise ValueError(f"config.json: rope scaling {kind!r} ({rp or scaling}) is not supported; prs.model "
+        raise ValueError(f"config.json: rope scaling {kind!r} ({rp or scaling}) is not supported; prs.models.qwen3 "
                          f"implements plain RoPE with base θ only")
     theta = rp.get("rope_theta", hf.get("rope_theta", 10_000.0))
     return float(theta)
@@ -158,12 +158,12 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     (``dtype``, ``param_dtype``, ...). ValueError names the unsupported field."""
     mt = hf.get("model_type")
     if mt not in SUPPORTED:
-        extra = " (Qwen2/2.5 have q/k/v biases, which prs.model lacks)" if mt == "qwen2" else ""
+        extra = " (Qwen2/2.5 have q/k/v biases, which prs.models.qwen3 lacks)" if mt == "qwen2" else ""
         raise ValueError(f"config.json: model_type {mt!r} is not supported{extra}; supported: {SUPPORTED}")
     hf = {**_CLASS_DEFAULTS[mt], **hf}
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
-            raise ValueError(f"config.json: {flag}=true is not supported (prs.model has no biases)")
+            raise ValueError(f"config.json: {flag}=true is not supported (prs.models.qwen3 has no biases)")
     act = hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"config.json: hidden_act {act!r} is not supported (SwiGLU with SiLU only)")
@@ -273,6 +273,14 @@ def fsdp_shardings(cfg: ModelConfig, mesh: Mesh) -> Params:
     return jax.tree_util.tree_map_with_path(pick, want)
 
 
+def load_hf_state_dict(state, cfg: ModelConfig) -> Params:
+    """Parameters from a Hugging Face Qwen3 ``state_dict`` (name -> array-like, e.g. numpy arrays
+    from safetensors): ``nn.Linear`` weights ``[out, in]`` are transposed to ``[in, out]`` and
+    layers stacked on ``[L]`` (layout in ``prs.models.qwen3``). A tied checkpoint's
+    ``lm_head.weight`` is ignored. Raises ValueError naming a missing key or a wrong shape."""
+    return load_params(state, cfg)
+
+
 def load_params(tensors: Mapping[str, np.ndarray], cfg: ModelConfig, *, shardings: Params | None = None) -> Params:
     """Parameters for ``cfg`` from HF-named tensors (lazy memmaps or arrays), cast to
     ``cfg.param_dtype``. With ``shardings`` (a tree of ``jax.sharding.Sharding`` in the layout of
@@ -342,18 +350,17 @@ def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapp
 
 def make_tiny_checkpoint(path, *, seed: int = 0, vocab_size: int = 384, d_model: int = 64, n_layers: int = 2,
                          n_heads: int = 4, n_kv_heads: int = 2, head_dim: int = 16, d_ff: int = 128,
-                         std: float = 0.02, texts=None) -> ModelConfig:
+                         std: float = 0.02, texts) -> ModelConfig:
     """A tiny random Qwen3 checkpoint directory (``config.json``, ``model.safetensors``,
     ``tokenizer.json``, ``tokenizer_config.json`` with a ChatML template): the stand-in for a real
-    checkpoint in CPU tests and smoke runs (``python -m prs.hf make-tiny DIR``). The byte-level BPE
-    tokenizer is trained on ``texts`` (default: the shipped math JSONL and the chat markup). Needs
-    the ``tokenizers`` package."""
-    from prs.tasks.math_jsonl import SHIPPED
-    from prs.tokenizer import build_tiny_tokenizer, tokenizer_files
+    checkpoint in CPU tests and smoke runs (``python -m prs.models.hf make-tiny DIR``). The byte-level BPE
+    tokenizer is trained on ``texts`` (a list of strings; ``prs.tasks.math_jsonl.tokenizer_texts()``
+    gives the shipped math problems and the chat markup). Needs the ``tokenizers`` package."""
+    from prs.models.tokenizer import build_tiny_tokenizer, tokenizer_files
 
-    if texts is None:
-        rows = [json.loads(line) for line in SHIPPED.read_text().splitlines() if line.strip()]
-        texts = [r["problem"] + "\n" + r.get("solution", "") for r in rows] + ["user\nassistant\n\\boxed{}"]
+    texts = list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("make_tiny_checkpoint: texts must be a non-empty list of strings")
     tok = build_tiny_tokenizer(texts, vocab_size=vocab_size)
     cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                       n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff, rope_theta=10_000.0)
@@ -361,21 +368,3 @@ def make_tiny_checkpoint(path, *, seed: int = 0, vocab_size: int = 384, d_model:
         raise ValueError(f"make_tiny_checkpoint: tokenizer has {tok.get_vocab_size()} ids > vocab_size={vocab_size}")
     save_checkpoint(path, init_params(cfg, jax.random.key(seed), std=std), cfg, extra_files=tokenizer_files(tok))
     return cfg
-
-
-def main(argv=None) -> None:
-    """``python -m prs.hf make-tiny DIR [--seed S]``: writes ``make_tiny_checkpoint(DIR)``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m prs.hf")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("make-tiny", help="write a tiny random Qwen3 checkpoint with a tokenizer")
-    t.add_argument("dir")
-    t.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    cfg = make_tiny_checkpoint(args.dir, seed=args.seed)
-    print(f"wrote {args.dir}: {cfg}")
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ Everything a run writes goes to its output directory:
 
 Resume: if ``checkpoints/`` holds a checkpoint, the run restores the latest one, drops the
 metrics lines at and after its step, and continues. Because every step's randomness is a
-function of (seed, step) (see ``prs.trainer``), the resumed run writes the same metrics as an
+function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside).
 
 The supervised warm start is built once per (task, model, warm-start settings) and cached under
@@ -32,9 +32,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from prs import prefix as ps
-from prs.model import ModelConfig, init_params
-from prs.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.core import prefix as ps
+from prs.models.qwen3 import ModelConfig, init_params
+from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RunConfig:
       wandb_mode: ``disabled``, ``offline`` (default, into ``<out_dir>/wandb``) or ``online``.
       wandb_project: wandb project name.
       progress: print a progress bar / periodic lines.
-      init_checkpoint: a Hugging Face checkpoint directory (``prs.hf``); when set, its weights are
+      init_checkpoint: a Hugging Face checkpoint directory (``prs.models.hf``); when set, its weights are
         the starting policy and replace the supervised warm start (``sft_*`` are ignored).
     """
 
@@ -116,7 +116,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     import orbax.checkpoint as ocp
 
     if run.init_checkpoint:
-        from prs import hf
+        from prs.models import hf
 
         log(f"[base] loading {run.init_checkpoint} (replaces the warm start)")
         return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg)

@@ -12,7 +12,7 @@ A step may be *replayed* (done already, no decision) or *handicapped* by a logit
 
     P = prod_{l not replayed} sigmoid(theta_l + o_l).
 
-Prefix Sampling (see `prs.prefix`) re-rolls the skewed groups from a prefix of one of their own
+Prefix Sampling (see `prs.core.prefix`) re-rolls the skewed groups from a prefix of one of their own
 rollouts, cut at c = round(rho_b * source_len) steps:
 
 * success prefix (hard buckets): the first c steps of a successful rollout are replayed: they are
@@ -65,8 +65,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs import prefix as px
-from prs.advantages import group_advantages
+from prs.core import prefix as px
+from prs.core.advantages import group_advantages
 
 __all__ = [
     "SimConfig",
@@ -92,7 +92,7 @@ class SimConfig:
     """Static configuration of the simulator (one compiled program per distinct value).
 
     Attributes:
-      mode: Prefix Sampling mode, one of prs.prefix.MODES.
+      mode: Prefix Sampling mode, one of prs.core.prefix.MODES.
       n: rollouts per group N.
       n_tasks: task population size M.
       chain_len: steps per task L.
@@ -108,7 +108,7 @@ class SimConfig:
         (both are trained on; more compute per step).
       reroll_prefix: False re-rolls the same groups from scratch (no prefix): the control that
         separates the prefix's effect from that of sampling more rollouts for skewed groups.
-      ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.prefix).
+      ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.core.prefix).
     """
 
     mode: str = "ps_ada"

@@ -1,0 +1,55 @@
+"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``),
+tables (``tables``), figures (``figures``), and a tiny run set for notebooks (``notebook``).
+
+May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
+no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
+from prs.analysis.runs import (  # noqa: F401
+    PAPER_ABLATION_STEPS,
+    PAPER_ABLATION_SPEEDUP,
+    PAPER_SETTLED_REROLL,
+    PAPER_HEADLINE_14B,
+    METHOD_ORDER,
+    STATUSES,
+    Run,
+    clipped_step_time,
+    parse_run_name,
+    load_run,
+    find_run_dirs,
+    load_runs,
+    group_runs,
+)
+from prs.analysis.stats import (  # noqa: F401
+    moving_average,
+    eval_matrix,
+    seed_mean,
+    reference_level,
+    first_reach,
+    last_step,
+    bootstrap_mean,
+    bootstrap_ratio_of_means,
+    bootstrap_diff_of_means,
+    bootstrap_band,
+    curves_vs_wallclock,
+    settled_reroll_rates,
+    per_seed_convergence,
+    analyze_task,
+    analyze,
+)
+from prs.analysis.tables import (  # noqa: F401
+    runs_table,
+    convergence_table,
+    equal_step_table,
+    bucket_table,
+    to_jsonable,
+)
+from prs.analysis.figures import (  # noqa: F401
+    plot_learning_curves,
+    plot_ablation,
+    plot_controller,
+    plot_fig2,
+)
+from prs.analysis.notebook import (  # noqa: F401
+    make_tiny_runs,
+    tiny_run_dir,
+    find_run_root,
+)

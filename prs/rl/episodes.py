@@ -1,0 +1,109 @@
+"""Episodes: rollouts as the trainer consumes them, and single-turn rollouts with prefix replay.
+
+``Episodes`` is the one type every task's rollouts produce (single-turn here, multi-turn in
+``prs.tasks.agent_rollouts``); ``SingleTurnRollouts`` samples a prompt's N rollouts and its
+re-rollouts from prompt + a replayed prefix. Tasks depend on this module, never on the trainer.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs.models.sampler import Rollout, SamplerConfig, sample
+
+
+def _pad_width(x: np.ndarray | jax.Array, width: int, fill) -> jax.Array:
+    """Right-pads the last axis of ``x [R, L]`` to ``width``."""
+    extra = width - x.shape[1]
+    if extra < 0:
+        raise ValueError(f"internal: rollout width {x.shape[1]} exceeds the training width {width}")
+    return jnp.pad(jnp.asarray(x), ((0, 0), (0, extra)), constant_values=fill)
+
+
+class Episodes(NamedTuple):
+    """Rollouts as the trainer consumes them, whatever the task (single- or multi-turn).
+
+    ``units`` are what a cut point counts: generated tokens for a single-turn task, policy turns
+    for a multi-turn agent task (a prefix is cut at a turn boundary there).
+    """
+
+    tokens: jax.Array       # [R, L] int32 task prompt, (replayed prefix,) generated/observation tokens, pad
+    positions: jax.Array    # [R, L] int32
+    valid: jax.Array        # [R, L] bool
+    policy_mask: jax.Array  # [R, L] bool, tokens the current policy generated in this call
+    logprobs: jax.Array     # [R, L] f32, their sampling log-probs (raw policy, temperature 1)
+    rewards: jax.Array      # [R] f32 binary outcome of the whole episode (prefix + continuation)
+    units: jax.Array        # [R] int32 policy units of the episode (tokens or turns)
+    replayed: jax.Array     # [R] int32 tokens replayed from a source instead of generated
+    env_steps: jax.Array    # [R] int32 environment executions (replayed actions included)
+
+
+def episodes_from_rollout(ro: Rollout, rewards: jax.Array, width: int, pad_id: int, *, replayed=None) -> Episodes:
+    """Single-turn ``Rollout`` -> ``Episodes`` padded to ``width``; units = generated tokens."""
+    r = ro.tokens.shape[0]
+    zeros = jnp.zeros((r,), jnp.int32)
+    return Episodes(
+        tokens=_pad_width(ro.tokens, width, pad_id),
+        positions=_pad_width(ro.positions, width, 0),
+        valid=_pad_width(ro.valid, width, False),
+        policy_mask=_pad_width(ro.policy_mask, width, False),
+        logprobs=_pad_width(ro.logprobs, width, 0.0),
+        rewards=rewards.reshape(-1).astype(jnp.float32),
+        units=jnp.sum(ro.policy_mask, axis=1).astype(jnp.int32),
+        replayed=zeros if replayed is None else jnp.asarray(replayed, jnp.int32),
+        env_steps=zeros,
+    )
+
+
+def take_rows(ep: Episodes, rows) -> Episodes:
+    return Episodes(*(x[rows] for x in ep))
+
+
+class SingleTurnRollouts:
+    """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
+
+    A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
+    tokens; the sampler generates the continuation (up to the same ``max_new_tokens`` budget).
+    Two sampler shapes per run: ``[R, P]`` and ``[R, P + T]`` (prompt-width buckets).
+    """
+
+    def __init__(self, trainer: Any):
+        task, rl = trainer.task, trainer.rl
+        self.trainer, self.task = trainer, task
+        t_new = rl.max_new_tokens or task.max_new_tokens
+        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
+        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
+                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
+                                  buckets=(prompt_w, prompt_w + t_new))
+        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        self.width = prompt_w + 2 * t_new  # L: fixed training width
+        if getattr(task, "rewards_jittable", True):
+            self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
+        else:
+            self._rewards = task.rewards
+
+    def _sample(self, params, rows, rows_len, key, scfg):
+        tr = self.trainer
+        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh)
+
+    def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
+        prompt, plen = self.task.prompts(problems)
+        ro = self._sample(params, np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size), key,
+                          self.eval_scfg if evaluation else self.scfg)
+        r = self._rewards(problems, ro, group_size=group_size)
+        return episodes_from_rollout(ro, r, self.width, self.task.pad_id)
+
+    def reroll(self, params, problems, source: Episodes, cut: np.ndarray, key, *, group_size: int) -> Episodes:
+        """``group_size`` re-rollouts of each source row [G] continuing its first ``cut[g]`` units."""
+        _, plen = self.task.prompts(problems)                                    # [G] task prompt lengths
+        new_len = plen + cut                                                     # prompt + replayed prefix
+        width = int(new_len.max())
+        idx = np.arange(width)[None, :]
+        rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
+        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg)
+        r = self._rewards(problems, ro, group_size=group_size)
+        return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))

@@ -1,0 +1,200 @@
+"""The package layout: imports point only downward, no cycles, and the public API stays importable.
+
+The import graph is built from the source with ``ast`` (every ``import``, module-level or inside a
+function, since a lazy import is still a dependency), at module granularity: ``from a.b import c``
+is an edge to ``a.b.c`` when that is a module, else to ``a.b``. Importing ``a.b`` also runs
+``a/__init__``, but that implicit parent edge is not counted (every re-exporting ``__init__`` would
+otherwise close a cycle with its own children); a package's ``__init__`` is a module like any other.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("prs", "theory", "experiments")
+
+# Rooms, bottom to top. An import may go to the same room or to a lower rank, never up or sideways.
+RANKS = {
+    "prs.core": 0,
+    "prs.parallel": 1, "theory": 1,
+    "prs.models": 2, "prs.rewards": 2, "prs.sim": 2,
+    "prs.rl": 3,
+    "prs.tasks": 4,
+    "prs.analysis": 5,
+    "prs": 6,
+    "experiments": 7,
+}
+
+# Every name `prs/__init__.py` exported before the layout change; users' code imports these.
+PUBLIC_API = """
+ModelConfig PrefixConfig PrefixState Rollout SamplerConfig agg_denominator analysis append_and_resume audit
+available_rewards best_at_k binary_test_reward bucket_length cap_successes_per_task decode_step eqs eqs_verdict
+forward fraction_test_reward get_reward gold_sanity_gate group_advantages group_pass_rates hf hybrid_score
+init_cache init_params load_checkpoint load_hf_state_dict math_reward math_verify mixed_groups orm_score
+pad_to_bucket pass_at_k policy_loss prefill prefix register_reward rewards sample save_checkpoint swe_rl_reward
+token_entropy token_logprobs verifiers verify_answer
+""".split()
+
+
+def module_files(root: pathlib.Path, packages=PACKAGES) -> dict[str, pathlib.Path]:
+    """Dotted module name -> source file, for every ``.py`` under the given top-level packages."""
+    out = {}
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: pathlib.Path, packages=PACKAGES) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (see the module docstring)."""
+    files = module_files(root, packages)
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative import
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    src = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    src = node.module or ""
+                targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in files else src for a in node.names]
+            for t in targets:
+                while t and t not in files:  # `import a.b.c` of a non-module attribute: nearest module
+                    t = t.rpartition(".")[0]
+                if t and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle ``[a, b, ..., a]`` of the directed graph, or None (iterative DFS, 3 colours)."""
+    colour = {v: 0 for v in graph}
+    for start in sorted(graph):
+        if colour[start]:
+            continue
+        stack, path = [(start, iter(sorted(graph[start])))], [start]
+        colour[start] = 1
+        while stack:
+            v, it = stack[-1]
+            w = next(it, None)
+            if w is None:
+                colour[v] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(w, 2) == 1:
+                return path[path.index(w):] + [w]
+            elif colour.get(w, 2) == 0:
+                colour[w] = 1
+                stack.append((w, iter(sorted(graph[w]))))
+                path.append(w)
+    return None
+
+
+def room(mod: str) -> str:
+    """The room (key of ``RANKS``) a module belongs to: its longest matching prefix."""
+    best = max((r for r in RANKS if mod == r or mod.startswith(r + ".")), key=len, default=None)
+    if best is None:
+        raise KeyError(f"module {mod} is in no room; add its package to RANKS")
+    return best
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Edges that go up or sideways between rooms, and task modules importing the RL loop."""
+    bad = []
+    for src, dsts in graph.items():
+        for dst in dsts:
+            rs, rd = room(src), room(dst)
+            if rs != rd and RANKS[rd] >= RANKS[rs]:
+                bad.append(f"{src} -> {dst} ({rs} rank {RANKS[rs]} may not import {rd} rank {RANKS[rd]})")
+            if rs == "prs.tasks" and rd == "prs.rl" and dst != "prs.rl.episodes":
+                bad.append(f"{src} -> {dst} (tasks depend on prs.rl.episodes only, never the trainer)")
+    return bad
+
+
+# ------------------------------------------------------------------------------------ the repo
+
+
+def test_repo_has_no_import_cycle():
+    graph = import_graph(ROOT)
+    assert len(graph) > 40 and "prs.core.losses" in graph and "prs.rl.trainer" in graph
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_imports_point_only_downward():
+    assert layer_violations(import_graph(ROOT)) == []
+
+
+def test_core_imports_no_other_prs_subpackage():
+    graph = import_graph(ROOT)
+    core = {m: d for m, d in graph.items() if room(m) == "prs.core"}
+    assert {"prs.core.advantages", "prs.core.losses", "prs.core.prefix"} <= set(core)
+    outside = {f"{m} -> {d}" for m, ds in core.items() for d in ds if room(d) != "prs.core"}
+    assert outside == set()
+
+
+def test_every_subpackage_init_says_what_lives_there():
+    for pkg in ("core", "models", "parallel", "rl", "tasks", "rewards", "sim", "analysis"):
+        doc = ast.get_docstring(ast.parse((ROOT / "prs" / pkg / "__init__.py").read_text()))
+        assert doc and 2 <= len(doc.strip().splitlines()) <= 6, pkg
+        assert "import" in doc, f"prs/{pkg}/__init__.py must say what it may import"
+
+
+def test_public_api_is_importable_from_prs():
+    prs = importlib.import_module("prs")
+    missing = [n for n in PUBLIC_API if not hasattr(prs, n)]
+    assert missing == []
+    from prs import group_advantages, policy_loss, sample, PrefixConfig  # noqa: F401  (the issue's example)
+
+
+# ------------------------------------------------------------------ the checker itself can fail
+
+
+def test_find_cycle_on_synthetic_graphs():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None  # a diamond is no cycle
+    cyc = find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert cyc is not None and cyc[0] == cyc[-1] and set(cyc) == {"a", "b", "c"}
+    assert find_cycle({"x": {"x2"}, "x2": {"x2b"}, "x2b": {"x2"}}) == ["x2", "x2b", "x2"]
+
+
+def test_a_deliberate_cycle_in_a_package_is_found(tmp_path):
+    """The module ring that used to exist (model -> hf -> tasks -> trainer -> model), rebuilt in a
+    throw-away package, is reported; so is an upward import out of ``prs.core``."""
+    pkg = tmp_path / "prs"
+    for sub in ("core", "models", "rl", "tasks"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text('"""x."""\n')
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "qwen3.py").write_text("def f():\n    from prs.models import hf\n")
+    (pkg / "models" / "hf.py").write_text("from prs.tasks.math_jsonl import SHIPPED\n")
+    (pkg / "tasks" / "math_jsonl.py").write_text("from prs.rl.trainer import Episodes\nSHIPPED = 1\n")
+    (pkg / "rl" / "trainer.py").write_text("from prs.models.qwen3 import f\nEpisodes = 1\n")
+    (pkg / "core" / "losses.py").write_text("import prs.rl.trainer\n")
+    graph = import_graph(tmp_path, packages=("prs",))
+    cyc = find_cycle(graph)
+    assert cyc is not None and {"prs.models.qwen3", "prs.models.hf", "prs.tasks.math_jsonl", "prs.rl.trainer"} <= set(cyc)
+    bad = layer_violations(graph)
+    assert any(b.startswith("prs.core.losses -> prs.rl.trainer") for b in bad)
+    assert any(b.startswith("prs.models.hf -> prs.tasks.math_jsonl") for b in bad)
+    assert any("never the trainer" in b for b in bad)
+    # breaking the ring removes the cycle
+    (pkg / "models" / "hf.py").write_text("SHIPPED = 2\n")
+    assert find_cycle(import_graph(tmp_path, packages=("prs",))) is None
+
+
+@pytest.mark.parametrize("mod", ["prs.core", "prs.models", "prs.parallel", "prs.rl", "prs.tasks", "prs.rewards",
+                                 "prs.sim", "prs.analysis"])
+def test_each_room_imports_on_its_own(mod):
+    importlib.import_module(mod)
