@@ -1,47 +1,111 @@
-"""Device mesh and batch placement.
+"""Device mesh, logical-axis sharding rules and batch placement.
 
-One mesh with a ``data`` axis over the available devices (and room for a ``model`` axis later).
-Batches ``[B, ...]`` are split along their leading axis over ``data``; parameters are replicated.
+The mesh has three axes (maxtext's names, ``configs/base.yml``):
 
-We build the mesh with ``jax.sharding.Mesh`` rather than ``jax.make_mesh`` because in jax 0.10 the
-latter defaults to explicit axis types, under which some ops demand ``out_sharding`` arguments.
+* ``data``   pure data parallelism: parameters replicated, batch rows split;
+* ``fsdp``   ZeRO-3 / FSDP: batch rows split *and* every parameter (and optimizer moment) split along
+  its ``embed`` dimension; ``jit`` all-gathers a layer's kernels where the layer uses them;
+* ``tensor`` Megatron-style tensor parallelism: q/k/v/gate/up kernels split by output columns
+  (heads, kv_heads, mlp), o/down kernels by input rows, the vocabulary split.
+
+Parameters carry *logical* axis names (``prs.models.qwen3.param_logical_axes``: ``vocab``,
+``embed``, ``heads``, ``kv_heads``, ``mlp``, ``layers``, ``norm``, ``head_dim``) and one rules
+table maps them to mesh axes (``LOGICAL_RULES``). Per tensor, each dimension takes its rule's
+mesh axis unless that axis is already used by an earlier dimension, has size 1, or does not divide
+the dimension (then that dimension is replicated); the stacked ``layers`` axis is never split (the
+layer ``lax.scan`` would gather every layer at once).
+
+Batches ``[R, ...]`` are split along R over the batch axes ``(data, fsdp)``.
+
+Axis types: the mesh uses ``AxisType.Auto`` by default (the compiler propagates shardings from the
+annotated inputs, outputs and the per-layer activation constraints). ``jax.make_mesh`` in jax 0.10
+defaults to ``Explicit``, under which the embedding gather and the row-parallel matmuls need
+``out_sharding`` annotations that the model code does not carry yet; ``axis_types="explicit"``
+builds such a mesh for code that does.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
-MODEL_AXIS = "model"
+FSDP_AXIS = "fsdp"
+TENSOR_AXIS = "tensor"
+MODEL_AXIS = TENSOR_AXIS  # the former name of the model-parallel axis
+MESH_AXES = (DATA_AXIS, FSDP_AXIS, TENSOR_AXIS)
+
+# logical axis name -> mesh axis (None: replicated). maxtext base.yml, restricted to our three axes.
+LOGICAL_RULES: dict[str, str | None] = {
+    "vocab": TENSOR_AXIS,
+    "embed": FSDP_AXIS,
+    "heads": TENSOR_AXIS,
+    "kv_heads": TENSOR_AXIS,
+    "mlp": TENSOR_AXIS,
+    "layers": None,
+    "norm": None,
+    "head_dim": None,
+}
 
 
-def make_mesh(
-    devices: Sequence[jax.Device] | None = None, *, model_parallel: int = 1
-) -> Mesh:
-    """A ``(data, model)`` mesh over ``devices`` (default: all devices).
+def make_mesh(devices: Sequence[jax.Device] | None = None, *, data: int = -1, fsdp: int = 1, tensor: int = 1,
+              model_parallel: int | None = None, axis_types: str = "auto") -> Mesh:
+    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all, across every process).
 
     Args:
-      devices: the devices to use; default ``jax.devices()``.
-      model_parallel: size of the ``model`` axis; must divide the device count. ``1`` gives a pure
-        data-parallel mesh (the ``model`` axis exists but has size 1).
+      devices: the devices; default ``jax.devices()``.
+      data, fsdp, tensor: axis sizes; exactly one may be ``-1`` ("the rest"). The product must equal
+        the device count.
+      model_parallel: former name of ``tensor`` (kept for callers of the old ``(data, model)`` mesh).
+      axis_types: ``"auto"`` (default; see the module docstring) or ``"explicit"``.
     """
     devices = list(jax.devices() if devices is None else devices)
-    if model_parallel < 1 or len(devices) % model_parallel:
-        raise ValueError(
-            f"model_parallel={model_parallel} must be >= 1 and divide the device count {len(devices)}"
-        )
-    grid = np.array(devices, dtype=object).reshape(len(devices) // model_parallel, model_parallel)
-    return Mesh(grid, (DATA_AXIS, MODEL_AXIS))
+    if model_parallel is not None:
+        if tensor != 1:
+            raise ValueError("make_mesh: pass tensor= or model_parallel=, not both")
+        tensor = model_parallel
+    if axis_types not in ("auto", "explicit"):
+        raise ValueError(f"make_mesh: axis_types={axis_types!r}; choose from ('auto', 'explicit')")
+    sizes = {DATA_AXIS: data, FSDP_AXIS: fsdp, TENSOR_AXIS: tensor}
+    rest = [k for k, s in sizes.items() if s == -1]
+    bad = {k: s for k, s in sizes.items() if s != -1 and (not isinstance(s, int) or s < 1)}
+    if bad or len(rest) > 1:
+        raise ValueError(f"make_mesh: axis sizes {sizes} must be ints >= 1, with at most one -1 (the rest)")
+    known = int(np.prod([s for s in sizes.values() if s != -1]))
+    if rest:
+        if len(devices) % known:
+            raise ValueError(f"make_mesh: {len(devices)} devices are not divisible by the fixed axes {sizes}")
+        sizes[rest[0]] = len(devices) // known
+    if int(np.prod(list(sizes.values()))) != len(devices):
+        raise ValueError(f"make_mesh: axis sizes {sizes} (product {int(np.prod(list(sizes.values())))}) "
+                         f"must multiply to the device count {len(devices)}")
+    grid = np.array(devices, dtype=object).reshape(tuple(sizes.values()))
+    kind = AxisType.Auto if axis_types == "auto" else AxisType.Explicit
+    return Mesh(grid, MESH_AXES, axis_types=(kind,) * 3)
+
+
+def batch_axes(mesh: Mesh) -> str | tuple[str, ...] | None:
+    """The mesh axes that split batch rows: ``data`` and ``fsdp`` (those present and of size > 1;
+    ``data`` alone when nothing is split, as the former data-only mesh)."""
+    axes = tuple(a for a in (DATA_AXIS, FSDP_AXIS) if a in mesh.shape and mesh.shape[a] > 1)
+    if not axes:
+        return DATA_AXIS if DATA_AXIS in mesh.shape else None
+    return axes[0] if len(axes) == 1 else axes
+
+
+def batch_size_multiple(mesh: Mesh) -> int:
+    """How many shards a batch's rows are split into (the row count must be a multiple)."""
+    return int(np.prod([mesh.shape[a] for a in (DATA_AXIS, FSDP_AXIS) if a in mesh.shape]))
 
 
 def data_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
-    """Sharding that splits the leading axis of an ``ndim``-array over ``data``."""
+    """Sharding that splits the leading axis of an ``ndim``-array over the batch axes."""
     if ndim < 1:
         raise ValueError(f"data_sharding needs ndim >= 1, got {ndim}")
-    return NamedSharding(mesh, PartitionSpec(DATA_AXIS, *([None] * (ndim - 1))))
+    return NamedSharding(mesh, PartitionSpec(batch_axes(mesh), *([None] * (ndim - 1))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -49,23 +113,66 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def shard_batch(tree, mesh: Mesh):
-    """Places every array leaf ``[B, ...]`` of ``tree`` split along ``B`` over the ``data`` axis.
+def logical_to_spec(names: Sequence[str], shape: Sequence[int], mesh: Mesh,
+                    rules: dict[str, str | None] | None = None) -> PartitionSpec:
+    """PartitionSpec of one tensor from its logical axis names (rules in the module docstring)."""
+    rules = LOGICAL_RULES if rules is None else rules
+    if len(names) != len(shape):
+        raise ValueError(f"logical_to_spec: names {tuple(names)} and shape {tuple(shape)} differ in rank")
+    used, spec = set(), []
+    for name, dim in zip(names, shape):
+        if name not in rules:
+            raise ValueError(f"logical_to_spec: unknown logical axis {name!r}; known: {sorted(rules)}")
+        axis = rules[name]
+        ok = (axis is not None and axis in mesh.shape and axis not in used and mesh.shape[axis] > 1
+              and dim % mesh.shape[axis] == 0)
+        spec.append(axis if ok else None)
+        if ok:
+            used.add(axis)
+    return PartitionSpec(*spec)
 
-    Raises ``ValueError`` naming the leaf if ``B`` is not divisible by the ``data`` axis size:
-    we never pad or drop rows silently.
+
+def param_shardings(cfg: Any, mesh: Mesh, rules: dict[str, str | None] | None = None) -> Any:
+    """A ``NamedSharding`` per parameter of ``cfg`` (a ``prs.models.qwen3.ModelConfig``: its
+    ``param_shapes()`` and ``param_logical_axes()`` give the layout), by ``LOGICAL_RULES``."""
+    shapes, names = cfg.param_shapes(), cfg.param_logical_axes()
+    return jax.tree.map(lambda n, s: NamedSharding(mesh, logical_to_spec(n, s.shape, mesh, rules)),
+                        names, shapes, is_leaf=lambda x: isinstance(x, tuple))
+
+
+def opt_state_shardings(tx, params_abstract: Any, param_sh: Any, mesh: Mesh) -> Any:
+    """Shardings of ``tx.init(params)``: every leaf shaped like a parameter (Adam's moments) is
+    sharded like that parameter; the rest (counts, scalars) is replicated."""
+    import optax
+
+    state = jax.eval_shape(tx.init, params_abstract)
+    return optax.tree_map_params(tx, lambda _, s: s, state, param_sh,
+                                 transform_non_params=lambda _: replicated(mesh))
+
+
+def shard_batch(tree, mesh: Mesh):
+    """Places every array leaf ``[B, ...]`` of ``tree`` split along ``B`` over the batch axes.
+
+    Raises ``ValueError`` naming the leaf if ``B`` is not divisible by the number of batch shards:
+    we never pad or drop rows silently. With several processes, numpy leaves are each process's
+    *own* rows (``jax.make_array_from_process_local_data``: the global B is the sum).
     """
-    n_data = mesh.shape[DATA_AXIS]
+    n_data = batch_size_multiple(mesh)
+    multi = jax.process_count() > 1
 
     def place(path, x):
-        x = np.asarray(x) if not isinstance(x, jax.Array) else x
+        local = not isinstance(x, jax.Array)
+        x = np.asarray(x) if local else x
         if x.ndim == 0:
             raise ValueError(f"shard_batch: leaf {jax.tree_util.keystr(path)} is a scalar; batches are [B, ...]")
-        if x.shape[0] % n_data:
+        rows = x.shape[0] * (jax.process_count() if (multi and local) else 1)
+        if rows % n_data:
             raise ValueError(
-                f"shard_batch: leaf {jax.tree_util.keystr(path)} has leading size {x.shape[0]} "
-                f"(shape {tuple(x.shape)}), not divisible by the data axis size {n_data}"
+                f"shard_batch: leaf {jax.tree_util.keystr(path)} has leading size {rows} "
+                f"(shape {tuple(x.shape)}), not divisible by the batch shards {n_data}"
             )
+        if multi and local:
+            return jax.make_array_from_process_local_data(data_sharding(mesh, x.ndim), x)
         return jax.device_put(x, data_sharding(mesh, x.ndim))
 
     return jax.tree_util.tree_map_with_path(place, tree)

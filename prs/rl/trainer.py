@@ -40,8 +40,9 @@ import optax
 
 from prs.core import prefix as ps
 from prs.core.advantages import group_advantages, mixed_groups
-from prs.core.losses import policy_loss, token_entropy, token_logprobs
-from prs.models.qwen3 import ModelConfig, forward, init_params
+from prs.core.losses import agg_denominator, policy_loss, token_logprobs
+from prs.models.lm_head import lm_head_logprobs
+from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -77,6 +78,13 @@ class RLConfig:
       max_new_tokens: generation budget per rollout (and per re-rollout continuation).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
+      micro_batches: M; the update's rows are split into M micro-batches visited by a ``lax.scan``
+        that sums their gradients. Each micro-batch loss divides by the *whole* batch's count
+        (``global_norm``), so the summed gradient equals the full-batch one for every ``agg``.
+        R must be a multiple of M (times the mesh's batch shards).
+      logits_chunk: time steps per block of the chunked LM head (``prs.models.lm_head``): the
+        update never holds more than [R/M, logits_chunk, V] logits. A width <= logits_chunk runs
+        unchunked.
     """
 
     tasks_per_step: int = 16
@@ -106,8 +114,14 @@ class RLConfig:
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
+    micro_batches: int = 1
+    logits_chunk: int = 512
 
     def __post_init__(self):
+        if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
+            raise ValueError(f"RLConfig.micro_batches must be an int >= 1, got {self.micro_batches!r}")
+        if not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 1):
+            raise ValueError(f"RLConfig.logits_chunk must be an int >= 1, got {self.logits_chunk!r}")
         if self.group_size < 2:
             raise ValueError(f"RLConfig.group_size (N) must be >= 2, got {self.group_size}")
         if self.tasks_per_step < 1:
@@ -175,14 +189,31 @@ class Trainer:
             optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
                         b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
         )
-        self._update = jax.jit(functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx), donate_argnums=(0, 1))
+        update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
+        self.param_shardings = self.opt_shardings = None
+        if mesh is None:
+            self._update = jax.jit(update, donate_argnums=(0, 1))
+        else:  # parameters AND optimizer state laid out by prs.parallel.sharding's logical rules
+            from prs.parallel import sharding as shd
+
+            self.param_shardings = shd.param_shardings(model_cfg, mesh)
+            self.opt_shardings = shd.opt_state_shardings(self.tx, model_cfg.param_shapes(), self.param_shardings, mesh)
+            rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)))
+            self._update = jax.jit(update, donate_argnums=(0, 1),
+                                   in_shardings=(self.param_shardings, self.opt_shardings, rows),
+                                   out_shardings=(self.param_shardings, self.opt_shardings, shd.replicated(mesh)))
         self._eval_problems = task.eval_problems(count=rl.eval_count)
 
     # ------------------------------------------------------------------ state
     def init_state(self, params) -> TrainState:
         """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers."""
         params = jax.tree.map(jnp.copy, params)
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params),
+        if self.mesh is None:
+            opt_state = self.tx.init(params)
+        else:
+            params = jax.device_put(params, self.param_shardings)
+            opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
                           prefix=ps.init(self.prefix_cfg))
 
     def _keys(self, step: int):
@@ -194,16 +225,28 @@ class Trainer:
         """Collects the step's batch (``collect``) and applies one update."""
         batch, new_prefix, metrics = self.collect(state)
         t2 = time.perf_counter()
-        params, opt_state, lm = self._update(state.params, state.opt_state, batch)
+        params, opt_state, lm = self.update(state.params, state.opt_state, batch)
         lm = jax.device_get(lm)
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
         return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix), metrics
 
+    def update(self, params, opt_state, batch: "Batch"):
+        """The jitted optax step on ``batch`` cut to its bucketed longest row (``update_width``);
+        under the trainer's mesh when it has one. Returns (params, opt_state, loss metrics)."""
+        w = update_width(batch.valid, self.width)
+        if w < batch.tokens.shape[1]:
+            batch = Batch(*(x[:, :w] if x.ndim == 2 else x for x in batch))
+        if self.mesh is None:
+            return self._update(params, opt_state, batch)
+        with jax.set_mesh(self.mesh):
+            return self._update(params, opt_state, batch)
+
     def loss(self, params, batch: "Batch", logp_offset=None):
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
         added to the per-token log-probs so tests can read the per-token gradient."""
-        return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset)[0]
+        return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset,
+                        norm_len=self.width - 1)[0]
 
     def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
         """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
@@ -314,32 +357,96 @@ class Trainer:
         return {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
 
 
-def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None):
+def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,
+             global_norm=None, norm_len=None):
     """The clipped surrogate on ``batch``. Logits at t predict token t + 1, so every per-token
-    array is taken on [:, 1:] against logits of [:, :-1]."""
-    logits = forward(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
-                     valid=batch.valid[:, :-1])                                   # [R, L-1, V]
-    logp = token_logprobs(logits, batch.tokens[:, 1:])                            # [R, L-1]
+    array is taken on [:, 1:] against logits of [:, :-1]. The LM head is chunked over time
+    (``rl.logits_chunk``), so no [R, L-1, V] tensor is kept. ``global_norm`` (the whole batch's
+    count, see ``agg_denominator``) and ``norm_len`` (the run's full width L-1, for
+    ``seq-mean-token-sum-norm`` when the batch was cut to its longest row) go to the loss."""
+    hidden = forward_hidden(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
+                            valid=batch.valid[:, :-1])                           # [R, L-1, D]
+    logp, ent = lm_head_logprobs(params, hidden, batch.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk,
+                                 with_entropy=bool(rl.entropy_coef))             # [R, L-1]
     if logp_offset is not None:
         logp = logp + logp_offset
     if rl.algorithm == "rft":  # token-mean negative log-likelihood of the selected rollouts
         m = batch.loss_mask[:, 1:].astype(jnp.float32)
-        count = jnp.sum(m)
+        count = jnp.sum(m) if global_norm is None else global_norm
         nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
-        return nll, {"nll": nll, "token_count": count}
-    ent = token_entropy(logits) if rl.entropy_coef else None
+        return nll, {"nll": nll, "token_count": jnp.sum(m)}
     return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
                        clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
-                       entropy=ent, entropy_coef=rl.entropy_coef)
+                       entropy=ent, entropy_coef=rl.entropy_coef,
+                       global_norm=global_norm, norm_len=norm_len)
 
 
-def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, tx):
-    """One optax step on the clipped surrogate."""
-    (loss, m), grads = jax.value_and_grad(_loss_fn, has_aux=True)(params, batch, cfg=cfg, rl=rl)
+# Metrics of ``_loss_fn`` that are already divided by the whole batch's count (with
+# ``global_norm``), so micro-batch values add up; every other metric is a token mean over the
+# micro-batch and is recombined weighted by ``token_count``.
+_SUMMED_METRICS = ("pg_loss", "kl", "entropy", "nll", "token_count")
+
+
+def _micro_batches(batch: Batch, m: int) -> Batch:
+    """[R, ...] -> [M, R/M, ...] with micro-batch j = rows j, j+M, j+2M, ... (strided, so that
+    every device's contiguous block of rows contributes to every micro-batch)."""
+    def split(x):
+        r = x.shape[0]
+        return x.reshape(r // m, m, *x.shape[1:]).swapaxes(0, 1)
+    return jax.tree.map(split, batch)
+
+
+def _grads(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, norm_len=None):
+    """(loss, metrics, grads) of ``_loss_fn`` on ``batch``; with ``rl.micro_batches = M > 1`` a
+    ``lax.scan`` over M micro-batches accumulates float32 gradients (sum of micro-batch losses,
+    each normalised by the full batch's count = the full-batch loss)."""
+    grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
+    m_count = rl.micro_batches
+    if m_count == 1:
+        (loss, m), grads = grad_fn(params, batch, cfg=cfg, rl=rl, norm_len=norm_len)
+        return loss, m, grads
+    r = batch.tokens.shape[0]
+    if r % m_count:
+        raise ValueError(f"RLConfig.micro_batches={m_count} must divide the update's rows R={r}")
+    mask = batch.loss_mask[:, 1:]
+    gn = jnp.sum(mask != 0, dtype=jnp.float32) if rl.algorithm == "rft" else agg_denominator(mask, agg=rl.agg)
+
+    def body(acc, mb):
+        (loss, m), g = grad_fn(params, mb, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len)
+        g_acc, l_acc, m_acc = acc
+        g_acc = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+        w = m["token_count"]
+        m_acc = {k: m_acc[k] + (m[k] if k in _SUMMED_METRICS else m[k] * w) for k in m_acc}
+        return (g_acc, l_acc + loss, m_acc), None
+
+    mb = _micro_batches(batch, m_count)
+    m_shape = jax.eval_shape(lambda b: _loss_fn(params, b, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len)[1],
+                             jax.tree.map(lambda x: x[0], mb))
+    zeros = lambda t: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), t)  # noqa: E731
+    init = (zeros(params), jnp.zeros((), jnp.float32), zeros(m_shape))
+    (grads, loss, m), _ = jax.lax.scan(body, init, mb)
+    n_tok = jnp.maximum(m["token_count"], 1.0)
+    m = {k: (v if k in _SUMMED_METRICS else v / n_tok) for k, v in m.items()}
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+    return loss, m, grads
+
+
+def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, tx, norm_len=None):
+    """One optax step on the clipped surrogate (micro-batched when ``rl.micro_batches > 1``)."""
+    loss, m, grads = _grads(params, batch, cfg=cfg, rl=rl, norm_len=norm_len)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     m = {**m, "loss": loss, "grad_norm": optax.tree.norm(grads)}
     return params, opt_state, m
+
+
+def update_width(valid, width: int) -> int:
+    """The update's width: the batch's longest row (last valid token + 1), rounded up to a quarter
+    of the run's width L (at most 4 compiled shapes per run), at least 2 (targets are [:, 1:])."""
+    cols = np.nonzero(np.asarray(valid).any(axis=0))[0]
+    longest = int(cols[-1]) + 1 if cols.size else 1
+    q = -(-width // 4)
+    return max(2, min(width, -(-longest // q) * q))
 
 
 # ---------------------------------------------------------------------- supervised warm start
