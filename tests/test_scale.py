@@ -197,13 +197,19 @@ _RL_SHARDED = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samp
 _PC = ps.PrefixConfig(mode="baseline", n=8)
 
 
-@pytest.fixture(scope="module")
-def one_device_update():
+@functools.lru_cache(maxsize=1)
+def one_device_reference():
+    """(params, batch, (new params, new opt state, metrics)) of the 1-device trainer update."""
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     batch = _batch(np.random.default_rng(2), r=16, width=12)
     one = T.Trainer(TASK, MODEL, _RL_SHARDED, _PC)
     s1 = one.init_state(params)
     return params, batch, one.update(s1.params, s1.opt_state, batch)
+
+
+@pytest.fixture(scope="module")
+def one_device_update():
+    return one_device_reference()
 
 
 @pytest.mark.parametrize("mesh_kw", [dict(fsdp=4, tensor=2), dict(fsdp=8), dict(data=2, fsdp=2, tensor=2)])

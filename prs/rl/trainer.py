@@ -440,11 +440,16 @@ def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfi
     return params, opt_state, m
 
 
+@jax.jit
+def _longest_row(valid):
+    """Last valid column + 1 over all rows of ``valid [R, L]`` (0 if none), a replicated scalar."""
+    return jnp.max(jnp.where(jnp.any(valid, axis=0), jnp.arange(1, valid.shape[1] + 1), 0))
+
+
 def update_width(valid, width: int) -> int:
     """The update's width: the batch's longest row (last valid token + 1), rounded up to a quarter
     of the run's width L (at most 4 compiled shapes per run), at least 2 (targets are [:, 1:])."""
-    cols = np.nonzero(np.asarray(valid).any(axis=0))[0]
-    longest = int(cols[-1]) + 1 if cols.size else 1
+    longest = max(int(_longest_row(valid)), 1)  # on device: valid may span several hosts
     q = -(-width // 4)
     return max(2, min(width, -(-longest // q) * q))
 
