@@ -57,13 +57,26 @@ class ModelCfg:
     checkpoint: Optional[str] = None
 
 
+@dataclasses.dataclass
+class MeshCfg:
+    """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=)``; ``name: single`` = no mesh.
+    ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
+
+    name: str = "single"
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+    devices: int = 0
+    device_gib: float = 0.0
+
+
 TrainCfg = node(
     "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every"]),
     extra={"name": (str, "run"), "tag": (str, ""),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),
                ("sampler", SamplerCfg), ("algo", AlgoCfg), ("eval", EvalCfg), ("sft", SftCfg),
-               ("logging", LoggingCfg)]}})
+               ("logging", LoggingCfg), ("mesh", MeshCfg)]}})
 
 
 def validate(cfg) -> TrainCfg:

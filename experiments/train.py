@@ -55,16 +55,30 @@ def build(cfg: TrainCfg):
     return task, model_cfg, rl, prefix, run_cfg
 
 
+def build_mesh(cfg: TrainCfg):
+    """The ``mesh`` node -> a ``prs.parallel.sharding`` mesh over every process's devices (None: single)."""
+    if cfg.mesh.name == "single":
+        return None
+    from prs.parallel.sharding import make_mesh
+
+    return make_mesh(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor)
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> float:
+    from prs.parallel import distributed
+
+    distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cfg = validate(dcfg)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint op at INFO
     from prs.rl.runner import run
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
+    mesh = build_mesh(cfg)
     out_dir = HydraConfig.get().runtime.output_dir
     log.info("run %s -> %s", cfg.name, out_dir)
-    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=dataclasses.asdict(cfg), log=log.info)
+    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=dataclasses.asdict(cfg), mesh=mesh,
+                  log=log.info)
     return summary["eval_final"]
 
 

@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
-from prs.parallel.sharding import DATA_AXIS, replicate, shard_batch
+from prs.parallel.sharding import batch_axes, replicate, shard_batch
 
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -225,7 +225,7 @@ def _constrain(x, mesh: Mesh | None, axis: int = 0):
     if mesh is None:
         return x
     spec = [None] * x.ndim
-    spec[axis] = DATA_AXIS
+    spec[axis] = batch_axes(mesh)  # rows over (data, fsdp): each device holds only its rows' KV cache
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 

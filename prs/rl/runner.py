@@ -164,6 +164,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     params = base_params(task, model_cfg, run_cfg, base_dir, log=log)
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
     state = trainer.init_state(params)
+    writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
 
     metrics_path = out / "metrics.jsonl"
     mngr = None
@@ -178,10 +179,11 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             start = int(state.step)
             log(f"[run] resumed from checkpoint at step {start}")
     kept = [m for m in _read_metrics(metrics_path) if m["step"] < start]
-    metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
+    if writer:
+        metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
 
     wb = None
-    if run_cfg.wandb_mode != "disabled":
+    if run_cfg.wandb_mode != "disabled" and writer:
         import wandb
 
         wb = wandb.init(project=run_cfg.wandb_project, dir=str(out), mode=run_cfg.wandb_mode,
@@ -190,6 +192,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
 
     def emit(rec: dict) -> None:
         rec = {key: _jsonable(val) for key, val in rec.items()}
+        if not writer:
+            return
         with metrics_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
         if wb is not None:
@@ -217,8 +221,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     records = _read_metrics(metrics_path)
     summary = summarise(records, run_time_s=time.perf_counter() - t_run, resumed_from=start)
     summary["config"] = config_dict or {}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    plot_run(records, out / "curves.png", title=out.name)
+    if writer:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        plot_run(records, out / "curves.png", title=out.name)
     if wb is not None:
         wb.summary.update({key: val for key, val in summary.items() if isinstance(val, (int, float))})
         wb.finish()

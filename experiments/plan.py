@@ -1,0 +1,85 @@
+"""Command line of the memory planner (``python -m prs.plan`` forwards here).
+
+    python -m prs.plan +experiment=grpo_ps_qwen3_4b_h200x8
+    python -m prs.plan +experiment=grpo_ps_qwen3_4b_v5p64 algo.micro_batches=16 --devices 32 --device-gib 95
+
+Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
+the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
+(default: ``mesh.device_gib`` or 80) and ``--prompt-len P`` (prompt bucket width; default 512). Prints the per-device
+bytes of each part and the verdict; exits 1 if the run does not fit.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from hydra import compose, initialize_config_dir
+
+from experiments.config import validate
+from experiments.schema import to_kwargs
+
+CONF = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
+
+
+def _flags(argv):
+    flags, rest, i = {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--"):
+            key, _, val = a[2:].partition("=")
+            if not val:
+                i += 1
+                val = argv[i]
+            flags[key.replace("-", "_")] = val
+        else:
+            rest.append(a)
+        i += 1
+    bad = set(flags) - {"devices", "device_gib", "prompt_len"}
+    if bad:
+        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len")
+    return flags, rest
+
+
+def main(argv=None) -> int:
+    import jax.numpy as jnp
+
+    from prs.models.qwen3 import ModelConfig
+    from prs.plan import plan_run
+    from prs.rl.trainer import RLConfig
+
+    flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        raw = compose("config", overrides=["sft.base_dir=/tmp/prs-plan", *overrides])
+    cfg = validate(raw)
+    over = dict(cfg.model.overrides)
+    for key in ("dtype", "param_dtype"):
+        if key in over:
+            over[key] = getattr(jnp, over[key])
+    model_cfg = ModelConfig.preset(cfg.model.preset, **over)
+    rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
+                  **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
+    budget = rl.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
+    devices = int(flags.get("devices", cfg.mesh.devices or 8))
+    gib = float(flags.get("device_gib", cfg.mesh.device_gib or 80))
+    prompt = int(flags.get("prompt_len", 512))
+    sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
+    if cfg.mesh.name == "single":
+        sizes = {"data": 1, "fsdp": 1, "tensor": 1}
+        devices = 1
+    known = 1
+    for v in sizes.values():
+        known *= v if v != -1 else 1
+    sizes = {k: (devices // known if v == -1 else v) for k, v in sizes.items()}
+    if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != devices:
+        raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
+    p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib, **sizes)
+    rows = rl.tasks_per_step * rl.group_size
+    print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
+          f"{prompt + 2 * budget}, mesh {sizes} on {devices} devices of {gib:g} GiB, remat={model_cfg.remat}, "
+          f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
+    print(p.report())
+    return 0 if p.fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

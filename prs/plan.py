@@ -1,0 +1,170 @@
+"""Per-device memory planner for a GRPO + Prefix Sampling run (issue #14).
+
+    python -m prs.plan +experiment=grpo_ps_qwen3_4b_h200x8            # Hydra overrides, as training
+    python -m prs.plan +experiment=grpo_ps_qwen3_8b_v5p64 mesh=fsdp algo.micro_batches=16 --devices 32
+
+(The command line lives in ``experiments/plan.py``, since ``prs`` never imports Hydra; this module
+holds the arithmetic, ``plan(...)``, and forwards ``python -m prs.plan`` there.)
+
+Per device, with P parameters, a (data, fsdp, tensor) mesh, shard = fsdp · tensor, batch shards
+Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width − 1 tokens per row:
+
+    parameters        P · |param_dtype| / shard
+    optimizer state   2 · P · |param_dtype| / shard        (AdamW moments, sharded like the params)
+    gradients         P · 4 / shard (+ the same again as the micro-batch accumulator when M > 1)
+    optimizer temps   C_OPT · P · 4 / shard                (clip-by-norm and Adam update buffers)
+    activations       the remat policy's saved tensors for L layers + one layer's recompute:
+                        none           (L + 1) · A₁
+                        full           L · r·W·D·|dtype| + A₁
+                        dots_saveable  L · r·W·(Q + D)·|dtype| + A₁
+                      A₁ = r·W·(C_D·D + C_Q·Q + C_F·F/t)·4 + C_S · r·(K/t)·W²·4   (one layer, f32 upper
+                      bound; Q = (K + 2Kv)·H / t; the W² term is the attention scores/probs, absent
+                      with a flash kernel, ``attention_impl=cudnn``)
+    logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
+    sampling          KV cache 2·L·(R / Bs)·S·Kv·H·|dtype| (S = prompt + budget slots) + the
+                      sampler's parameter copy P·|param_dtype| (replicated over the mesh: today's
+                      ``prs.models.sampler`` calls ``replicate``) + logits (R / Bs)·V·4
+
+The step's peak is resident (parameters + optimizer state) + max(update, sampling). The C_*
+constants were fitted to ``memory_analysis().temp_size_in_bytes`` of the jitted update on CPU at
+small shapes (tests/test_plan.py re-checks two configs within 25%); accelerator compilers fuse
+differently, so treat the activation line as an estimate with that margin.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from prs.models.qwen3 import ModelConfig
+
+GIB = 2 ** 30
+
+# Fitted on CPU (see the module docstring; update temp bytes on a 4-layer D=128 F=512 V=4096 model at
+# R·W = 2048 tokens, two (R, W, M) shapes: full 69.4 / 86.1 MiB measured vs 71.5 / 85.3 planned;
+# none 226 / 271 vs 196 / 241; dots_saveable 84.9 / 103.5 vs 79.5 / 93.3): floats per token per layer of one layer's working set,
+# attention score copies, optimizer temporaries and live LM-head blocks.
+C_D, C_Q, C_F, C_S = 6.0, 3.0, 3.0, 2.0
+C_OPT = 1.0
+C_LG = 3.0
+
+
+def _bytes(dtype) -> int:
+    return int(np.dtype(dtype).itemsize)
+
+
+class Plan(NamedTuple):
+    """Per-device bytes of each part, and the verdict."""
+
+    parameters: int
+    optimizer_state: int
+    gradients: int
+    optimizer_temps: int
+    activations: int
+    logits: int
+    kv_cache: int
+    sampler_params: int
+    sampler_logits: int
+    device_bytes: int
+
+    @property
+    def resident(self) -> int:
+        return self.parameters + self.optimizer_state
+
+    @property
+    def update_temp(self) -> int:
+        """What XLA reports as the update's temp bytes (everything but the arguments)."""
+        return self.gradients + self.optimizer_temps + self.activations + self.logits
+
+    @property
+    def sampling(self) -> int:
+        return self.kv_cache + self.sampler_params + self.sampler_logits
+
+    @property
+    def peak(self) -> int:
+        return self.resident + max(self.update_temp, self.sampling)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.device_bytes
+
+    def report(self) -> str:
+        g = lambda b: f"{b / GIB:9.2f} GiB"  # noqa: E731
+        rows = [("parameters", self.parameters), ("optimizer state", self.optimizer_state),
+                ("gradients", self.gradients), ("optimizer temps", self.optimizer_temps),
+                ("activations", self.activations), ("logits chunks", self.logits),
+                ("= update peak", self.resident + self.update_temp),
+                ("KV cache (sampling)", self.kv_cache), ("sampler params", self.sampler_params),
+                ("sampler logits", self.sampler_logits), ("= sampling peak", self.resident + self.sampling),
+                ("PEAK per device", self.peak), ("device memory", self.device_bytes)]
+        lines = [f"  {name:22s}{g(b)}" for name, b in rows]
+        verdict = "fits" if self.fits else "DOES NOT FIT"
+        lines.append(f"  verdict: {verdict} ({100 * self.peak / self.device_bytes:.0f}% of the device)")
+        return "\n".join(lines)
+
+
+def param_count(cfg: ModelConfig) -> int:
+    return int(sum(math.prod(s.shape) for s in _leaves(cfg.param_shapes())))
+
+
+def _leaves(tree):
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
+         micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
+         sample_rows: int | None = None, device_gib: float = 80.0) -> Plan:
+    """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
+    ``sample_rows`` (default ``rows``) rollouts of ``prompt_len + max_new_tokens`` cache slots."""
+    for name, val in dict(rows=rows, width=width, micro_batches=micro_batches, data=data, fsdp=fsdp,
+                          tensor=tensor, logits_chunk=logits_chunk).items():
+        if not (isinstance(val, int) and val >= 1):
+            raise ValueError(f"plan: {name} must be an int >= 1, got {val!r}")
+    bs = data * fsdp
+    if rows % (bs * micro_batches):
+        raise ValueError(f"plan: rows={rows} must be a multiple of data·fsdp·micro_batches = {bs * micro_batches}")
+    P = param_count(cfg)
+    shard = fsdp * tensor
+    pb, b = _bytes(cfg.param_dtype), _bytes(cfg.dtype)
+    t = tensor
+    r = rows // bs // micro_batches
+    W = width - 1
+    L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
+                            cfg.vocab_size)
+    Q = (K + 2 * Kv) * H / t
+    scores = 0 if cfg.attention_impl == "cudnn" else C_S * r * (K / t) * W * W * 4
+    a1 = r * W * (C_D * D + C_Q * Q + C_F * F / t) * 4 + scores
+    if cfg.remat == "none":
+        act = (L + 1) * a1
+    elif cfg.remat == "full":
+        act = L * r * W * D * b + a1
+    else:
+        act = L * r * W * (Q + D) * b + a1
+    grads = P * 4 / shard * (2 if micro_batches > 1 else 1)
+    logits = C_LG * r * min(logits_chunk, W) * V / t * 4
+    rs = (sample_rows or rows) / bs
+    S = prompt_len + max_new_tokens
+    kv = 2 * L * rs * S * Kv * H * b
+    return Plan(parameters=int(P * pb / shard), optimizer_state=int(2 * P * pb / shard), gradients=int(grads),
+                optimizer_temps=int(C_OPT * P * 4 / shard), activations=int(act), logits=int(logits),
+                kv_cache=int(kv), sampler_params=int(P * pb), sampler_logits=int(rs * V * 4),
+                device_bytes=int(device_gib * GIB))
+
+
+def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
+             tensor: int, device_gib: float) -> Plan:
+    """``plan`` for a trainer run: R = B·N rows (doubled with ``reroll=append``), the trainer's
+    width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``."""
+    rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
+    return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len,
+                max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
+                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib)
+
+
+if __name__ == "__main__":  # the Hydra command line is in experiments/plan.py (prs never imports Hydra)
+    import runpy
+
+    runpy.run_module("experiments.plan", run_name="__main__", alter_sys=True)
