@@ -9,7 +9,7 @@ holds the arithmetic, ``plan(...)``, and forwards ``python -m prs.plan`` there.)
 Per device, with P parameters, a (data, fsdp, tensor) mesh, shard = fsdp · tensor, batch shards
 Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width − 1 tokens per row:
 
-    parameters        P · |param_dtype| / shard
+    parameters        P · |param_dtype| / shard   (twice with kl_coef > 0: the frozen reference)
     optimizer state   2 · P · |param_dtype| / shard        (AdamW moments, sharded like the params)
     gradients         P · 4 / shard (+ the same again as the micro-batch accumulator when M > 1)
     optimizer temps   C_OPT · P · 4 / shard                (clip-by-norm and Adam update buffers)
@@ -67,10 +67,11 @@ class Plan(NamedTuple):
     sampler_params: int
     sampler_logits: int
     device_bytes: int
+    reference: int = 0       # the frozen KL reference copy (kl_coef > 0), sharded like the params
 
     @property
     def resident(self) -> int:
-        return self.parameters + self.optimizer_state
+        return self.parameters + self.optimizer_state + self.reference
 
     @property
     def update_temp(self) -> int:
@@ -92,6 +93,7 @@ class Plan(NamedTuple):
     def report(self) -> str:
         g = lambda b: f"{b / GIB:9.2f} GiB"  # noqa: E731
         rows = [("parameters", self.parameters), ("optimizer state", self.optimizer_state),
+                ("KL reference params", self.reference),
                 ("gradients", self.gradients), ("optimizer temps", self.optimizer_temps),
                 ("activations", self.activations), ("logits chunks", self.logits),
                 ("= update peak", self.resident + self.update_temp),
@@ -116,7 +118,7 @@ def _leaves(tree):
 
 def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
          micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
-         sample_rows: int | None = None, device_gib: float = 80.0) -> Plan:
+         sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False) -> Plan:
     """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
     ``sample_rows`` (default ``rows``) rollouts of ``prompt_len + max_new_tokens`` cache slots."""
     for name, val in dict(rows=rows, width=width, micro_batches=micro_batches, data=data, fsdp=fsdp,
@@ -151,7 +153,7 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     return Plan(parameters=int(P * pb / shard), optimizer_state=int(2 * P * pb / shard), gradients=int(grads),
                 optimizer_temps=int(C_OPT * P * 4 / shard), activations=int(act), logits=int(logits),
                 kv_cache=int(kv), sampler_params=int(P * pb), sampler_logits=int(rs * V * 4),
-                device_bytes=int(device_gib * GIB))
+                device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0)
 
 
 def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
@@ -161,7 +163,7 @@ def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
-                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib)
+                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef))
 
 
 if __name__ == "__main__":  # the Hydra command line is in experiments/plan.py (prs never imports Hydra)

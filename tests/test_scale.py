@@ -29,6 +29,10 @@ def _temp_bytes(fn, *args) -> int:
     return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
 
+def _max_abs(a, b) -> float:
+    return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
 def _rel_norm(a, b) -> float:
     import optax
 
@@ -246,3 +250,49 @@ def test_make_mesh_sizes_and_errors(eight_devices):
         shd.make_mesh(eight_devices, data=-1, fsdp=-1)
     with pytest.raises(ValueError, match="unknown logical axis"):
         shd.logical_to_spec(("embed", "bogus"), (8, 8), m)
+
+
+# ----------------------------------------------------------------------------- KL to a reference policy
+
+
+def test_kl_to_the_frozen_reference_equals_an_independent_computation():
+    from prs.core.losses import policy_loss
+
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1, kl_coef=0.1, logits_chunk=4)
+    p0 = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
+    p1 = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(3), x.shape), p0)
+    batch = _batch(np.random.default_rng(4), r=16, width=12)
+    tr = T.Trainer(TASK, MODEL, rl, _PC)
+    tr.init_state(p0)  # the reference = the starting parameters
+
+    def direct(p, ref):
+        lp = lambda q: token_logprobs(M.forward(q, batch.tokens[:, :-1], cfg=MODEL, positions=batch.positions[:, :-1],  # noqa: E731
+                                                valid=batch.valid[:, :-1]), batch.tokens[:, 1:])
+        return policy_loss(lp(p), batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:], agg=rl.agg,
+                           clip_low=rl.clip_low, clip_high=rl.clip_high, ref_logp=lp(ref), kl_coef=0.1,
+                           norm_len=tr.width - 1)
+
+    loss = jax.jit(lambda p: T._loss_fn(p, batch, cfg=MODEL, rl=rl, norm_len=tr.width - 1, ref_params=tr.ref_params))
+    (got, gm), (want, wm) = loss(p1), jax.jit(direct)(p1, p0)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+    assert float(gm["kl"]) > 1e-4 and float(gm["kl"]) == pytest.approx(float(wm["kl"]), rel=1e-4)
+    assert float(loss(p0)[1]["kl"]) == pytest.approx(0.0, abs=1e-7)  # policy = reference: no KL
+    g = jax.jit(functools.partial(T._grads, cfg=MODEL, norm_len=11), static_argnames="rl")
+    _, _, g1 = g(p1, batch, p0, rl=rl)
+    _, _, g4 = g(p1, batch, p0, rl=dataclasses.replace(rl, micro_batches=4))
+    assert _rel_norm(g4, g1) < 1e-6
+
+
+def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1, kl_coef=0.05, lr=1e-2)
+    tr = T.Trainer(TASK, MODEL, rl, _PC, seed=1)
+    p0 = M.init_params(MODEL, jax.random.PRNGKey(5), std=0.2)
+    state = tr.init_state(p0)
+    state, m = tr.step(state)  # sampling, rewards, the KL-penalised update (a random policy: few loss tokens)
+    assert np.isfinite(m["loss/loss"]) and m["loss/kl"] >= 0.0
+    for _ in range(2):  # a batch with loss tokens everywhere moves the policy, never the reference
+        params, opt, lm = tr.update(state.params, state.opt_state, _batch(np.random.default_rng(6), r=16, width=12))
+        state = state._replace(params=params, opt_state=opt)
+    assert float(lm["kl"]) > 0.0
+    moved = _max_abs(state.params, p0)
+    assert _max_abs(tr.ref_params, p0) == 0.0 and moved > 0.0

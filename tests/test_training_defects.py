@@ -116,7 +116,7 @@ def test_a_steered_group_without_source_is_an_error_not_row_zero(warm, monkeypat
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"kl_coef": 0.5}, "kl_coef"),
+    ({"kl_coef": -0.5}, "kl_coef"),  # kl_coef > 0 works since the reference policy (#14)
     ({"temperature": 0.7}, "temperature"),
     ({"top_p": 0.9}, "top_p"),
     ({"top_k": 20}, "top_k"),

@@ -62,7 +62,10 @@ class RLConfig:
       std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
       agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
-      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++.
+      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++. With ``kl_coef > 0`` the trainer
+        keeps a frozen reference copy of the parameters ``init_state`` was given (sharded like the
+        policy) and adds ``kl_coef · KL`` (k3, verl ``low_var_kl``) to the loss; the reference
+        log-probs are computed inside the update, chunked and micro-batched like the policy's.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
       algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
         sampling fine-tuning, i.e. token-mean cross-entropy on successful rollouts only, at most
@@ -146,9 +149,9 @@ class RLConfig:
             raise ValueError(f"RLConfig.reroll={self.reroll!r}; choose from {REROLL_MODES}")
         if self.reroll_budget not in REROLL_BUDGETS:
             raise ValueError(f"RLConfig.reroll_budget={self.reroll_budget!r}; choose from {REROLL_BUDGETS}")
-        if self.kl_coef != 0.0:
-            raise ValueError(f"RLConfig.kl_coef={self.kl_coef}: a KL penalty needs a reference policy, which the "
-                             "trainer does not keep yet; allowed: 0.0")
+        if not self.kl_coef >= 0.0:
+            raise ValueError(f"RLConfig.kl_coef={self.kl_coef} must be >= 0 (the KL penalty to the frozen "
+                             "reference policy, i.e. the parameters the run started from)")
         if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0):
             raise ValueError(f"RLConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}: "
                              "training samples from the raw policy only (allowed: temperature=1.0, top_k=0, "
@@ -210,6 +213,7 @@ class Trainer:
         )
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
+        self.ref_params = None  # frozen KL reference (kl_coef > 0), set by init_state
         if mesh is None:
             self._update = jax.jit(update, donate_argnums=(0, 1))
         else:  # parameters AND optimizer state laid out by prs.parallel.sharding's logical rules
@@ -218,20 +222,25 @@ class Trainer:
             self.param_shardings = shd.param_shardings(model_cfg, mesh)
             self.opt_shardings = shd.opt_state_shardings(self.tx, model_cfg.param_shapes(), self.param_shardings, mesh)
             rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)))
+            ref = (self.param_shardings,) if rl.kl_coef else ()  # the reference is laid out like the policy
             self._update = jax.jit(update, donate_argnums=(0, 1),
-                                   in_shardings=(self.param_shardings, self.opt_shardings, rows),
+                                   in_shardings=(self.param_shardings, self.opt_shardings, rows, *ref),
                                    out_shardings=(self.param_shardings, self.opt_shardings, shd.replicated(mesh)))
         self._eval_problems = task.eval_problems(count=rl.eval_count)
 
     # ------------------------------------------------------------------ state
     def init_state(self, params) -> TrainState:
-        """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers."""
+        """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers.
+        With ``kl_coef > 0`` a second copy becomes the frozen reference policy (a resumed run calls
+        this with the same starting parameters before restoring, so its reference is unchanged)."""
         params = jax.tree.map(jnp.copy, params)
         if self.mesh is None:
             opt_state = self.tx.init(params)
         else:
             params = jax.device_put(params, self.param_shardings)
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
+        if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
+            self.ref_params = jax.tree.map(jnp.copy, params)
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
                           prefix=ps.init(self.prefix_cfg))
 
@@ -256,16 +265,19 @@ class Trainer:
         w = update_width(batch.valid, self.width)
         if w < batch.tokens.shape[1]:
             batch = Batch(*(x[:, :w] if x.ndim == 2 else x for x in batch))
+        ref = (self.ref_params,) if self.rl.kl_coef else ()
+        if self.rl.kl_coef and self.ref_params is None:
+            raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
         if self.mesh is None:
-            return self._update(params, opt_state, batch)
+            return self._update(params, opt_state, batch, *ref)
         with jax.set_mesh(self.mesh):
-            return self._update(params, opt_state, batch)
+            return self._update(params, opt_state, batch, *ref)
 
     def loss(self, params, batch: "Batch", logp_offset=None):
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
         added to the per-token log-probs so tests can read the per-token gradient."""
         return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset,
-                        norm_len=self.width - 1)[0]
+                        norm_len=self.width - 1, ref_params=self.ref_params)[0]
 
     def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
         """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
@@ -383,12 +395,13 @@ class Trainer:
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,
-             global_norm=None, norm_len=None):
+             global_norm=None, norm_len=None, ref_params=None):
     """The clipped surrogate on ``batch``. Logits at t predict token t + 1, so every per-token
     array is taken on [:, 1:] against logits of [:, :-1]. The LM head is chunked over time
     (``rl.logits_chunk``), so no [R, L-1, V] tensor is kept. ``global_norm`` (the whole batch's
     count, see ``agg_denominator``) and ``norm_len`` (the run's full width L-1, for
-    ``seq-mean-token-sum-norm`` when the batch was cut to its longest row) go to the loss."""
+    ``seq-mean-token-sum-norm`` when the batch was cut to its longest row) go to the loss;
+    ``ref_params`` (frozen, no gradient) give the KL reference log-probs when ``rl.kl_coef > 0``."""
     hidden = forward_hidden(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
                             valid=batch.valid[:, :-1])                           # [R, L-1, D]
     logp, ent = lm_head_logprobs(params, hidden, batch.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk,
@@ -400,10 +413,22 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
         count = jnp.sum(m) if global_norm is None else global_norm
         nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
         return nll, {"nll": nll, "token_count": jnp.sum(m)}
+    ref_logp = _ref_logprobs(ref_params, batch, cfg=cfg, rl=rl) if rl.kl_coef else None
     return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
                        clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
-                       entropy=ent, entropy_coef=rl.entropy_coef,
+                       entropy=ent, entropy_coef=rl.entropy_coef, ref_logp=ref_logp, kl_coef=rl.kl_coef,
                        global_norm=global_norm, norm_len=norm_len)
+
+
+def _ref_logprobs(ref_params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig):
+    """log π_ref(tokens[:, 1:]) [R, L-1] under the frozen reference (chunked head, no gradient)."""
+    if ref_params is None:
+        raise ValueError(f"RLConfig.kl_coef={rl.kl_coef} needs the reference parameters (Trainer.init_state keeps them)")
+    ref_params = jax.lax.stop_gradient(ref_params)
+    hidden = forward_hidden(ref_params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
+                            valid=batch.valid[:, :-1])
+    return jax.lax.stop_gradient(lm_head_logprobs(ref_params, hidden, batch.tokens[:, 1:], cfg=cfg,
+                                                  chunk=rl.logits_chunk)[0])
 
 
 # Metrics of ``_loss_fn`` that are already divided by the whole batch's count (with
@@ -421,14 +446,14 @@ def _micro_batches(batch: Batch, m: int) -> Batch:
     return jax.tree.map(split, batch)
 
 
-def _grads(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, norm_len=None):
+def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, norm_len=None):
     """(loss, metrics, grads) of ``_loss_fn`` on ``batch``; with ``rl.micro_batches = M > 1`` a
     ``lax.scan`` over M micro-batches accumulates float32 gradients (sum of micro-batch losses,
     each normalised by the full batch's count = the full-batch loss)."""
     grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
     m_count = rl.micro_batches
     if m_count == 1:
-        (loss, m), grads = grad_fn(params, batch, cfg=cfg, rl=rl, norm_len=norm_len)
+        (loss, m), grads = grad_fn(params, batch, cfg=cfg, rl=rl, norm_len=norm_len, ref_params=ref_params)
         return loss, m, grads
     r = batch.tokens.shape[0]
     if r % m_count:
@@ -437,7 +462,7 @@ def _grads(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, norm_len=Non
     gn = jnp.sum(mask != 0, dtype=jnp.float32) if rl.algorithm == "rft" else agg_denominator(mask, agg=rl.agg)
 
     def body(acc, mb):
-        (loss, m), g = grad_fn(params, mb, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len)
+        (loss, m), g = grad_fn(params, mb, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len, ref_params=ref_params)
         g_acc, l_acc, m_acc = acc
         g_acc = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
         w = m["token_count"]
@@ -445,7 +470,8 @@ def _grads(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, norm_len=Non
         return (g_acc, l_acc + loss, m_acc), None
 
     mb = _micro_batches(batch, m_count)
-    m_shape = jax.eval_shape(lambda b: _loss_fn(params, b, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len)[1],
+    m_shape = jax.eval_shape(lambda b: _loss_fn(params, b, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len,
+                                                ref_params=ref_params)[1],
                              jax.tree.map(lambda x: x[0], mb))
     zeros = lambda t: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), t)  # noqa: E731
     init = (zeros(params), jnp.zeros((), jnp.float32), zeros(m_shape))
@@ -456,9 +482,10 @@ def _grads(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, norm_len=Non
     return loss, m, grads
 
 
-def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, tx, norm_len=None):
+def _update_fn(params, opt_state, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, tx,
+               norm_len=None):
     """One optax step on the clipped surrogate (micro-batched when ``rl.micro_batches > 1``)."""
-    loss, m, grads = _grads(params, batch, cfg=cfg, rl=rl, norm_len=norm_len)
+    loss, m, grads = _grads(params, batch, ref_params, cfg=cfg, rl=rl, norm_len=norm_len)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     m = {**m, "loss": loss, "grad_norm": optax.tree.norm(grads)}
