@@ -9,9 +9,10 @@ from prs.core.advantages import group_advantages, group_pass_rates, mixed_groups
 from prs.core import prefix  # noqa: F401
 from prs.core.prefix import PrefixConfig, PrefixState  # noqa: F401
 from prs.core.losses import agg_denominator, policy_loss, token_entropy, token_logprobs  # noqa: F401
-from prs.parallel import sharding  # noqa: F401
+from prs.parallel import distributed, sharding  # noqa: F401
 from prs.models import qwen3 as model  # noqa: F401
 from prs.models.qwen3 import ModelConfig, decode_step, forward, init_cache, init_params, prefill  # noqa: F401
+from prs.models.lm_head import lm_head_logprobs  # noqa: F401
 from prs.models import sampler  # noqa: F401
 from prs.models.sampler import Rollout, SamplerConfig, append_and_resume, bucket_length, pad_to_bucket, sample  # noqa: F401
 from prs.models import hf  # noqa: F401
