@@ -22,7 +22,7 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
                       with a flash kernel, ``attention_impl=cudnn``)
     logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
     sampling          KV cache 2·L·(R / Bs)·S·Kv·H·|dtype| (S = prompt + budget slots) + the
-                      sampler's parameter copy P·|param_dtype| (replicated over the mesh: today's
+                      sampler's parameter copy P·|sampling_dtype| (replicated over the mesh: today's
                       ``prs.models.sampler`` calls ``replicate``) + logits (R / Bs)·V·4
 
 The step's peak is resident (parameters + optimizer state) + max(update, sampling). The C_*
@@ -51,7 +51,9 @@ C_LG = 3.0
 
 
 def _bytes(dtype) -> int:
-    return int(np.dtype(dtype).itemsize)
+    import jax.numpy as jnp
+
+    return int(jnp.dtype(dtype).itemsize)
 
 
 class Plan(NamedTuple):
@@ -118,7 +120,8 @@ def _leaves(tree):
 
 def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
          micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
-         sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False) -> Plan:
+         sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False,
+         sampling_bytes: int | None = None) -> Plan:
     """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
     ``sample_rows`` (default ``rows``) rollouts of ``prompt_len + max_new_tokens`` cache slots."""
     for name, val in dict(rows=rows, width=width, micro_batches=micro_batches, data=data, fsdp=fsdp,
@@ -152,7 +155,7 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     kv = 2 * L * rs * S * Kv * H * b
     return Plan(parameters=int(P * pb / shard), optimizer_state=int(2 * P * pb / shard), gradients=int(grads),
                 optimizer_temps=int(C_OPT * P * 4 / shard), activations=int(act), logits=int(logits),
-                kv_cache=int(kv), sampler_params=int(P * pb), sampler_logits=int(rs * V * 4),
+                kv_cache=int(kv), sampler_params=int(P * (sampling_bytes or pb)), sampler_logits=int(rs * V * 4),
                 device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0)
 
 
@@ -163,7 +166,8 @@ def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
-                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef))
+                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),
+                sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))
 
 
 if __name__ == "__main__":  # the Hydra command line is in experiments/plan.py (prs never imports Hydra)

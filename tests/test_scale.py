@@ -296,3 +296,22 @@ def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
     assert float(lm["kl"]) > 0.0
     moved = _max_abs(state.params, p0)
     assert _max_abs(tr.ref_params, p0) == 0.0 and moved > 0.0
+
+
+# ----------------------------------------------------------------------------- sampling copy
+
+
+def test_bf16_sampling_copy_is_cast_from_the_current_params_and_trains(eight_devices):
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=8, eval_samples=1, sampling_dtype="bfloat16")
+    mesh = shd.make_mesh(eight_devices, fsdp=8)
+    tr = T.Trainer(TASK, MODEL, rl, _PC, mesh=mesh)
+    state = tr.init_state(M.init_params(MODEL, jax.random.PRNGKey(7), std=0.2))
+    sp = tr.sampling_params(state.params)
+    for x, p in zip(jax.tree.leaves(sp), jax.tree.leaves(state.params)):
+        assert x.dtype == jnp.bfloat16 and x.sharding.is_fully_replicated
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(p.astype(jnp.bfloat16)))
+    state, m = tr.step(state)
+    assert np.isfinite(m["loss/loss"])
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(state.params))  # masters stay fp32
+    with pytest.raises(ValueError, match="sampling_dtype"):
+        T.RLConfig(sampling_dtype="int8")

@@ -24,8 +24,11 @@ from prs.models.qwen3 import ModelConfig, Params, rms_norm
 
 def _block_stats(h, w, y, *, with_entropy: bool):
     """h [R, C, D] (normed), w [D, V], y [R, C] -> logp [R, C] (and entropy [R, C] or None)."""
-    z = jnp.matmul(h, w, preferred_element_type=jnp.float32)  # [R, C, V]
-    V = z.shape[-1]
+    R, C, D = h.shape
+    V = w.shape[-1]
+    # one 2-D matmul [R·C, D] @ [D, V]: the weight gradient then contracts a single axis (XLA:CPU
+    # otherwise transposes the [R, C, V] cotangent; same numbers)
+    z = jnp.matmul(h.reshape(R * C, D), w, preferred_element_type=jnp.float32).reshape(R, C, V)  # [R, C, V]
     lse = jax.nn.logsumexp(z, axis=-1)  # [R, C]
     y = jnp.where(y < 0, V, y)  # negative ids must not wrap around: -> NaN (as token_logprobs)
     picked = jnp.take_along_axis(z, y[..., None], axis=-1, mode="fill")[..., 0]  # [R, C]

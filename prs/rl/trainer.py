@@ -50,6 +50,7 @@ ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 REROLL_MODES = ("replace", "append")
 REROLL_BUDGETS = ("shared", "extra")
 ALGORITHMS = ("grpo", "rft")
+SAMPLING_DTYPES = ("param", "bfloat16", "float16", "float32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,11 @@ class RLConfig:
         that sums their gradients. Each micro-batch loss divides by the *whole* batch's count
         (``global_norm``), so the summed gradient equals the full-batch one for every ``agg``.
         R must be a multiple of M (times the mesh's batch shards).
+      sampling_dtype: ``param`` (the sampler runs on the training parameters) or a dtype name
+        (``bfloat16``, ``float16``, ``float32``) for a sampling copy cast from them at every step.
+        A bf16 copy halves the sampler's weights next to fp32 masters; its log-probabilities (the
+        update's ``old_logp``) are then those of the bf16 policy, so the PPO ratio starts near,
+        not exactly at, 1 (the usual trainer/rollout-engine mismatch).
       logits_chunk: time steps per block of the chunked LM head (``prs.models.lm_head``): the
         update never holds more than [R/M, logits_chunk, V] logits. A width <= logits_chunk runs
         unchunked.
@@ -129,10 +135,13 @@ class RLConfig:
     eval_temperature: float = 1.0
     micro_batches: int = 1
     logits_chunk: int = 512
+    sampling_dtype: str = "param"
 
     def __post_init__(self):
         if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
             raise ValueError(f"RLConfig.micro_batches must be an int >= 1, got {self.micro_batches!r}")
+        if self.sampling_dtype not in SAMPLING_DTYPES:
+            raise ValueError(f"RLConfig.sampling_dtype={self.sampling_dtype!r}; choose from {SAMPLING_DTYPES}")
         if not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 1):
             raise ValueError(f"RLConfig.logits_chunk must be an int >= 1, got {self.logits_chunk!r}")
         if self.group_size < 2:
@@ -214,6 +223,7 @@ class Trainer:
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
         self.ref_params = None  # frozen KL reference (kl_coef > 0), set by init_state
+        self._cast = None  # jitted cast to the sampling dtype (sampling_params)
         if mesh is None:
             self._update = jax.jit(update, donate_argnums=(0, 1))
         else:  # parameters AND optimizer state laid out by prs.parallel.sharding's logical rules
@@ -221,7 +231,7 @@ class Trainer:
 
             self.param_shardings = shd.param_shardings(model_cfg, mesh)
             self.opt_shardings = shd.opt_state_shardings(self.tx, model_cfg.param_shapes(), self.param_shardings, mesh)
-            rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)))
+            rows = self._rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)))
             ref = (self.param_shardings,) if rl.kl_coef else ()  # the reference is laid out like the policy
             self._update = jax.jit(update, donate_argnums=(0, 1),
                                    in_shardings=(self.param_shardings, self.opt_shardings, rows, *ref),
@@ -270,8 +280,27 @@ class Trainer:
             raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
         if self.mesh is None:
             return self._update(params, opt_state, batch, *ref)
+        batch = jax.device_put(batch, self._rows)  # rows over the batch axes (a no-op when already there)
         with jax.set_mesh(self.mesh):
             return self._update(params, opt_state, batch, *ref)
+
+    def sampling_params(self, params):
+        """The parameters the sampler runs on: ``params`` themselves (``sampling_dtype="param"``) or
+        a copy cast to ``rl.sampling_dtype`` (e.g. bf16: half the bytes of fp32 masters), laid out
+        replicated over the mesh as the sampler uses it; made from the current parameters at every
+        step, i.e. refreshed after each update."""
+        if self.rl.sampling_dtype == "param":
+            return params
+        if self._cast is None:
+            dt = jnp.dtype(self.rl.sampling_dtype)
+            cast = lambda p: jax.tree.map(lambda x: x.astype(dt), p)  # noqa: E731
+            out = None
+            if self.mesh is not None:
+                from prs.parallel.sharding import replicated
+
+                out = replicated(self.mesh)
+            self._cast = jax.jit(cast, out_shardings=out)
+        return self._cast(params)
 
     def loss(self, params, batch: "Batch", logp_offset=None):
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
@@ -287,7 +316,8 @@ class Trainer:
         k_sample, k_src, k_reroll = self._keys(step)
         t0 = time.perf_counter()
         problems = task.train_problems(seed=self.seed, step=step, count=b)
-        ep = self.rollouts.rollout(state.params, problems, k_sample, group_size=n)  # [R, L]
+        sp = self.sampling_params(state.params)  # the sampler's copy of this step's policy
+        ep = self.rollouts.rollout(sp, problems, k_sample, group_size=n)  # [R, L]
         rewards = ep.rewards.reshape(b, n)                                      # [B, N]
         # k counts full successes (reward 1): the same as Σ r for a binary reward, and the pass
         # count when a task trains on a partial-credit reward (fraction of tests, similarity)
@@ -315,7 +345,7 @@ class Trainer:
             g = sel.size
             pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
             t1 = time.perf_counter()                                            # the padding copies are dropped
-            ep2 = self.rollouts.reroll(state.params, task.take(problems, pick), take_rows(ep, src_row[pick]),
+            ep2 = self.rollouts.reroll(sp, task.take(problems, pick), take_rows(ep, src_row[pick]),
                                        cut[pick], k_reroll, group_size=n)      # [B*N, L]
             t_sample += time.perf_counter() - t1
             r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
@@ -390,7 +420,8 @@ class Trainer:
     def evaluate(self, params, step: int) -> dict[str, float]:
         """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
-        ep = self.rollouts.rollout(params, self._eval_problems, key, group_size=self.rl.eval_samples, evaluation=True)
+        ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
+                                   group_size=self.rl.eval_samples, evaluation=True)
         return {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
 
 
