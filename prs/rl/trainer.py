@@ -39,13 +39,14 @@ import numpy as np
 import optax
 
 from prs.core import prefix as ps
-from prs.core.advantages import group_advantages, mixed_groups
-from prs.core.losses import policy_loss, token_entropy, token_logprobs
+from prs.core.advantages import mixed_groups
+from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, policy_loss, token_entropy, token_logprobs
+from prs.rl import loss_menu
 from prs.models.qwen3 import ModelConfig, forward, init_params
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 REROLL_MODES = ("replace", "append")
 ALGORITHMS = ("grpo", "rft")
 
@@ -77,6 +78,16 @@ class RLConfig:
       max_new_tokens: generation budget per rollout (and per re-rollout continuation).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
+      loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
+        ``"token"``/``"sequence"`` (GSPO), dual-clip constant (verl's vanilla loss: 3.0) or None.
+      rollout_correction, rollout_is_min, rollout_is_max: importance weights exp(logprobs −
+        sampling_logprobs) on the PG term (``prs.core.token_weights.rollout_correction``; TRL's mode
+        names ``token_truncate`` (TIS), ``token_mask`` (IcePop with min 0.5, max 5), ``sequence_truncate``,
+        ``sequence_mask`` (MIS)), or None.
+      top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2).
+      whiten_advantages: whiten the advantages over the batch (token-weighted, verl ``masked_whiten``).
+      overlong_cache, overlong_factor, overlong_filter: DAPO's soft overlong penalty over the last
+        ``overlong_cache`` tokens of the budget (0 = off) and overlong filtering of truncated rollouts.
     """
 
     tasks_per_step: int = 16
@@ -106,6 +117,17 @@ class RLConfig:
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
+    loss_type: str = "ppo"
+    ratio_level: str = "token"
+    dual_clip: float | None = None
+    rollout_correction: str | None = None
+    rollout_is_min: float | None = None
+    rollout_is_max: float = 2.0
+    top_entropy_quantile: float = 1.0
+    whiten_advantages: bool = False
+    overlong_cache: int = 0
+    overlong_factor: float = 1.0
+    overlong_filter: bool = False
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -124,6 +146,7 @@ class RLConfig:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
             raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
+        loss_menu.check_config(self, loss_types=LOSS_TYPES, ratio_levels=RATIO_LEVELS)
 
 
 class TrainState(NamedTuple):
@@ -142,6 +165,7 @@ class Batch(NamedTuple):
     loss_mask: jax.Array    # [R, L] bool, policy tokens of kept groups
     old_logp: jax.Array     # [R, L] f32, sampler log-probs (temperature 1, raw policy)
     advantages: jax.Array   # [R] f32
+    sampler_logp: jax.Array | None = None  # [R, L] f32 log q(y) actually sampled; only with rollout_correction
 
 
 class Trainer:
@@ -170,6 +194,7 @@ class Trainer:
         make = getattr(task, "make_rollouts", None)
         self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
         self.width = self.rollouts.width
+        self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
             optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
@@ -269,7 +294,6 @@ class Trainer:
             train = Episodes(*(jnp.concatenate([v, jnp.zeros_like(v)]) for v in train))
             train_rewards = jnp.concatenate([train_rewards, jnp.zeros_like(train_rewards)])
         groups = train_rewards.shape[0]
-        adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
         if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
             chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
                                             key=k_src, cap=rl.rft_cap)          # [R]
@@ -278,8 +302,12 @@ class Trainer:
         else:
             keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
             loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
+        adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, train_rewards, train.policy_mask, train.truncated,
+                                                                   loss_mask, budget=self.budget)
+        adv = loss_menu.batch_advantages(rl, adv_rewards, loss_mask)                 # [G, N]
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
-                      loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1))
+                      loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1),
+                      sampler_logp=train.sampling_logprobs if rl.rollout_correction else None)
 
         metrics: dict[str, Any] = {
             "step": step,
@@ -327,10 +355,14 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
         count = jnp.sum(m)
         nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
         return nll, {"nll": nll, "token_count": count}
-    ent = token_entropy(logits) if rl.entropy_coef else None
-    return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
-                       clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
-                       entropy=ent, entropy_coef=rl.entropy_coef)
+    ent = token_entropy(logits) if (rl.entropy_coef or rl.top_entropy_quantile < 1.0) else None
+    sampler_logp = None if batch.sampler_logp is None else batch.sampler_logp[:, 1:]
+    w, w_metrics = loss_menu.pg_weights(rl, batch.old_logp[:, 1:], sampler_logp, batch.loss_mask[:, 1:], ent)
+    loss, metrics = policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
+                                clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
+                                entropy=ent, entropy_coef=rl.entropy_coef, dual_clip=rl.dual_clip,
+                                loss_type=rl.loss_type, ratio_level=rl.ratio_level, pg_weights=w)
+    return loss, {**metrics, **w_metrics}
 
 
 def _update_fn(params, opt_state, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, tx):
