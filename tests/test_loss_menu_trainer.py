@@ -57,10 +57,13 @@ def test_menu_batch_matches_numpy_and_one_update_is_finite():
                   top_entropy_quantile=0.5)
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(0)))
+    seen = []
+    rollout = trainer.rollouts.rollout
+    trainer.rollouts.rollout = lambda *a, **k: seen.append(rollout(*a, **k)) or seen[-1]  # keep the Episodes
     batch, _, m = trainer.collect(state)
+    trainer.rollouts.rollout = rollout
     assert m["reward_mean"] == 0.0  # an untrained model: the shaped reward is the length penalty alone
-    ep = trainer.rollouts.rollout(state.params, TASK.train_problems(seed=0, step=0, count=2),
-                                  trainer._keys(0)[0], group_size=4)  # the same rollouts again (same key)
+    (ep,) = seen
     np.testing.assert_array_equal(np.asarray(ep.tokens), np.asarray(batch.tokens))
     gen = np.asarray(ep.policy_mask).sum(1)
     trunc = np.asarray(ep.truncated)
@@ -90,7 +93,7 @@ def test_menu_loss_zero_gradient_on_masked_tokens():
     """Through the trainer's loss: per-token gradient (via logp_offset) is 0 off the loss mask."""
     rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=1, eval_samples=1, max_new_tokens=6,
                   drop_no_contrast=False, loss_type="cispo", clip_low=10.0, rollout_correction="sequence_truncate",
-                  top_entropy_quantile=0.8)
+                  top_entropy_quantile=0.8, overlong_cache=2, overlong_filter=True, estimator="reinforce_pp_baseline")
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=1)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
     batch, _, _ = trainer.collect(state)
@@ -99,6 +102,7 @@ def test_menu_loss_zero_gradient_on_masked_tokens():
     off = jnp.zeros(batch.tokens[:, 1:].shape, jnp.float32)
     g = np.asarray(jax.grad(lambda o: trainer.loss(state.params, batch, logp_offset=o))(off))
     m = np.asarray(batch.loss_mask[:, 1:])
+    assert (~m.any(1)).any()  # overlong filtering left some rollouts without loss tokens
     assert np.all(np.isfinite(g)) and np.all(g[~m] == 0.0) and np.any(g[m] != 0.0)
 
 

@@ -284,6 +284,8 @@ _M = np.ones((2, 3), bool)
 def test_bad_menu_arguments_raise(kw, match):
     with pytest.raises(ValueError, match=match):
         policy_loss(_LP, _LP, _A, _M, **kw)
+    with pytest.raises(ValueError, match=match):  # a float mask is checked the same way
+        policy_loss(_LP, _LP, _A, _M.astype(np.float32), **kw)
 
 
 # ---------------------------------------------------------------- degenerate inputs, masked gradients

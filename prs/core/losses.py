@@ -120,7 +120,7 @@ def _check_segments(segment_ids, num_segments, m):
         if seg_np.size and (seg_np.min() < 0 or seg_np.max() >= num_segments):
             raise ValueError(f"segment_ids must lie in [0, num_segments={num_segments}), "
                              f"got range [{seg_np.min()}, {seg_np.max()}]")
-        if _is_concrete(m) and np.any(np.asarray(m) & (seg_np == 0)):
+        if _is_concrete(m) and np.any((np.asarray(m) != 0) & (seg_np == 0)):
             raise ValueError("loss_mask is non-zero on a token with segment_ids == 0 (the padding segment); "
                              "give every scored token a segment id >= 1")
     seg = jnp.asarray(segment_ids).astype(jnp.int32)
