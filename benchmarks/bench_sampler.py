@@ -67,6 +67,8 @@ def bench(name, *, rows, prompt, new, repeats, no_cache_new):
             continue
         scfg = S.SamplerConfig(max_new_tokens=t_new, temperature=1.0, buckets=None)
         args = (params, jnp.asarray(tokens), jnp.asarray(lengths), key)
+        if fn is S._sample_jit:  # the per-row budget (all rows get T)
+            args = args + (jnp.full((rows,), t_new, jnp.int32),)
         kwargs = dict(cfg=cfg, scfg=scfg) | ({"mesh": None} if fn is S._sample_jit else {})
         t0 = time.perf_counter()
         compiled = fn.lower(*args, **kwargs).compile()

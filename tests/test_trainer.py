@@ -152,6 +152,10 @@ def test_resume_continues_exactly(tmp_path, base_params):
     assert _strip(read(full)) == _strip(read(part))
     for f in ("summary.json", "curves.png"):
         assert (part / f).exists()
+    # the run records the code it ran on, once per segment (start and resume)
+    summ = json.loads((part / "summary.json").read_text())
+    assert [sg["start_step"] for sg in summ["provenance_segments"]] == [0, 2]
+    assert summ["provenance"]["commit"] is None or len(summ["provenance"]["commit"]) == 40
 
 
 @pytest.mark.parametrize(

@@ -215,10 +215,15 @@ def choose_sources(key: jax.Array, rewards: jax.Array, bucket: jax.Array, cfg: P
                    valid: jax.Array | None = None) -> jax.Array:
     """Index of the rollout whose prefix is replayed: [B, N] rewards -> [B] int32.
 
-    source_i ~ Uniform{ j : valid_ij and r_ij = 1 }   for a hard bucket (success prefix)
-    source_i ~ Uniform{ j : valid_ij and r_ij = 0 }   for an easy bucket (failure prefix)
-    source_i = -1                                      where bucket_i < 0 or the set is empty.
+    source_i ~ Uniform{ j : valid_ij and r_ij >= 1 }   for a hard bucket (success prefix)
+    source_i ~ Uniform{ j : valid_ij and r_ij < 1 }    for an easy bucket (failure prefix)
+    source_i = -1                                       where bucket_i < 0 or the set is empty.
 
+    A success is a full success (r >= 1) and a failure is anything less, exactly as the buckets
+    count k = #{r >= 1}: with partial-credit rewards (a fraction of tests) a failure may score 0.5,
+    and it is still a failure prefix. A skewed group always has a source (a hard group has k >= 1
+    successes, an easy one k <= N - 1 failures) unless ``valid`` masks them all; callers must treat
+    -1 in a steered bucket as an error, never as rollout 0.
     Uniform choice by the argmax of i.i.d. uniform scores over the candidates (seeded by `key`).
     """
     rewards = jnp.asarray(rewards)
@@ -233,8 +238,8 @@ def choose_sources(key: jax.Array, rewards: jax.Array, bucket: jax.Array, cfg: P
     if valid.shape != rewards.shape:
         raise ValueError(f"valid must have the shape of rewards {rewards.shape}, got {valid.shape}")
     direction = _gather(jnp.asarray(bucket_direction(cfg)), bucket, 0)  # [B]
-    want = jnp.where(direction > 0, 1.0, 0.0)  # [B] the reward of an acceptable source
-    cand = valid & (rewards == want[:, None]) & (direction != 0)[:, None]  # [B, N]
+    success = rewards >= 1.0  # [B, N] full successes, as the buckets count them
+    cand = valid & jnp.where((direction > 0)[:, None], success, ~success) & (direction != 0)[:, None]  # [B, N]
     u = jax.random.uniform(key, rewards.shape)  # [B, N]
     src = jnp.argmax(jnp.where(cand, u, -1.0), axis=1).astype(jnp.int32)  # [B]
     return jnp.where(cand.any(axis=1), src, -1)

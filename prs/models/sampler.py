@@ -217,6 +217,7 @@ class _LoopState:
     n_new: jax.Array  # [R] tokens generated this turn
     done: jax.Array  # [R]
     stop_token: jax.Array  # [R]
+    limit: jax.Array  # [R] tokens this row may generate this turn (<= T)
     logits: jax.Array  # [R, V] next-token logits
     cache: Cache
 
@@ -247,7 +248,7 @@ def _decode_loop(params, state: _LoopState, key, *, cfg: ModelConfig, scfg: Samp
         hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
         n_new = s.n_new + active.astype(jnp.int32)
         cur = s.cur + active.astype(jnp.int32)
-        done = s.done | hit | (n_new >= T) | (cur >= L)
+        done = s.done | hit | (n_new >= s.limit) | (cur >= L)
         logits, cache = _decode_masked(params, s.cache, tok, s.cur, active, cfg)
         cache = jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
         return _LoopState(
@@ -257,7 +258,7 @@ def _decode_loop(params, state: _LoopState, key, *, cfg: ModelConfig, scfg: Samp
             logprobs=jnp.where(at, lp[:, None], s.logprobs),
             sampling_logprobs=jnp.where(at, samp[:, None], s.sampling_logprobs),
             cur=cur, n_new=n_new, done=done,
-            stop_token=jnp.where(hit, tok, s.stop_token),
+            stop_token=jnp.where(hit, tok, s.stop_token), limit=s.limit,
             logits=logits,  # rows already done get junk logits, never used
             cache=cache,
         )
@@ -293,7 +294,7 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
-def _sample_jit(params, tokens, lengths, key, *, cfg: ModelConfig, scfg: SamplerConfig, mesh):
+def _sample_jit(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg: SamplerConfig, mesh):
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
@@ -304,7 +305,7 @@ def _sample_jit(params, tokens, lengths, key, *, cfg: ModelConfig, scfg: Sampler
         step=jnp.zeros((), jnp.int32), tokens=_constrain(buf, mesh),
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
-        done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32),
+        done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
         logits=logits, cache=cache,
     )
     s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
@@ -336,7 +337,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
         policy_mask=grow(prev.policy_mask, False), logprobs=grow(prev.logprobs, 0.0),
         sampling_logprobs=grow(prev.sampling_logprobs, 0.0),
         cur=cur, n_new=jnp.zeros((R,), jnp.int32), done=~resumed,
-        stop_token=jnp.full((R,), -1, jnp.int32), logits=logits, cache=cache,
+        stop_token=jnp.full((R,), -1, jnp.int32), limit=jnp.full((R,), T, jnp.int32), logits=logits, cache=cache,
     )
     s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
     return _finish(s, prev.prompt_lengths, prev, resumed, scfg), s.cache
@@ -372,7 +373,7 @@ def _place(mesh, params, *arrays):
 
 
 def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
-           mesh: Mesh | None = None, return_cache: bool = False):
+           mesh: Mesh | None = None, return_cache: bool = False, budget=None):
     """Generates up to ``scfg.max_new_tokens`` tokens after each row of ``tokens [R, P]``.
 
     Args:
@@ -382,6 +383,9 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
       cfg, scfg: model and sampler configs (static).
       mesh: if given, the batch is split over its ``data`` axis (R divisible by its size).
       return_cache: also return the KV cache for ``append_and_resume``.
+      budget: optional [R] int in [1, T]: row r stops after ``budget[r]`` generated tokens (a
+        re-rollout whose replayed prefix already used part of the response budget); default T.
+        The shapes stay those of T, so a budget never causes a compile.
     Returns:
       ``Rollout`` (or ``(Rollout, cache)``); see its docstring.
     Raises:
@@ -394,8 +398,20 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
         raise ValueError(f"sample: prompt width {padded.shape[1]} (bucketed from max length "
                          f"{int(lengths_np.max())}) + max_new_tokens {scfg.max_new_tokens} = {need} "
                          f"exceeds the cache length max_len={scfg.max_len}")
-    params, padded, lengths_j = _place(mesh, params, padded, lengths_np.astype(np.int32))
-    rollout, cache = _sample_jit(params, padded, lengths_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    T = scfg.max_new_tokens
+    if budget is None:
+        budget_np = np.full(lengths_np.shape, T, np.int32)
+    else:
+        budget_np = np.asarray(budget)
+        if budget_np.shape != lengths_np.shape or not np.issubdtype(budget_np.dtype, np.integer):
+            raise ValueError(f"sample: budget must be an int array of shape {lengths_np.shape}, got "
+                             f"{budget_np.dtype} {budget_np.shape}")
+        if budget_np.size and (budget_np.min() < 1 or budget_np.max() > T):
+            raise ValueError(f"sample: budget must lie in [1, max_new_tokens={T}], got "
+                             f"[{budget_np.min()}, {budget_np.max()}]")
+    params, padded, lengths_j, budget_j = _place(mesh, params, padded, lengths_np.astype(np.int32),
+                                                 budget_np.astype(np.int32))
+    rollout, cache = _sample_jit(params, padded, lengths_j, key, budget_j, cfg=cfg, scfg=scfg, mesh=mesh)
     return (rollout, cache) if return_cache else rollout
 
 

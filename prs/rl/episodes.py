@@ -71,7 +71,10 @@ class SingleTurnRollouts:
     """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
 
     A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
-    tokens; the sampler generates the continuation (up to the same ``max_new_tokens`` budget).
+    tokens; the sampler generates the continuation. With ``RLConfig.reroll_budget="shared"``
+    (default) the whole response, replayed prefix + continuation, gets the rollouts' budget T
+    (the continuation at most T - cut tokens), so a re-roll never has more room than a rollout;
+    ``"extra"`` gives the continuation the full T on top of the prefix.
     Two sampler shapes per run: ``[R, P]`` and ``[R, P + T]`` (prompt-width buckets).
     """
 
@@ -90,9 +93,9 @@ class SingleTurnRollouts:
         else:
             self._rewards = task.rewards
 
-    def _sample(self, params, rows, rows_len, key, scfg):
+    def _sample(self, params, rows, rows_len, key, scfg, budget=None):
         tr = self.trainer
-        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh)
+        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, budget=budget)
 
     def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
         prompt, plen = self.task.prompts(problems)
@@ -108,6 +111,13 @@ class SingleTurnRollouts:
         width = int(new_len.max())
         idx = np.arange(width)[None, :]
         rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
-        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg)
+        budget = None
+        if getattr(self.trainer.rl, "reroll_budget", "shared") == "shared":
+            budget = np.repeat(self.scfg.max_new_tokens - np.asarray(cut), group_size).astype(np.int32)  # [G*N]
+            if budget.size and budget.min() < 1:
+                raise ValueError(f"internal: re-roll cut {int(np.max(cut))} leaves no response budget "
+                                 f"(max_new_tokens={self.scfg.max_new_tokens})")
+        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg,
+                          budget=budget)
         r = self._rewards(problems, ro, group_size=group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))

@@ -34,6 +34,7 @@ import numpy as np
 
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
+from prs.rl.provenance import code_state
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
 
 
@@ -179,6 +180,11 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             log(f"[run] resumed from checkpoint at step {start}")
     kept = [m for m in _read_metrics(metrics_path) if m["step"] < start]
     metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
+    # the code each segment of the run ran on (a resumed run may span commits)
+    segments = [json.loads(x) for x in (out / "provenance.jsonl").read_text().splitlines() if x.strip()] \
+        if (out / "provenance.jsonl").exists() else []
+    segments = [sg for sg in segments if sg.get("start_step", 0) < start] + [{"start_step": start, **code_state()}]
+    (out / "provenance.jsonl").write_text("".join(json.dumps(sg) + "\n" for sg in segments))
 
     wb = None
     if run_cfg.wandb_mode != "disabled":
@@ -217,6 +223,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     records = _read_metrics(metrics_path)
     summary = summarise(records, run_time_s=time.perf_counter() - t_run, resumed_from=start)
     summary["config"] = config_dict or {}
+    summary["provenance"] = segments[-1]
+    summary["provenance_segments"] = segments
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     plot_run(records, out / "curves.png", title=out.name)
     if wb is not None:

@@ -48,6 +48,7 @@ from prs.rewards.verifiers import cap_successes_per_task
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 REROLL_MODES = ("replace", "append")
+REROLL_BUDGETS = ("shared", "extra")
 ALGORITHMS = ("grpo", "rft")
 
 
@@ -73,9 +74,17 @@ class RLConfig:
         outcome for the whole group, and swapping a mixed group for a degenerate one would *remove*
         signal (measured on arith: kept groups fell from 6.4 to 3.1 per step without it). The
         controller still sees the re-rolled group's pass rate either way.
-      temperature, top_k, top_p: sampling of training rollouts (temperature 1 keeps the sampler's
-        log-probabilities equal to the policy's, so the PPO ratio starts at exactly 1).
-      max_new_tokens: generation budget per rollout (and per re-rollout continuation).
+      reroll_budget: ``shared`` (default): a single-turn re-roll's whole response, replayed prefix +
+        continuation, gets the rollouts' budget ``max_new_tokens``, as in the agent task where the
+        prefix's turns count against the turn budget; ``extra``: the continuation gets the full
+        budget on top of the prefix (re-rolls then have more room than the baseline's rollouts).
+      temperature, top_k, top_p: sampling of training rollouts. Only 1 / 0 / 1 (the raw policy)
+        are accepted: the update's ``old_logp`` is the raw policy's log-probability, and samples
+        from an adjusted distribution q would need an importance correction p/q that the update
+        does not apply, so other values raise a ValueError (evaluation has its own
+        ``eval_temperature``).
+      max_new_tokens: generation budget per rollout (and per re-rollout response, see
+        ``reroll_budget``).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
       loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
@@ -108,6 +117,7 @@ class RLConfig:
     warmup_steps: int = 0
     reroll: str = "replace"
     reroll_fallback: bool = True
+    reroll_budget: str = "shared"
     algorithm: str = "grpo"
     rft_cap: int = 2
     temperature: float = 1.0
@@ -142,6 +152,15 @@ class RLConfig:
             raise ValueError(f"RLConfig.rft_cap must be >= 1, got {self.rft_cap}")
         if self.reroll not in REROLL_MODES:
             raise ValueError(f"RLConfig.reroll={self.reroll!r}; choose from {REROLL_MODES}")
+        if self.reroll_budget not in REROLL_BUDGETS:
+            raise ValueError(f"RLConfig.reroll_budget={self.reroll_budget!r}; choose from {REROLL_BUDGETS}")
+        if self.kl_coef != 0.0:
+            raise ValueError(f"RLConfig.kl_coef={self.kl_coef}: a KL penalty needs a reference policy, which the "
+                             "trainer does not keep yet; allowed: 0.0")
+        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0):
+            raise ValueError(f"RLConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}: "
+                             "training samples from the raw policy only (allowed: temperature=1.0, top_k=0, "
+                             "top_p=1.0); the update has no importance correction for an adjusted sampler")
         if not self.lr > 0:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
@@ -255,7 +274,11 @@ class Trainer:
         replaced = 0
         if sel.size:
             src = np.asarray(ps.choose_sources(k_src, rewards, bucket, pc))     # [B]
-            src_row = np.arange(b) * n + np.maximum(src, 0)
+            if np.any(src[sel] < 0):  # a steered group always has a source (prefix.choose_sources)
+                bad = sel[src[sel] < 0]
+                raise RuntimeError(f"step {step}: no prefix source for steered groups {bad.tolist()} "
+                                   f"(rewards {np.asarray(rewards)[bad].tolist()})")
+            src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
             cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
         if sel.size:
@@ -315,7 +338,9 @@ class Trainer:
             "pass_rate_train": float(jnp.mean(train_rewards[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
             "reward_mean": float(jnp.mean(rewards)),
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
-            "groups_kept": int(jnp.sum(keep)),
+            # groups that train: kept by the filter AND with loss tokens (append mode's padding
+            # copies of a re-rolled group are kept by the filter but have no loss tokens)
+            "groups_kept": int(jnp.sum(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1))),
             "groups_rerolled": int(sel.size),
             "groups_replaced": replaced,
             "tokens_generated": cost["gen"],

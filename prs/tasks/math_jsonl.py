@@ -24,13 +24,16 @@ generating them.
 Problems are the pytree ``MathProblems(index [B], prompt [B, P], prompt_len [B])``; answers stay in
 the task, looked up by ``index``. ``train_problems(seed, step, count)`` walks per-epoch
 permutations ``default_rng([seed, epoch]).permutation(n)``: deterministic in (seed, step), every
-problem once per epoch. ``eval_problems`` are the first ``count`` rows of ``eval_path`` (default: the
-training file; give a held-out file, e.g. AIME, for real runs).
+problem once per epoch. ``eval_problems`` are the first ``count`` rows of ``eval_path``; without one,
+the file is split deterministically (``split_rows``: a row is held out iff a hash of its problem text
+falls below ``eval_fraction``), so evaluation never sees a training problem, and the log says so.
+Give a held-out file (e.g. AIME) for real runs.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import pathlib
 from typing import Any, NamedTuple
 
@@ -215,19 +218,38 @@ class MathJsonlTask:
         return self.tokenizer.decode([int(i) for i in ids])
 
 
+def split_rows(rows: list[dict[str, str]], *, eval_fraction: float) -> tuple[list, list]:
+    """Deterministic train / held-out split of one file's rows: row i is held out iff
+    ``int(sha256(problem_i)[:8], 16) / 16**8 < eval_fraction``. Depends only on each problem's text
+    (not on the order of the file or on a seed), so appending problems never moves old ones, and a
+    problem repeated in the file lands on one side only. Raises ValueError if either side is empty."""
+    import hashlib
+
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"math_jsonl: eval_fraction must lie in (0, 1), got {eval_fraction!r}")
+    u = [int(hashlib.sha256(r["problem"].encode()).hexdigest()[:8], 16) / 16**8 for r in rows]
+    train = [r for r, x in zip(rows, u) if x >= eval_fraction]
+    held = [r for r, x in zip(rows, u) if x < eval_fraction]
+    if not train or not held:
+        raise ValueError(f"math_jsonl: splitting {len(rows)} rows at eval_fraction={eval_fraction} leaves "
+                         f"{len(train)} train / {len(held)} eval rows; give eval_path or another eval_fraction")
+    return train, held
+
+
 def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str | None = None,
                     split: str = "train", eval_split: str = "test", problem_key: str = "problem",
                     answer_key: str = "answer", vocab_size: int | None = None, max_new_tokens: int = 1024,
                     instruction: str = INSTRUCTION, system_prompt: str | None = None,
                     enable_thinking: bool = False, max_prompt_len: int | None = None,
-                    backend: str = "auto", max_rows: int | None = None) -> MathJsonlTask:
+                    backend: str = "auto", max_rows: int | None = None, eval_fraction: float = 0.25) -> MathJsonlTask:
     """Factory registered as ``"math_jsonl"``.
 
     Args:
       tokenizer: checkpoint directory with ``tokenizer.json`` (and ``config.json``, whose
         ``vocab_size`` becomes the task's unless ``vocab_size`` is given).
       path: JSONL file or HF dataset name (default: the shipped tiny file). eval_path: held-out
-        problems (default: ``path``). split / eval_split: HF dataset splits.
+        problems; default: a deterministic ``eval_fraction`` of ``path`` held out (``split_rows``),
+        never the training problems. split / eval_split: HF dataset splits.
       max_new_tokens: generation budget. instruction: appended to each problem.
       enable_thinking: Qwen3 thinking mode (False = the paper's non-thinking setting).
       max_prompt_len: prompt width P (longer prompts are dropped). backend: verifier back end.
@@ -238,10 +260,16 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
     tok = Tokenizer.from_checkpoint(tokenizer)
     path = str(path or SHIPPED)
     rows = load_rows(path, split=split, problem_key=problem_key, answer_key=answer_key)
-    eval_rows = rows if eval_path is None else load_rows(eval_path, split=eval_split, problem_key=problem_key,
-                                                        answer_key=answer_key)
+    if eval_path is None:
+        n_all = len(rows)
+        rows, eval_rows = split_rows(rows, eval_fraction=eval_fraction)
+        logging.getLogger(__name__).info(
+            "math_jsonl: no eval_path; held out %d of %d problems of %s for evaluation (eval_fraction=%s), "
+            "training on the other %d", len(eval_rows), n_all, path, eval_fraction, len(rows))
+    else:
+        eval_rows = load_rows(eval_path, split=eval_split, problem_key=problem_key, answer_key=answer_key)
     if max_rows:
-        rows, eval_rows = rows[:max_rows], (eval_rows[:max_rows] if eval_path else rows[:max_rows])
+        rows, eval_rows = rows[:max_rows], eval_rows[:max_rows]
     if vocab_size is None:
         cfg = pathlib.Path(tokenizer) / "config.json"
         vocab_size = json.loads(cfg.read_text())["vocab_size"] if cfg.exists() else tok.vocab_size
