@@ -45,6 +45,16 @@ def test_overlong_cache_longer_than_the_budget_fails_at_trainer_init():
         Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=2))
 
 
+def test_response_length_counts_the_replayed_prefix_only_when_it_shares_the_budget():
+    from types import SimpleNamespace
+
+    from prs.rl.loss_menu import response_lengths
+    ep = SimpleNamespace(policy_mask=jnp.asarray([[1, 1, 1, 0], [1, 0, 0, 0]], bool), replayed=jnp.asarray([0, 5]))
+    shared, extra = RLConfig(reroll_budget="shared"), RLConfig(reroll_budget="extra")
+    np.testing.assert_array_equal(np.asarray(response_lengths(shared, ep)), [3, 6])
+    np.testing.assert_array_equal(np.asarray(response_lengths(extra, ep)), [3, 1])
+
+
 def test_cispo_accepts_verl_lower_bound():
     assert RLConfig(loss_type="cispo", clip_low=10.0, clip_high=0.2).clip_low == 10.0
 

@@ -73,22 +73,31 @@ def length_budget(rollouts, rl) -> int:
     return budget
 
 
-def shaped_rewards_and_mask(rl, rewards: jax.Array, policy_mask: jax.Array, truncated: jax.Array,
-                            loss_mask: jax.Array, *, budget: int) -> tuple[jax.Array, jax.Array]:
+def response_lengths(rl, episodes) -> jax.Array:
+    """``[R]`` response length measured against the generation budget: generated tokens, plus the
+    replayed prefix when a re-roll shares the rollouts' budget (``rl.reroll_budget="shared"``)."""
+    gen = jnp.sum(episodes.policy_mask, axis=1)  # [R]
+    if getattr(rl, "reroll_budget", "shared") == "shared":
+        gen = gen + episodes.replayed
+    return gen
+
+
+def shaped_rewards_and_mask(rl, rewards: jax.Array, episodes, loss_mask: jax.Array, *,
+                            budget: int) -> tuple[jax.Array, jax.Array]:
     """``(rewards for the advantages [G, N], loss_mask [R, L])`` after DAPO's length options.
 
-    ``rl.overlong_cache > 0``: adds ``overlong_penalty(Σ policy_mask, max_len=budget, cache_len=
-    rl.overlong_cache, factor=rl.overlong_factor)``; the length is the tokens generated in the call
-    (a re-rollout's continuation, whose budget is also ``budget``). Pass counts, buckets and the
-    no-contrast filter keep the raw rewards (DAPO filters on accuracy). ``rl.overlong_filter``: drops
-    truncated rollouts from the loss (``drop_truncated``); their rewards stay in the group statistics.
+    ``rl.overlong_cache > 0``: adds ``overlong_penalty(response_lengths, max_len=budget, cache_len=
+    rl.overlong_cache, factor=rl.overlong_factor)``. Pass counts, buckets and the no-contrast filter
+    keep the raw rewards (DAPO filters on accuracy). ``rl.overlong_filter``: drops truncated rollouts
+    (``Episodes.truncated``: the budget ran out before a stop token) from the loss
+    (``drop_truncated``); their rewards stay in the group statistics (TRL).
     """
     if rl.overlong_cache > 0:
-        gen = jnp.sum(policy_mask, axis=1).reshape(rewards.shape)  # [G, N]
-        rewards = rewards + overlong_penalty(gen, max_len=budget, cache_len=rl.overlong_cache,
+        lengths = response_lengths(rl, episodes).reshape(rewards.shape)  # [G, N]
+        rewards = rewards + overlong_penalty(lengths, max_len=budget, cache_len=rl.overlong_cache,
                                              factor=rl.overlong_factor)
     if rl.overlong_filter:
-        loss_mask = drop_truncated(loss_mask, truncated)
+        loss_mask = drop_truncated(loss_mask, episodes.truncated)
     return rewards, loss_mask
 
 

@@ -96,7 +96,8 @@ class RLConfig:
       top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2).
       whiten_advantages: whiten the advantages over the batch (token-weighted, verl ``masked_whiten``).
       overlong_cache, overlong_factor, overlong_filter: DAPO's soft overlong penalty over the last
-        ``overlong_cache`` tokens of the budget (0 = off) and overlong filtering of truncated rollouts.
+        ``overlong_cache`` tokens of the budget ``max_new_tokens`` (0 = off; a response counts its replayed
+        prefix under ``reroll_budget="shared"``) and overlong filtering of truncated rollouts.
     """
 
     tasks_per_step: int = 16
@@ -325,8 +326,7 @@ class Trainer:
         else:
             keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
             loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
-        adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, train_rewards, train.policy_mask, train.truncated,
-                                                                   loss_mask, budget=self.budget)
+        adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, train_rewards, train, loss_mask, budget=self.budget)
         adv = loss_menu.batch_advantages(rl, adv_rewards, loss_mask)                 # [G, N]
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
                       loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1),
