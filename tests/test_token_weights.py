@@ -138,6 +138,10 @@ def test_high_entropy_mask_trl_second_case_and_empty():
     np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, m, rho=0.2 + 1e-7)),
                                   np.array([[0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0]], bool))
     assert not np.any(np.asarray(high_entropy_mask(e, np.zeros_like(m), rho=0.2)))
+    # a NaN / +inf entropy on a scored token ranks lowest / highest; the threshold stays finite
+    e = np.array([[np.nan, 1, 2, 3, np.inf, 0.5]], np.float32)
+    np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, np.ones((1, 6), bool), rho=0.5)),
+                                  [[False, False, True, True, True, False]])
 
 
 @settings(max_examples=20, deadline=None)

@@ -114,6 +114,6 @@ def high_entropy_mask(entropy: jax.Array, loss_mask: jax.Array, *, rho: float = 
         raise ValueError(f"rho must be a number in [0, 1], got {rho!r}")
     m = jnp.asarray(loss_mask) != 0  # [R, T]
     h = jnp.where(m, jax.lax.stop_gradient(jnp.asarray(entropy)).astype(jnp.float32), jnp.nan)  # [R, T]
-    h = jnp.where(m & jnp.isnan(h), -jnp.inf, h)  # a NaN entropy on a scored token ranks lowest
+    h = jnp.where(m & ~jnp.isfinite(h), jnp.where(h > 0, 1e30, -1e30), h)  # non-finite scored entropy: ±1e30 ranks it last/first (finite quantile)
     tau = jnp.nanquantile(h, 1.0 - rho)  # [] (NaN when nothing is scored -> keeps nothing)
     return m & (jnp.where(m, h, -jnp.inf) >= tau)
