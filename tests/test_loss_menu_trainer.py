@@ -134,3 +134,22 @@ def test_hydra_exposes_the_menu_as_algo_keys():
         assert rl.estimator == "reinforce_pp_baseline" and rl.overlong_cache == 4 and rl.overlong_filter
         with pytest.raises(Exception, match="loss_type"):
             build(validate(compose("config", overrides=["sft.base_dir=/tmp/x", "algo.loss_type=nope"])))
+
+
+def test_adjusted_sampler_trains_only_with_a_rollout_correction_that_reweights_by_p_over_q():
+    """Issue #19 item 5 lifted through the menu: temperature 0.7 is refused without a correction;
+    with ``token_truncate`` the batch carries log q and the step's mean weight equals the numpy
+    mean of min(p / q, 2) over the loss tokens."""
+    with pytest.raises(ValueError, match="rollout_correction"):
+        RLConfig(temperature=0.7)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=1, eval_samples=1, max_new_tokens=6, temperature=0.7,
+                  drop_no_contrast=False, rollout_correction="token_truncate", rollout_is_max=2.0)
+    trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
+    state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
+    batch, _, _ = trainer.collect(state)
+    p, q = np.asarray(batch.old_logp), np.asarray(batch.sampler_logp)
+    m = np.asarray(batch.loss_mask)[:, 1:]
+    ratio = np.exp(p - q)[:, 1:]
+    assert m.any() and np.ptp(ratio[m]) > 0.05  # temperature 0.7 really moves p/q away from 1
+    _, metrics = trainer.step(state)
+    np.testing.assert_allclose(metrics["loss/is_weight_mean"], np.minimum(ratio, 2.0)[m].mean(), rtol=1e-4)

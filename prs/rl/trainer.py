@@ -78,11 +78,11 @@ class RLConfig:
         continuation, gets the rollouts' budget ``max_new_tokens``, as in the agent task where the
         prefix's turns count against the turn budget; ``extra``: the continuation gets the full
         budget on top of the prefix (re-rolls then have more room than the baseline's rollouts).
-      temperature, top_k, top_p: sampling of training rollouts. Only 1 / 0 / 1 (the raw policy)
-        are accepted: the update's ``old_logp`` is the raw policy's log-probability, and samples
-        from an adjusted distribution q would need an importance correction p/q that the update
-        does not apply, so other values raise a ValueError (evaluation has its own
-        ``eval_temperature``).
+      temperature, top_k, top_p: sampling of training rollouts. The update's ``old_logp`` is the raw
+        policy's log-probability p (temperature 1), so samples from an adjusted distribution q need
+        the importance weight p/q: values other than 1 / 0 / 1 are accepted only together with a
+        ``rollout_correction`` (which applies exp(logprobs - sampling_logprobs), truncated or masked),
+        and raise a ValueError otherwise (evaluation has its own ``eval_temperature``).
       max_new_tokens: generation budget per rollout (and per re-rollout response, see
         ``reroll_budget``).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
@@ -158,10 +158,11 @@ class RLConfig:
         if self.kl_coef != 0.0:
             raise ValueError(f"RLConfig.kl_coef={self.kl_coef}: a KL penalty needs a reference policy, which the "
                              "trainer does not keep yet; allowed: 0.0")
-        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0):
+        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0) and self.rollout_correction is None:
             raise ValueError(f"RLConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}: "
-                             "training samples from the raw policy only (allowed: temperature=1.0, top_k=0, "
-                             "top_p=1.0); the update has no importance correction for an adjusted sampler")
+                             "without a rollout_correction training samples from the raw policy only (allowed: "
+                             "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
+                             "to train on an adjusted sampler with importance weights p/q")
         if not self.lr > 0:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
