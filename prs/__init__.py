@@ -9,6 +9,9 @@ from prs.core.advantages import group_advantages, group_pass_rates, mixed_groups
 from prs.core import prefix  # noqa: F401
 from prs.core.prefix import PrefixConfig, PrefixState  # noqa: F401
 from prs.core.losses import agg_denominator, policy_loss, token_entropy, token_logprobs  # noqa: F401
+from prs.core.advantages import whiten_advantages  # noqa: F401
+from prs.core.token_weights import high_entropy_mask, rollout_correction  # noqa: F401
+from prs.core.shaping import drop_truncated, overlong_penalty  # noqa: F401
 from prs.parallel import distributed, sharding  # noqa: F401
 from prs.models import qwen3 as model  # noqa: F401
 from prs.models.qwen3 import ModelConfig, decode_step, forward, init_cache, init_params, prefill  # noqa: F401

@@ -255,3 +255,95 @@ def test_no_recompile_on_second_call():
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ---------------------------------------------------------------- REINFORCE++ and batch whitening (#17)
+from prs.core.advantages import whiten_advantages  # noqa: E402
+
+
+def np_masked_whiten_tokens(scores, lengths, valid):
+    """verl masked_whiten on the per-token tiling of one score per rollout (float64, eps 1e-8)."""
+    toks = np.concatenate([np.full(int(l), s) for s, l, v in zip(scores.ravel(), lengths.ravel(), valid.ravel()) if v])
+    n = toks.size
+    mean = toks.sum() / (n + 1e-8)
+    var = ((toks - mean) ** 2).sum() / (n + 1e-8) * n / (n - 1)
+    return np.where(valid, (scores - mean) / np.sqrt(var + 1e-8), 0.0)
+
+
+@pytest.mark.parametrize("lengths, base, plain", [
+    ([1, 1, 1, 1], [1.5, -0.5, -0.5, -0.5], [1.5, -0.5, -0.5, -0.5]),
+    ([2, 2, 2, 2], [1.620185, -0.540062, -0.540062, -0.540062], [1.620185, -0.540062, -0.540062, -0.540062]),
+    ([1, 2, 3, 4], [2.846050, -0.316228, -0.316228, -0.316228], [2.846050, -0.316228, -0.316228, -0.316228]),
+])
+def test_reinforce_pp_worked_numbers(lengths, base, plain):
+    """notes/loss_menu.md §5 (derived from verl's REINFORCE++(-baseline), γ = 1, r = [1, 0, 0, 0])."""
+    r = np.array([[1.0, 0, 0, 0]], np.float32)
+    ln = np.array([lengths], np.float32)
+    kw = dict(lengths=ln, eps=1e-8)
+    np.testing.assert_allclose(group_advantages(r, estimator="reinforce_pp_baseline", **kw)[0], base, rtol=1e-5)
+    np.testing.assert_allclose(group_advantages(r, estimator="reinforce_pp", **kw)[0], plain, rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_reinforce_pp_matches_verl_token_level_whitening(seed):
+    rng = np.random.default_rng(seed)
+    r = rng.integers(0, 2, (3, 4)).astype(np.float32)
+    lengths = rng.integers(1, 6, (3, 4)).astype(np.float32)
+    valid = rng.random((3, 4)) < 0.8
+    valid[0, :2] = True
+    got_plain = np.asarray(group_advantages(r, estimator="reinforce_pp", valid=valid, lengths=lengths, eps=1e-8))
+    centred = np.asarray(group_advantages(r, estimator="dr_grpo", valid=valid), np.float64)
+    got_base = np.asarray(group_advantages(r, estimator="reinforce_pp_baseline", valid=valid, lengths=lengths, eps=1e-8))
+    for got, scores in ((got_plain, r.astype(np.float64)), (got_base, centred)):
+        live = scores[valid]
+        if np.ptp(live) == 0:
+            assert np.all(got == 0)
+        else:
+            np.testing.assert_allclose(got, np_masked_whiten_tokens(scores, lengths, valid), rtol=1e-4, atol=1e-5)
+
+
+def test_whiten_rollout_weighted_without_lengths():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    got = np.asarray(whiten_advantages(x, std_ddof=0, eps=0.0))
+    np.testing.assert_allclose(got, (x - x.mean()) / x.std(), rtol=1e-6)
+    got = np.asarray(whiten_advantages(x))  # ddof 1
+    np.testing.assert_allclose(got, (x - x.mean()) / np.sqrt(x.var(ddof=1) + 1e-8), rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["all0", "all1", "one", "none", "nan_masked", "zero_len"]), st.sampled_from(["reinforce_pp", "reinforce_pp_baseline"]))
+def test_reinforce_pp_degenerate_batches_give_zero_not_nan(kind, estimator):
+    r = np.zeros((2, 4), np.float32)
+    valid = np.ones((2, 4), bool)
+    lengths = np.full((2, 4), 3.0, np.float32)
+    if kind == "all1":
+        r[:] = 1
+    elif kind == "one":
+        valid[:] = False
+        valid[1, 2] = True
+        r[1, 2] = 1
+    elif kind == "none":
+        valid[:] = False
+    elif kind == "nan_masked":
+        r[0, 0], valid[0, 0], r[1, 1] = np.nan, False, 1
+    elif kind == "zero_len":
+        r[0, 0] = 1
+        lengths[:] = 0
+    adv = np.asarray(group_advantages(r, estimator=estimator, valid=valid, lengths=lengths))
+    assert np.all(np.isfinite(adv)) and np.all(adv[~valid] == 0)
+    if kind in ("all0", "all1", "one", "none", "zero_len"):
+        assert np.all(adv == 0)
+    g = jax.grad(lambda x: jnp.sum(whiten_advantages(x, jnp.asarray(valid), lengths=lengths) ** 2))(jnp.asarray(np.nan_to_num(r)))
+    assert np.all(np.isfinite(np.asarray(g))) and np.all(np.asarray(g)[~valid] == 0)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: group_advantages(np.zeros((2, 3)), estimator="grpo", lengths=np.ones((2, 3))), "lengths is used by the 'reinforce_pp"),
+    (lambda: group_advantages(np.zeros((2, 3)), estimator="reinforce_pp", lengths=np.ones((2, 4))), "lengths must have the same shape"),
+    (lambda: whiten_advantages(np.zeros((2, 3), np.float32), std_ddof=-1), "std_ddof must be an int >= 0"),
+    (lambda: whiten_advantages(np.zeros((2, 3), np.float32), eps=-1.0), "eps must be a finite number >= 0"),
+])
+def test_whiten_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

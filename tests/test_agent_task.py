@@ -274,7 +274,8 @@ def _demo_source(task, probs, seed=1):
     return Episodes(tokens=jnp.asarray(tok), positions=jnp.asarray(np.broadcast_to(np.arange(L), tok.shape)),
                     valid=jnp.asarray(valid), policy_mask=jnp.asarray(mask),
                     logprobs=jnp.zeros(tok.shape, jnp.float32), rewards=z.astype(jnp.float32),
-                    units=jnp.asarray(turns), replayed=z, env_steps=jnp.asarray(turns)), mask
+                    units=jnp.asarray(turns), replayed=z, env_steps=jnp.asarray(turns),
+                    sampling_logprobs=jnp.zeros(tok.shape, jnp.float32), truncated=z.astype(bool)), mask
 
 
 @pytest.fixture(scope="module")

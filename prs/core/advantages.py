@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from prs.core import _validate as v
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "rloo_std")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "rloo_std", "reinforce_pp", "reinforce_pp_baseline")
 SINGLETON_MODES = ("zero", "raw")
 MIXED_RULES = ("std", "minmax")
 
@@ -75,6 +75,7 @@ def group_advantages(
     std_ddof: int = 1,
     eps: float = 1e-6,
     singleton: str = "zero",
+    lengths: jax.Array | None = None,
 ) -> jax.Array:
     """Group-relative advantage of each rollout, ``[B, N]``.
 
@@ -87,6 +88,13 @@ def group_advantages(
       arXiv:2503.20783).
     - ``"rloo"``:     ``A = r − (Σ m·r − r) / (n − 1) = n/(n−1)·(r − μ)``  (Ahmadian et al. 2024,
       arXiv:2402.14740; the GRPO++/DeepSWE recipe's leave-one-out baseline without std).
+    - ``"reinforce_pp"``: ``A = whiten_advantages(r)`` over the whole batch, no group baseline
+      (REINFORCE++, Hu et al. 2025, arXiv:2501.03262; verl
+      ``compute_reinforce_plus_plus_outcome_advantage`` with γ = 1 on an outcome reward).
+    - ``"reinforce_pp_baseline"``: ``A = whiten_advantages(r − μ)`` (verl
+      ``compute_reinforce_plus_plus_baseline_outcome_advantage``: group mean, then batch whitening).
+      For both, ``eps`` is added to the batch *variance* (verl ``masked_whiten``: ``1e-8``) and
+      ``lengths`` (tokens per rollout) weights the batch statistics as verl's per-token whitening does.
     - ``"rloo_std"``: ``A = (r − (Σ m·r − r)/(n − 1)) / (σ + eps)`` with σ the std of the WHOLE group,
       not a leave-one-out std. The leave-one-out std is 0 for the lone success in ``[1, 0, 0, 0]``,
       which is how NeMo-RL #1518 reached ±1e6; the whole-group σ is > 0 whenever the numerator is
@@ -112,10 +120,22 @@ def group_advantages(
       std_ddof: delta degrees of freedom of σ (1 = sample std as in verl/TRL, 0 = population std).
       eps: added to σ in the denominator.
       singleton: ``"zero"`` or ``"raw"`` (verl), see above.
+      lengths: optional ``[B, N]`` token counts for the ``reinforce_pp*`` batch statistics.
 
     Returns:
       ``[B, N]`` advantages in the rewards' float dtype (float32 for int/bool rewards).
     """
+    if estimator in ("reinforce_pp", "reinforce_pp_baseline"):
+        v.check_choice("singleton", singleton, SINGLETON_MODES)
+        if estimator == "reinforce_pp":
+            r, _, out_dtype = _prepare(rewards, valid)
+            x = r
+        else:
+            x = group_advantages(rewards, estimator="dr_grpo", valid=valid, singleton=singleton)
+        w = whiten_advantages(x, valid, lengths=lengths, std_ddof=std_ddof, eps=eps)
+        return w.astype(x.dtype if estimator != "reinforce_pp" else out_dtype)
+    if lengths is not None:
+        raise ValueError(f"lengths is used by the 'reinforce_pp*' estimators only, got estimator={estimator!r}")
     v.check_choice("estimator", estimator, ESTIMATORS)
     v.check_choice("singleton", singleton, SINGLETON_MODES)
     if not isinstance(std_ddof, int) or std_ddof < 0:
@@ -187,3 +207,54 @@ def mixed_groups(rewards: jax.Array, valid: jax.Array | None = None, *, rule: st
         lo = jnp.min(jnp.where(mask, r, jnp.inf), axis=1, keepdims=True)
         keep = (lo < mean) & (mean < hi) & (n >= 2)
     return keep[:, 0]
+
+
+def whiten_advantages(
+    advantages: jax.Array,
+    valid: jax.Array | None = None,
+    *,
+    lengths: jax.Array | None = None,
+    std_ddof: int = 1,
+    eps: float = 1e-8,
+) -> jax.Array:
+    """Batch whitening ``(A − μ) / sqrt(σ² + eps)`` over every valid rollout of ``[B, N]``.
+
+    With weights ``w = m · lengths`` (``lengths=None``: ``w = m``), ``W = Σ w``::
+
+        μ = Σ w·A / W,   σ² = Σ w·(A − μ)² / (W − std_ddof)
+
+    verl ``masked_whiten`` (``verl/utils/torch_functional.py``; tunix ``algo_core.masked_whiten`` is
+    the same) whitens per TOKEN with Bessel's correction on the token count: passing ``lengths = Σₜ
+    loss_mask`` reproduces it exactly (a rollout of L tokens counts L times). Used by REINFORCE++
+    (arXiv:2501.03262) and as an option after any group estimator.
+
+    Degenerate batches give 0, never NaN: excluded rollouts get 0; when every valid advantage is
+    equal, or ``W <= std_ddof`` (verl raises there), the result is 0.
+
+    Args:
+      advantages: ``[B, N]`` floating.  valid: optional ``[B, N]`` bool.
+      lengths: optional ``[B, N]`` non-negative token counts (weights).
+      std_ddof: 1 (verl's unbiased variance) or 0.  eps: added to the variance, >= 0.
+    """
+    if not isinstance(std_ddof, int) or std_ddof < 0:
+        raise ValueError(f"std_ddof must be an int >= 0, got {std_ddof!r}")
+    v.check_nonnegative("eps", eps)
+    v.check_dtype_kind("advantages", advantages, "f")
+    x, mask, out_dtype = _prepare(advantages, valid)
+    x = jnp.where(mask, x, 0.0)  # [B, N]; NaN on excluded rollouts never enters the sums
+    if lengths is None:
+        w = mask.astype(x.dtype)
+    else:
+        v.check_dtype_kind("lengths", lengths, "iuf")
+        v.check_same_shape(advantages=advantages, lengths=lengths)
+        w = jnp.where(mask, jnp.asarray(lengths).astype(x.dtype), 0.0)  # [B, N]
+    total = jnp.sum(w)
+    mean = jnp.sum(w * x) / jnp.maximum(total, 1e-30)
+    dev = jnp.where(mask, x - mean, 0.0)
+    var = jnp.sum(w * dev * dev) / jnp.maximum(total - std_ddof, 1e-30)
+    live = mask & (w > 0)
+    hi = jnp.max(jnp.where(live, x, -jnp.inf))
+    lo = jnp.min(jnp.where(live, x, jnp.inf))
+    ok = (hi > lo) & (total > std_ddof)
+    out = jnp.where(ok & mask, dev * jax.lax.rsqrt(jnp.where(ok, var + eps, 1.0)), 0.0)
+    return out.astype(out_dtype)

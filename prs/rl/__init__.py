@@ -1,5 +1,6 @@
 """The RL loop: ``episodes`` (the ``Episodes`` type and single-turn rollouts with prefix replay),
-``trainer`` (collect -> advantages -> masked update), ``runner`` (checkpoints, logging, resume).
+``trainer`` (collect -> advantages -> masked update), ``loss_menu`` (the trainer's optional loss and
+advantage options from ``RLConfig``), ``runner`` (checkpoints, logging, resume).
 
 May import ``prs.core``, ``prs.models``, ``prs.parallel`` and ``prs.rewards``; tasks are passed in
 as objects, never imported (``runner`` may load a checkpoint through ``prs.models.hf``).

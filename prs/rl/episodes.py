@@ -40,6 +40,8 @@ class Episodes(NamedTuple):
     units: jax.Array        # [R] int32 policy units of the episode (tokens or turns)
     replayed: jax.Array     # [R] int32 tokens replayed from a source instead of generated
     env_steps: jax.Array    # [R] int32 environment executions (replayed actions included)
+    sampling_logprobs: jax.Array  # [R, L] f32 log q(y) under the temperature/top-k/top-p distribution sampled
+    truncated: jax.Array    # [R] bool the last generation hit its token budget without a stop token
 
 
 def episodes_from_rollout(ro: Rollout, rewards: jax.Array, width: int, pad_id: int, *, replayed=None) -> Episodes:
@@ -56,6 +58,8 @@ def episodes_from_rollout(ro: Rollout, rewards: jax.Array, width: int, pad_id: i
         units=jnp.sum(ro.policy_mask, axis=1).astype(jnp.int32),
         replayed=zeros if replayed is None else jnp.asarray(replayed, jnp.int32),
         env_steps=zeros,
+        sampling_logprobs=_pad_width(ro.sampling_logprobs, width, 0.0),
+        truncated=jnp.asarray(ro.truncated, bool),
     )
 
 

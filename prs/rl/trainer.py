@@ -39,14 +39,15 @@ import numpy as np
 import optax
 
 from prs.core import prefix as ps
-from prs.core.advantages import group_advantages, mixed_groups
-from prs.core.losses import agg_denominator, policy_loss, token_logprobs
+from prs.core.advantages import mixed_groups
+from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_loss, token_logprobs
+from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 REROLL_MODES = ("replace", "append")
 REROLL_BUDGETS = ("shared", "extra")
 ALGORITHMS = ("grpo", "rft")
@@ -82,15 +83,26 @@ class RLConfig:
         continuation, gets the rollouts' budget ``max_new_tokens``, as in the agent task where the
         prefix's turns count against the turn budget; ``extra``: the continuation gets the full
         budget on top of the prefix (re-rolls then have more room than the baseline's rollouts).
-      temperature, top_k, top_p: sampling of training rollouts. Only 1 / 0 / 1 (the raw policy)
-        are accepted: the update's ``old_logp`` is the raw policy's log-probability, and samples
-        from an adjusted distribution q would need an importance correction p/q that the update
-        does not apply, so other values raise a ValueError (evaluation has its own
-        ``eval_temperature``).
+      temperature, top_k, top_p: sampling of training rollouts. The update's ``old_logp`` is the raw
+        policy's log-probability p (temperature 1), so samples from an adjusted distribution q need
+        the importance weight p/q: values other than 1 / 0 / 1 are accepted only together with a
+        ``rollout_correction`` (which applies exp(logprobs - sampling_logprobs), truncated or masked),
+        and raise a ValueError otherwise (evaluation has its own ``eval_temperature``).
       max_new_tokens: generation budget per rollout (and per re-rollout response, see
         ``reroll_budget``).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
+      loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
+        ``"token"``/``"sequence"`` (GSPO), dual-clip constant (verl's vanilla loss: 3.0) or None.
+      rollout_correction, rollout_is_min, rollout_is_max: importance weights exp(logprobs −
+        sampling_logprobs) on the PG term (``prs.core.token_weights.rollout_correction``; TRL's mode
+        names ``token_truncate`` (TIS), ``token_mask`` (IcePop with min 0.5, max 5), ``sequence_truncate``,
+        ``sequence_mask`` (MIS)), or None.
+      top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2).
+      whiten_advantages: whiten the advantages over the batch (token-weighted, verl ``masked_whiten``).
+      overlong_cache, overlong_factor, overlong_filter: DAPO's soft overlong penalty over the last
+        ``overlong_cache`` tokens of the budget ``max_new_tokens`` (0 = off; a response counts its replayed
+        prefix under ``reroll_budget="shared"``) and overlong filtering of truncated rollouts.
       micro_batches: M; the update's rows are split into M micro-batches visited by a ``lax.scan``
         that sums their gradients. Each micro-batch loss divides by the *whole* batch's count
         (``global_norm``), so the summed gradient equals the full-batch one for every ``agg``.
@@ -133,6 +145,17 @@ class RLConfig:
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
+    loss_type: str = "ppo"
+    ratio_level: str = "token"
+    dual_clip: float | None = None
+    rollout_correction: str | None = None
+    rollout_is_min: float | None = None
+    rollout_is_max: float = 2.0
+    top_entropy_quantile: float = 1.0
+    whiten_advantages: bool = False
+    overlong_cache: int = 0
+    overlong_factor: float = 1.0
+    overlong_filter: bool = False
     micro_batches: int = 1
     logits_chunk: int = 512
     sampling_dtype: str = "param"
@@ -161,14 +184,16 @@ class RLConfig:
         if not self.kl_coef >= 0.0:
             raise ValueError(f"RLConfig.kl_coef={self.kl_coef} must be >= 0 (the KL penalty to the frozen "
                              "reference policy, i.e. the parameters the run started from)")
-        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0):
+        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0) and self.rollout_correction is None:
             raise ValueError(f"RLConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}: "
-                             "training samples from the raw policy only (allowed: temperature=1.0, top_k=0, "
-                             "top_p=1.0); the update has no importance correction for an adjusted sampler")
+                             "without a rollout_correction training samples from the raw policy only (allowed: "
+                             "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
+                             "to train on an adjusted sampler with importance weights p/q")
         if not self.lr > 0:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
             raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
+        loss_menu.check_config(self, loss_types=LOSS_TYPES, ratio_levels=RATIO_LEVELS)
 
 
 class TrainState(NamedTuple):
@@ -187,6 +212,7 @@ class Batch(NamedTuple):
     loss_mask: jax.Array    # [R, L] bool, policy tokens of kept groups
     old_logp: jax.Array     # [R, L] f32, sampler log-probs (temperature 1, raw policy)
     advantages: jax.Array   # [R] f32
+    sampler_logp: jax.Array | None = None  # [R, L] f32 log q(y) actually sampled; only with rollout_correction
 
 
 class Trainer:
@@ -215,6 +241,7 @@ class Trainer:
         make = getattr(task, "make_rollouts", None)
         self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
         self.width = self.rollouts.width
+        self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
             optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
@@ -231,7 +258,8 @@ class Trainer:
 
             self.param_shardings = shd.param_shardings(model_cfg, mesh)
             self.opt_shardings = shd.opt_state_shardings(self.tx, model_cfg.param_shapes(), self.param_shardings, mesh)
-            rows = self._rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)))
+            rows = self._rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)),
+                                      sampler_logp=shd.data_sharding(mesh, 2) if rl.rollout_correction else None)
             ref = (self.param_shardings,) if rl.kl_coef else ()  # the reference is laid out like the policy
             self._update = jax.jit(update, donate_argnums=(0, 1),
                                    in_shardings=(self.param_shardings, self.opt_shardings, rows, *ref),
@@ -274,7 +302,7 @@ class Trainer:
         under the trainer's mesh when it has one. Returns (params, opt_state, loss metrics)."""
         w = update_width(batch.valid, self.width)
         if w < batch.tokens.shape[1]:
-            batch = Batch(*(x[:, :w] if x.ndim == 2 else x for x in batch))
+            batch = Batch(*(x[:, :w] if x is not None and x.ndim == 2 else x for x in batch))
         ref = (self.ref_params,) if self.rl.kl_coef else ()
         if self.rl.kl_coef and self.ref_params is None:
             raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
@@ -377,7 +405,6 @@ class Trainer:
             train = Episodes(*(jnp.concatenate([v, jnp.zeros_like(v)]) for v in train))
             train_rewards = jnp.concatenate([train_rewards, jnp.zeros_like(train_rewards)])
         groups = train_rewards.shape[0]
-        adv = group_advantages(train_rewards, estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
         if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
             chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
                                             key=k_src, cap=rl.rft_cap)          # [R]
@@ -386,8 +413,11 @@ class Trainer:
         else:
             keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
             loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
+        adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, train_rewards, train, loss_mask, budget=self.budget)
+        adv = loss_menu.batch_advantages(rl, adv_rewards, loss_mask)                 # [G, N]
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
-                      loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1))
+                      loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1),
+                      sampler_logp=train.sampling_logprobs if rl.rollout_correction else None)
 
         metrics: dict[str, Any] = {
             "step": step,
@@ -436,7 +466,7 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
     hidden = forward_hidden(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
                             valid=batch.valid[:, :-1])                           # [R, L-1, D]
     logp, ent = lm_head_logprobs(params, hidden, batch.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk,
-                                 with_entropy=bool(rl.entropy_coef))             # [R, L-1]
+                                 with_entropy=bool(rl.entropy_coef or rl.top_entropy_quantile < 1.0))  # [R, L-1]
     if logp_offset is not None:
         logp = logp + logp_offset
     if rl.algorithm == "rft":  # token-mean negative log-likelihood of the selected rollouts
@@ -445,10 +475,14 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
         nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
         return nll, {"nll": nll, "token_count": jnp.sum(m)}
     ref_logp = _ref_logprobs(ref_params, batch, cfg=cfg, rl=rl) if rl.kl_coef else None
-    return policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
-                       clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
-                       entropy=ent, entropy_coef=rl.entropy_coef, ref_logp=ref_logp, kl_coef=rl.kl_coef,
-                       global_norm=global_norm, norm_len=norm_len)
+    sampler_logp = None if batch.sampler_logp is None else batch.sampler_logp[:, 1:]
+    w, w_metrics = loss_menu.pg_weights(rl, batch.old_logp[:, 1:], sampler_logp, batch.loss_mask[:, 1:], ent)
+    loss, metrics = policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
+                                clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
+                                entropy=ent, entropy_coef=rl.entropy_coef, dual_clip=rl.dual_clip,
+                                loss_type=rl.loss_type, ratio_level=rl.ratio_level, pg_weights=w,
+                                ref_logp=ref_logp, kl_coef=rl.kl_coef, global_norm=global_norm, norm_len=norm_len)
+    return loss, {**metrics, **w_metrics}
 
 
 def _ref_logprobs(ref_params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig):

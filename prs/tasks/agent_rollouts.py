@@ -188,7 +188,8 @@ class AgentRollouts:
                         valid=_fit(ro.valid, L, False), policy_mask=_fit(ro.policy_mask, L, False),
                         logprobs=_fit(ro.logprobs, L, 0.0), rewards=jnp.asarray(rewards),
                         units=jnp.asarray(turns), replayed=jnp.asarray(replayed, jnp.int32),
-                        env_steps=jnp.asarray(turns))
+                        env_steps=jnp.asarray(turns), sampling_logprobs=_fit(ro.sampling_logprobs, L, 0.0),
+                        truncated=jnp.asarray(ro.truncated, bool))
 
     # ------------------------------------------------------------------ fresh episodes
     def rollout(self, params, problems: Problems, key, *, group_size: int, evaluation: bool = False,
