@@ -186,7 +186,7 @@ def test_update_width_is_the_bucketed_longest_row_and_keeps_the_loss():
     batch = _batch(np.random.default_rng(1), width=24, longest=11)
     w = T.update_width(batch.valid, 24)
     assert w == 12
-    cut = T.Batch(*(x[:, :w] if x.ndim == 2 else x for x in batch))
+    cut = T.Batch(*(x[:, :w] if x is not None and x.ndim == 2 else x for x in batch))
     grads = jax.jit(functools.partial(T._grads, cfg=MODEL, rl=rl, norm_len=23))
     full, short = grads(params, batch), grads(params, cut)
     np.testing.assert_allclose(float(short[0]), float(full[0]), rtol=1e-6)
