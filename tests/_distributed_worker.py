@@ -38,7 +38,7 @@ mesh = shd.make_mesh(fsdp=4)
 tr = T.Trainer(task, MODEL, _RL_SHARDED, _PC, mesh=mesh)
 s = tr.init_state(params)
 rows = slice(8 * info.process_index, 8 * (info.process_index + 1))
-mine = shd.shard_batch(T.Batch(*(x[rows] for x in host)), mesh)  # this process's rows only
+mine = shd.shard_batch(T.Batch(*(None if x is None else x[rows] for x in host)), mesh)  # this process's rows only
 assert mine.tokens.shape == (16, 12) and not mine.tokens.is_fully_addressable
 p2, _, m2 = tr.update(s.params, s.opt_state, mine)
 p2 = jax.tree.map(np.asarray, mhu.process_allgather(p2, tiled=True))
