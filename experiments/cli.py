@@ -107,6 +107,19 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> None:
                          f"(`python -m experiments.train --cfg job` prints them all)")
 
 
+def help_text(conf: pathlib.Path = CONF) -> str:
+    """What ``--help`` prints before the composed config: the training groups and how to add an experiment."""
+    groups = _groups(conf)
+    exps = groups.pop("experiment", [])
+    lines = ["python -m experiments.train [-m] [group=option ...] [key=value ...]",
+             "  one GRPO / Prefix Sampling training run (-m: a sweep over comma-separated values)", "",
+             "Config groups (group=option):"]
+    lines += [f"  {g:8s} {', '.join(opts)}" for g, opts in sorted(groups.items())]
+    lines += ["", "Experiments (added to the defaults: +experiment=NAME):", f"  {', '.join(exps)}", "",
+              "Launchers: hydra/launcher=joblib hydra.launcher.n_jobs=2 (local, parallel), hydra/launcher=slurm", ""]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Inside the Hydra job
 

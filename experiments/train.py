@@ -99,6 +99,8 @@ def main(dcfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(cli.help_text())  # then Hydra prints the composed config (conf/config.yaml: hydra.help)
     try:
         cli.check_overrides(sys.argv[1:])
     except cli.UsageError as e:

@@ -106,3 +106,10 @@ def test_a_sweep_runs_past_a_failed_job_and_reports_it(tmp_path):
     runs = {x.name: x for x in load_runs(sweep)}
     assert runs["arith-ps_ada-s0"].status == "complete"
     assert runs["repair-ps_ada-s0"].status == "failed" and "max_terms" in runs["repair-ps_ada-s0"].describe()
+
+
+def test_help_lists_the_training_groups_only_and_how_to_add_an_experiment():
+    text = cli.help_text()
+    assert "method   baseline, ps_ada, ps_ada_hard, ps_fix, rft" in text
+    assert "+experiment=NAME" in text and "ablation_arith_cpu" in text
+    assert "simulate" not in text and "learner" not in text

@@ -251,13 +251,16 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                         config=config_dict or {}, resume="allow", id=f"{out.name}-{_hash(str(out))}",
                         reinit="finish_previous", settings=wandb.Settings(quiet=True))
 
+    # a baseline run has no controller: its constant ρ/EMA stay in metrics.jsonl but are not charted
+    controller_keys = ("/rho", "/ema") if prefix.mode == "baseline" else ()
+
     def emit(rec: dict) -> None:
         rec = {key: _jsonable(val) for key, val in rec.items()}
         with metrics_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
         if wb is not None:
-            wb.log({key: val for key, val in rec.items() if isinstance(val, (int, float)) and key != "step"},
-                   step=rec["step"])
+            wb.log({key: val for key, val in rec.items() if isinstance(val, (int, float)) and key != "step"
+                    and not key.endswith(controller_keys)}, step=rec["step"])
 
     bar = Progress(run_cfg.steps, start=start, enabled=run_cfg.progress)
     last_eval = next((m["eval/pass_at_1"] for m in reversed(kept) if m["kind"] == "eval"), float("nan"))
