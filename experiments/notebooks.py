@@ -71,24 +71,26 @@ def execute(path: pathlib.Path, *, run_root: str | None = RESULTS_RUNS, timeout:
 
 
 def outputs_digest(nb) -> list[list]:
-    """Per code cell: its outputs reduced to what the code and the committed data determine."""
+    """Per code cell: its outputs reduced to what the code and the committed data determine (the
+    cell's printed text joined, however the kernel chunked it; then each display output)."""
+
+    def keep(t) -> str:
+        t = "".join(t) if isinstance(t, list) else t
+        return "\n".join(line for line in t.splitlines() if line.strip() and not _VOLATILE.search(line))
+
     out = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        items = []
-        for o in cell.get("outputs", []):
+        outs = cell.get("outputs", [])
+        items = [("stream", keep("".join("".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+                                         for o in outs if o.get("output_type") == "stream")))]
+        for o in outs:
             if o.get("output_type") == "error":
                 items.append(("error", o.get("ename"), o.get("evalue")))
-                continue
-            texts = [o["text"]] if "text" in o else []
-            data = o.get("data", {})
-            texts += [data[m] for m in ("text/markdown",) if m in data]
-            if "image/png" in data:
-                items.append(("image",))
-            for t in texts:
-                t = "".join(t) if isinstance(t, list) else t
-                items.append(("text", "\n".join(line for line in t.splitlines() if not _VOLATILE.search(line))))
+            elif "data" in o:
+                data = o["data"]
+                items.append(("display", "image" if "image/png" in data else keep(data.get("text/markdown", ""))))
         out.append(items)
     return out
 

@@ -341,14 +341,14 @@ def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_
 
 def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> None:
     """Training curves of one run as a PNG (held-out pass@1, training pass rates, controller)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure (no pyplot): switching the global backend to Agg here would hide the figures of
+    # a notebook that trains runs in its kernel.
+    from matplotlib.figure import Figure
 
     train = [m for m in records if m["kind"] == "train"]
     evals = [m for m in records if m["kind"] == "eval"]
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    fig = Figure(figsize=(15, 4))
+    ax = fig.subplots(1, 3)
     if evals:
         ax[0].plot([m["step"] for m in evals], [m["eval/pass_at_1"] for m in evals], "o-", label="held-out pass@1")
     if train:
@@ -373,4 +373,3 @@ def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> Non
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
