@@ -58,7 +58,7 @@ class ModelCfg:
 
 
 TrainCfg = node(
-    "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every"]),
+    "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every", "on_nonfinite"]),
     extra={"name": (str, "run"), "tag": (str, ""),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),
