@@ -215,6 +215,7 @@ def test_a_different_configuration_never_reuses_a_run_directory(tmp_path):
     rundir.check_config(d, cfg)
     assert json.loads((d / "config.json").read_text()) == cfg
     rundir.check_config(d, {**cfg, "steps": 20, "logging": {"progress": False}})  # length and display may change
+    rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 1}})  # a field added to the schema since
     with pytest.raises(RunDirError, match=r"algo\.lr: 0\.001 \(recorded\) vs 0\.002 \(now\).*tag="):
         rundir.check_config(d, {**cfg, "algo": {"lr": 2e-3, "clip_high": 0.28}})
     # a directory from before config.json: the summary's config is the record

@@ -61,15 +61,15 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(old: dict, new: dict, *, ignore=RESUME_FREE) -> dict[str, tuple[Any, Any]]:
-    """Dotted keys whose values differ (``<missing>`` where a side lacks the key), ``ignore`` globs aside."""
+    """Dotted keys present in both whose values differ, ``ignore`` globs aside. A key only one side
+    has is a field added to (or removed from) the schema since the run was recorded, not a choice."""
     a, b = _flatten(json.loads(json.dumps(old, default=str))), _flatten(json.loads(json.dumps(new, default=str)))
     diff = {}
-    for key in sorted(set(a) | set(b)):
+    for key in sorted(set(a) & set(b)):
         if any(fnmatch.fnmatchcase(key, pat) for pat in ignore):
             continue
-        va, vb = a.get(key, "<missing>"), b.get(key, "<missing>")
-        if va != vb:
-            diff[key] = (va, vb)
+        if a[key] != b[key]:
+            diff[key] = (a[key], b[key])
     return diff
 
 
