@@ -61,23 +61,30 @@ def _groups(conf: pathlib.Path) -> dict[str, list[str]]:
             if d.is_dir() and d.name not in ("hydra", "simulate")}
 
 
-def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> None:
+def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
     """Raises ``UsageError`` (one line: the override, what is wrong, the allowed values) for an
-    override of an unknown key or group option; Hydra's own flags and ``hydra.*`` pass through."""
+    override of an unknown key or group option; Hydra's own flags and ``hydra.*`` pass through.
+
+    Returns ``argv`` with each plain ``key=value`` of a schema key written ``++key=value``: the YAML
+    lists only some of the schema's fields, and Hydra would otherwise reject the others with its
+    hint to use ``+key=`` (which then fails for the keys the YAML does list)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     keys, free = _schema_keys()
     groups = _groups(conf)
     parser = OverridesParser.create()
+    out = []
     i = 0
     while i < len(argv):
         arg = argv[i]
+        out.append(arg)
         i += 1
         if arg.startswith("-"):
             if arg in ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                        "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"):
-                i += 1  # the flag's value
+                out += argv[i:i + 1]  # the flag's value
+                i += 1
             continue
         try:
             ov = parser.parse_overrides([arg])[0]
@@ -99,12 +106,15 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> None:
                     raise UsageError(f"{key}={v}: no such {key}; choose one of {', '.join(groups[key])}")
             continue
         if key in keys or any(key.startswith(f + ".") for f in free):
+            if ov.type.name == "CHANGE" and not arg.startswith("+"):
+                out[-1] = "++" + arg
             continue
         top = sorted({k.split(".")[0] for k in keys} | set(groups))
         near = difflib.get_close_matches(key, sorted(keys | set(groups)), n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise UsageError(f"{arg}: unknown key {key!r}; {hint}top-level keys: {', '.join(top)} "
                          f"(`python -m experiments.train --cfg job` prints them all)")
+    return out
 
 
 def help_text(conf: pathlib.Path = CONF) -> str:

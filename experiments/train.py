@@ -102,7 +102,7 @@ if __name__ == "__main__":
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         print(cli.help_text())  # then Hydra prints the composed config (conf/config.yaml: hydra.help)
     try:
-        cli.check_overrides(sys.argv[1:])
+        sys.argv[1:] = cli.check_overrides(sys.argv[1:])  # schema keys as ++key=value
     except cli.UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
