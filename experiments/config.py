@@ -71,7 +71,7 @@ class MeshCfg:
 
 
 TrainCfg = node(
-    "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every"]),
+    "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every", "on_nonfinite"]),
     extra={"name": (str, "run"), "tag": (str, ""),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),

@@ -7,17 +7,24 @@
 
 Each run writes into ``runs/<task>-<method><tag>-s<seed>/`` (sweeps: ``runs/sweep/...``):
 ``metrics.jsonl``, ``curves.png``, ``summary.json``, ``checkpoints/``, ``wandb/``. Re-running the
-same command resumes from the latest checkpoint in that directory.
+same command resumes from the latest checkpoint in that directory (a finished run says "already
+complete"). The configuration is validated before anything is written there, and a directory
+holding a run of another configuration is refused (naming the differing keys; ``tag=`` picks a new
+directory). Mistakes end in one ``error: ...`` line and exit status 2 (``experiments.cli``); a
+sweep runs every job and then names the failed ones.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import pathlib
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from experiments import cli
 from experiments.config import TrainCfg, validate
 from experiments.schema import to_kwargs
 
@@ -64,23 +71,55 @@ def build_mesh(cfg: TrainCfg):
     return make_mesh(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor)
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
-def main(dcfg: DictConfig) -> float:
+def record_config(dcfg: DictConfig, out_dir: pathlib.Path) -> None:
+    """``.hydra/config.yaml`` and ``overrides.yaml`` of the run (Hydra's own copy is off:
+    ``hydra.output_subdir: null``), written only once the configuration has been accepted."""
+    from omegaconf import OmegaConf
+
+    hydra_dir = out_dir / ".hydra"
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    plain = OmegaConf.to_container(dcfg, resolve=False)
+    plain.pop("hydra", None)
+    OmegaConf.save(OmegaConf.create(plain), hydra_dir / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), hydra_dir / "overrides.yaml")
+
+
+def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
+    """One run: validate, check the run directory, then train (``prs.rl.runner.run``)."""
     from prs.parallel import distributed
 
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cfg = validate(dcfg)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint op at INFO
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
+    import jax
+
+    from prs.rl import rundir
     from prs.rl.runner import run
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
-    mesh = build_mesh(cfg)
-    out_dir = HydraConfig.get().runtime.output_dir
+    config_dict = dataclasses.asdict(cfg)
+    rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
+    rundir.check_config(out_dir, config_dict)
+    if jax.process_index() == 0:  # one writer in a multi-host run
+        record_config(dcfg, out_dir)
     log.info("run %s -> %s", cfg.name, out_dir)
-    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=dataclasses.asdict(cfg), mesh=mesh,
-                  log=log.info)
+    mesh = build_mesh(cfg)
+    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict, mesh=mesh, log=log.info)
     return summary["eval_final"]
 
 
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(dcfg: DictConfig) -> float:
+    return cli.guarded(train, dcfg)
+
+
 if __name__ == "__main__":
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(cli.help_text())  # then Hydra prints the composed config (conf/config.yaml: hydra.help)
+    try:
+        sys.argv[1:] = cli.check_overrides(sys.argv[1:])  # schema keys as ++key=value
+    except cli.UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     main()

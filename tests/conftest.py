@@ -12,10 +12,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pathlib
 
-import jax
-import pytest
-
 _CACHE = pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"
+# the same cache for the subprocesses tests start (CLI runs, kill -9, notebook kernels)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
 jax.config.update("jax_compilation_cache_dir", str(_CACHE))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_numpy_rank_promotion", "raise")

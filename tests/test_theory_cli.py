@@ -1,5 +1,6 @@
 """``python -m theory``: text, --json and --out (PNG + json), and the Fig. 2 data."""
 import json
+import pathlib
 import runpy
 import sys
 
@@ -22,7 +23,8 @@ def test_json_and_out(tmp_path, capsys):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def test_module_entry_point_text(monkeypatch, capsys):
+def test_module_entry_point_text_writes_outputs_theory_by_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["theory", "--n", "5"])
     with pytest.raises(SystemExit) as e:
         runpy.run_module("theory", run_name="__main__")
@@ -30,6 +32,17 @@ def test_module_entry_point_text(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "bucket table, n = 5" in text and "odd" in text
     assert "all maximised at p = 1/2" in text and "partial-pass trap" in text
+    out = pathlib.Path("outputs") / "theory"
+    assert f"wrote {out / 'theory.json'}, {out / 'tables.txt'} and {out / 'fig2_pass_rate_metrics.png'}" in text
+    assert "bucket table, n = 5" in (tmp_path / out / "tables.txt").read_text()
+    assert json.loads((tmp_path / out / "theory.json").read_text())["bucket_table"]["n"] == 5
+    assert (tmp_path / out / "fig2_pass_rate_metrics.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_out_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--n", "4", "--no-out"]) == 0
+    assert "wrote" not in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
 def test_bad_n_exits(capsys):

@@ -56,7 +56,7 @@ def tiny_run_dir(tag: str = "") -> pathlib.Path:
     import tempfile
 
     h = hashlib.sha256(tag.encode())
-    for p in sorted(pathlib.Path(__file__).resolve().parent.rglob("*.py")):
+    for p in sorted(pathlib.Path(__file__).resolve().parent.parent.rglob("*.py")):  # all of prs
         h.update(p.read_bytes())
     return pathlib.Path(tempfile.gettempdir()) / f"prs_tiny_runs-{h.hexdigest()[:12]}"
 

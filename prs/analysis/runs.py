@@ -20,7 +20,7 @@ PAPER_SETTLED_REROLL = {1: 0.485, 2: 0.489, 6: 0.504, 7: 0.515}  # re-rollout pa
 PAPER_HEADLINE_14B = {"base_step": 300, "ps_step": 170, "base_step_s": 1597.0, "ps_step_s": 1405.0,
                       "step_speedup": 1.76, "time_speedup": 1.14, "end_to_end": 2.01}  # Qwen3-14B, SWE-bench
 METHOD_ORDER = ("baseline", "ps_fix", "ps_ada_hard", "ps_ada")
-STATUSES = ("complete", "partial", "empty")
+STATUSES = ("complete", "partial", "empty", "failed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -38,7 +38,9 @@ class Run:
         one tag are compared with the baseline of the same tag.
       planned_steps: ``config["steps"]`` (None if unknown).  status: ``complete`` (summary written,
         all planned train steps and the final evaluation present), ``partial`` (killed midway),
-        ``empty`` (no train line).  problems: human-readable notes (unparsable lines, ...).
+        ``empty`` (no train line), ``failed`` (stopped on an error: ``error.json``, see
+        ``prs.rl.rundir``; its lines are still read).  problems: human-readable notes (unparsable lines, ...).
+      error: the recorded error of a ``failed`` run (None otherwise).
       eval_step [E] int, eval_pass [E] float: held-out pass@1 after ``eval_step`` updates.
       train_step [T] int, step_time [T] s (sample + batch + update), step_tokens [T] generated tokens.
       ks [K]: controller buckets (k successes of n).  n: group size.
@@ -64,6 +66,7 @@ class Run:
     count: np.ndarray
     rho: np.ndarray
     ema: np.ndarray
+    error: str | None = None
 
     @property
     def steps_done(self) -> int:
@@ -78,6 +81,8 @@ class Run:
             return "complete"
         if self.status == "empty":
             return "empty: no train line (not started, or killed before the first step)"
+        if self.status == "failed":
+            return f"failed after {self.steps_done} steps: {self.error}"
         planned = "?" if self.planned_steps is None else str(self.planned_steps)
         return f"{self.status}: killed after {self.steps_done}/{planned} steps"
 
@@ -197,6 +202,15 @@ def load_run(path) -> Run:
         status = "complete"
     else:
         status = "partial"
+    error = None
+    if (path / "error.json").exists():  # written by prs.rl.runner when a run stops on an error
+        try:
+            rec = json.loads((path / "error.json").read_text())
+            error = f"{rec.get('error')} (at step {rec.get('step')})"
+        except json.JSONDecodeError:
+            error = "error.json unparsable"
+        if status != "complete":
+            status = "failed"
     if summary is None:
         problems.append("no summary.json")
     return Run(
@@ -207,7 +221,8 @@ def load_run(path) -> Run:
         step_time=np.array([sum(_f(r.get(k, 0.0)) for k in ("time_sample", "time_batch", "time_update"))
                             for r in train], float),
         step_tokens=np.array([_f(r.get("tokens_generated", 0)) for r in train], float),
-        ks=ks, n=n, reroll_rate=table("reroll_pass_rate"), count=table("count"), rho=table("rho"), ema=table("ema"))
+        ks=ks, n=n, reroll_rate=table("reroll_pass_rate"), count=table("count"), rho=table("rho"), ema=table("ema"),
+        error=error)
 
 
 def find_run_dirs(root) -> list[pathlib.Path]:
@@ -216,7 +231,7 @@ def find_run_dirs(root) -> list[pathlib.Path]:
     if not root.is_dir():
         raise ValueError(f"run root {str(root)!r} is not a directory")
     cands = [root, *root.glob("*"), *root.glob("*/*")]
-    marks = ("metrics.jsonl", "metrics.jsonl.gz", "summary.json")
+    marks = ("metrics.jsonl", "metrics.jsonl.gz", "summary.json", "error.json")
     return sorted({p for p in cands if p.is_dir() and any((p / m).exists() for m in marks)})
 
 

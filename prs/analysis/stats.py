@@ -302,7 +302,7 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
         raise ValueError(f"baseline method {baseline!r} not among the runs' methods {sorted(by_method)}")
     boot = dict(n_boot=n_boot, level=level, seed=seed)
     all_runs = by_method
-    by_method = {m: [r for r in rs if r.status != "empty"] for m, rs in by_method.items()}
+    by_method = {m: [r for r in rs if r.steps_done] for m, rs in by_method.items()}  # empty (or failed at once)
     base_runs = by_method[baseline]
     if not base_runs:
         raise ValueError(f"baseline method {baseline!r} has no run with a train line ({len(all_runs[baseline])} empty)")
@@ -330,7 +330,7 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
         rec: dict[str, Any] = {
             "seeds": [r.seed for r in runs], "status": [r.describe() for r in runs],
             "n_runs": len(runs), "n_complete": sum(r.complete for r in runs),
-            "excluded_empty": [r.name for r in all_runs[method] if r.status == "empty"],
+            "excluded_empty": [r.name for r in all_runs[method] if not r.steps_done],
             "mean_curve_steps": float(mc_step), "mean_curve_censored": bool(mc_cens),
             "mean_curve_last_step": int(steps[np.isfinite(mean_curve)][-1]) if np.isfinite(mean_curve).any() else -1,
             "per_seed": {k: v.tolist() for k, v in conv.items()},

@@ -6,11 +6,18 @@ Everything a run writes goes to its output directory:
                        ({"kind": "eval", "step": s, "eval/pass_at_1": ...}, params after s updates)
     summary.json       configuration, final/peak held-out pass rate, totals, timings
     curves.png         held-out and training pass rates, ρ_b and re-rollout pass rates per bucket
-    checkpoints/       orbax checkpoints of the full train state every ``ckpt_every`` steps
+    checkpoints/       orbax checkpoints of the full train state every ``ckpt_every`` steps and at the end
+    config.json        the configuration the directory was started with (``prs.rl.rundir``)
+    error.json         only if the run stopped on an error: what, and at which step
     wandb/             wandb logs (offline by default; ``wandb_mode="online"`` to sync)
 
 Resume: if ``checkpoints/`` holds a checkpoint, the run restores the latest one, drops the
-metrics lines at and after its step, and continues. Because every step's randomness is a
+metrics lines at and after its step (and a truncated last line left by a kill), and continues. A
+finished run is not redone: re-running it logs "already complete (step N)" and returns its summary.
+A directory only resumes the configuration it was started with (``RunDirError`` names the
+differing keys), and is checked to be writable with room for its checkpoints before any training.
+A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
+checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside).
 
@@ -34,7 +41,9 @@ import numpy as np
 
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
+from prs.rl import rundir
 from prs.rl.provenance import code_state
+from prs.rl.rundir import RunDirError  # noqa: F401  (re-exported: the run directory cannot be used)
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
 
 
@@ -53,6 +62,9 @@ class RunConfig:
       progress: print a progress bar / periodic lines.
       init_checkpoint: a Hugging Face checkpoint directory (``prs.models.hf``); when set, its weights are
         the starting policy and replace the supervised warm start (``sft_*`` are ignored).
+      on_nonfinite: a non-finite loss or gradient norm ``stop``s the run (default; ``NonFiniteError``)
+        or ``skip``s that step's update (params, optimiser and controller unchanged; costs a copy of
+        the state per step).
     """
 
     steps: int = 200
@@ -68,6 +80,7 @@ class RunConfig:
     wandb_project: str = "prs"
     progress: bool = True
     init_checkpoint: str | None = None
+    on_nonfinite: str = "stop"
 
     def __post_init__(self):
         if self.steps < 1:
@@ -76,6 +89,14 @@ class RunConfig:
             raise ValueError(f"RunConfig.eval_every must be >= 1, got {self.eval_every}")
         if self.wandb_mode not in ("disabled", "offline", "online"):
             raise ValueError(f"RunConfig.wandb_mode={self.wandb_mode!r}; choose disabled, offline or online")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise ValueError(f"RunConfig.on_nonfinite={self.on_nonfinite!r}; choose stop or skip")
+        if self.ckpt_every < 0:
+            raise ValueError(f"RunConfig.ckpt_every must be >= 0 (0 = no checkpoints), got {self.ckpt_every}")
+
+
+class NonFiniteError(RuntimeError):
+    """A training step produced a non-finite loss or gradient norm (``on_nonfinite="stop"``)."""
 
 
 class Progress:
@@ -126,19 +147,29 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     key = _hash((task, model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
     path = (base_dir / f"base-{key}").resolve()
     ckptr = ocp.StandardCheckpointer()
-    if path.exists():
+
+    def load():
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
                                 jax.eval_shape(lambda k: init_params(model_cfg, k), jax.random.PRNGKey(0)))
         log(f"[base] reusing warm-start parameters {path}")
         return ckptr.restore(path, abstract)
-    log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
-    params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                   seed=run.sft_seed, log=log)
-    base_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    ckptr.save(tmp, params)
-    ckptr.wait_until_finished()
-    os.replace(tmp, path)  # atomic: concurrent sweep members never see half a checkpoint
+
+    if path.exists():
+        return load()
+    # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
+    # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
+    # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
+    with rundir.dir_lock(base_dir):
+        if path.exists():
+            return load()
+        log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
+        params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
+                                       seed=run.sft_seed, log=log)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        ckptr.save(tmp, params)
+        ckptr.wait_until_finished()
+        if not rundir.publish_dir(tmp, path):
+            return load()
     return params
 
 
@@ -148,10 +179,35 @@ def _jsonable(x):
     return x
 
 
-def _read_metrics(path: pathlib.Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _read_metrics(path: pathlib.Path, *, log=print) -> list[dict]:
+    return rundir.read_metrics(path, log=log)
+
+
+def _need_bytes(model_cfg: ModelConfig, run_cfg: RunConfig) -> int:
+    """Disk a run needs: params + two Adam moments per checkpoint, ``max_to_keep=2`` plus one being
+    written, and 16 MiB for logs and figures."""
+    shapes = jax.eval_shape(lambda k: init_params(model_cfg, k), jax.random.PRNGKey(0))
+    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+    return (3 * 3 * nbytes if run_cfg.ckpt_every else 0) + 16 * 2**20
+
+
+def _nonfinite(m: dict) -> dict:
+    return {key: m[key] for key in ("loss/loss", "loss/grad_norm")
+            if key in m and not math.isfinite(float(m[key]))}
+
+
+def _already_complete(out: pathlib.Path, run_cfg: RunConfig, log) -> dict | None:
+    """The saved summary if ``out`` holds a finished run of ``run_cfg.steps`` steps, else None."""
+    if not (out / "summary.json").exists() or (out / rundir.ERROR_FILE).exists():
+        return None
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except json.JSONDecodeError:
+        return None
+    records = _read_metrics(out / "metrics.jsonl", log=log)
+    done = sum(m["kind"] == "train" for m in records)
+    final = any(m["kind"] == "eval" and m["step"] == run_cfg.steps for m in records)
+    return summary if summary.get("steps") == run_cfg.steps == done and final else None
 
 
 def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
@@ -160,7 +216,14 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     import orbax.checkpoint as ocp
 
     out = pathlib.Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
+    rundir.check_config(out, config_dict)
+    done = _already_complete(out, run_cfg, log)
+    if done is not None:
+        log(f"[run] already complete (step {run_cfg.steps}): final held-out pass@1 {done['eval_final']:.3f} "
+            f"(peak {done['eval_peak']:.3f}); summary.json, metrics and curves.png in {out}")
+        return done
+    rundir.clear_failure(out)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
     params = base_params(task, model_cfg, run_cfg, base_dir, log=log)
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
@@ -179,14 +242,14 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             state = mngr.restore(latest, args=ocp.args.StandardRestore(abstract))
             start = int(state.step)
             log(f"[run] resumed from checkpoint at step {start}")
-    kept = [m for m in _read_metrics(metrics_path) if m["step"] < start]
+    kept = [m for m in _read_metrics(metrics_path, log=log) if m["step"] < start]
     segments = [json.loads(x) for x in (out / "provenance.jsonl").read_text().splitlines() if x.strip()] \
         if (out / "provenance.jsonl").exists() else []
     segments = [sg for sg in segments if sg.get("start_step", 0) < start] + [{"start_step": start, **code_state()}]
     if writer:
-        metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
+        rundir.write_atomic(metrics_path, "".join(json.dumps(m) + "\n" for m in kept))
         # the code each segment of the run ran on (a resumed run may span commits)
-        (out / "provenance.jsonl").write_text("".join(json.dumps(sg) + "\n" for sg in segments))
+        rundir.write_atomic(out / "provenance.jsonl", "".join(json.dumps(sg) + "\n" for sg in segments))
 
     wb = None
     if run_cfg.wandb_mode != "disabled" and writer:
@@ -194,7 +257,10 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
 
         wb = wandb.init(project=run_cfg.wandb_project, dir=str(out), mode=run_cfg.wandb_mode,
                         config=config_dict or {}, resume="allow", id=f"{out.name}-{_hash(str(out))}",
-                        reinit=True)
+                        reinit="finish_previous", settings=wandb.Settings(quiet=True))
+
+    # a baseline run has no controller: its constant ρ/EMA stay in metrics.jsonl but are not charted
+    controller_keys = ("/rho", "/ema") if prefix.mode == "baseline" else ()
 
     def emit(rec: dict) -> None:
         rec = {key: _jsonable(val) for key, val in rec.items()}
@@ -203,34 +269,59 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         with metrics_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
         if wb is not None:
-            wb.log({key: val for key, val in rec.items() if isinstance(val, (int, float)) and key != "step"},
-                   step=rec["step"])
+            wb.log({key: val for key, val in rec.items() if isinstance(val, (int, float)) and key != "step"
+                    and not key.endswith(controller_keys)}, step=rec["step"])
 
     bar = Progress(run_cfg.steps, start=start, enabled=run_cfg.progress)
     last_eval = next((m["eval/pass_at_1"] for m in reversed(kept) if m["kind"] == "eval"), float("nan"))
     t_run = time.perf_counter()
-    for s in range(start, run_cfg.steps):
-        if s % run_cfg.eval_every == 0:
-            ev = trainer.evaluate(state.params, s)
-            last_eval = ev["eval/pass_at_1"]
-            emit({"kind": "eval", "step": s, **ev})
-        state, m = trainer.step(state)
-        emit({"kind": "train", **m})
-        bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
-        if mngr is not None and (s + 1) % run_cfg.ckpt_every == 0:
-            mngr.save(s + 1, args=ocp.args.StandardSave(state))
-            mngr.wait_until_finished()
-    ev = trainer.evaluate(state.params, run_cfg.steps)
-    emit({"kind": "eval", "step": run_cfg.steps, **ev})
-    if mngr is not None:
-        mngr.close()
+    skipped = 0
+    s = start
+    try:
+        for s in range(start, run_cfg.steps):
+            if s % run_cfg.eval_every == 0:
+                ev = trainer.evaluate(state.params, s)
+                last_eval = ev["eval/pass_at_1"]
+                emit({"kind": "eval", "step": s, **ev})
+            # ``step`` donates the params/optimiser buffers: keep copies only when a bad step may be skipped
+            backup = jax.tree.map(jax.numpy.copy, state) if run_cfg.on_nonfinite == "skip" else None
+            new_state, m = trainer.step(state)
+            bad = _nonfinite(m)
+            if bad and backup is None:
+                latest = mngr.latest_step() if mngr is not None else None
+                where = (f"the last good checkpoint (step {latest}) is kept in {out / 'checkpoints'}; re-running "
+                         f"resumes from it" if latest is not None else "no checkpoint was written yet")
+                raise NonFiniteError(f"step {s}: non-finite {', '.join(f'{k}={v}' for k, v in bad.items())}; run "
+                                     f"stopped ({where}); on_nonfinite=skip skips such steps instead")
+            if bad:
+                log(f"[run] step {s}: non-finite {', '.join(f'{k}={v}' for k, v in bad.items())}; update skipped")
+                skipped += 1
+                new_state = backup._replace(step=backup.step + 1)
+                m = {**m, "skipped": True}
+            state = new_state
+            emit({"kind": "train", **m})
+            bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
+            if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
+                mngr.save(s + 1, args=ocp.args.StandardSave(state))  # periodic, and always at the end
+                mngr.wait_until_finished()
+        ev = trainer.evaluate(state.params, run_cfg.steps)
+        emit({"kind": "eval", "step": run_cfg.steps, **ev})
+    except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
+        rundir.record_failure(out, step=s, error=e)
+        if wb is not None:
+            wb.finish(exit_code=1)
+        raise
+    finally:
+        if mngr is not None:
+            mngr.close()
     records = _read_metrics(metrics_path)
     summary = summarise(records, run_time_s=time.perf_counter() - t_run, resumed_from=start)
+    summary["steps_skipped"] = skipped + sum(1 for m in kept if m.get("skipped"))
     summary["config"] = config_dict or {}
     summary["provenance"] = segments[-1]
     summary["provenance_segments"] = segments
     if writer:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        rundir.write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
         plot_run(records, out / "curves.png", title=out.name)
     if wb is not None:
         wb.summary.update({key: val for key, val in summary.items() if isinstance(val, (int, float))})
@@ -263,14 +354,14 @@ def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_
 
 def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> None:
     """Training curves of one run as a PNG (held-out pass@1, training pass rates, controller)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure (no pyplot): switching the global backend to Agg here would hide the figures of
+    # a notebook that trains runs in its kernel.
+    from matplotlib.figure import Figure
 
     train = [m for m in records if m["kind"] == "train"]
     evals = [m for m in records if m["kind"] == "eval"]
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    fig = Figure(figsize=(15, 4))
+    ax = fig.subplots(1, 3)
     if evals:
         ax[0].plot([m["step"] for m in evals], [m["eval/pass_at_1"] for m in evals], "o-", label="held-out pass@1")
     if train:
@@ -295,4 +386,3 @@ def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> Non
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
