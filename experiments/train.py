@@ -85,10 +85,13 @@ def record_config(dcfg: DictConfig, out_dir: pathlib.Path) -> None:
 
 
 def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
-    """One run: validate, check the run directory, then train (``prs.rl.runner.run``)."""
+    """One run: validate, check the run directory, then train (``prs.rl.runner.run``).
+
+    Everything that can reject the configuration runs first and touches no device (so a rejected
+    run writes nothing, not even a log line); then the multi-host start-up, which must precede any
+    device use."""
     from prs.parallel import distributed
 
-    distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cfg = validate(dcfg)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint op at INFO
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
@@ -101,6 +104,7 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
     config_dict = dataclasses.asdict(cfg)
     rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
     rundir.check_config(out_dir, config_dict)
+    distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     if jax.process_index() == 0:  # one writer in a multi-host run
         record_config(dcfg, out_dir)
     log.info("run %s -> %s", cfg.name, out_dir)
