@@ -34,6 +34,13 @@ class TrapTask:
     def max_new_tokens(self) -> int:
         return MAX_ACTION_TOKENS
 
+    @property
+    def warm_start_key(self):
+        """What the supervised warm start depends on (``prs.rl.runner.base_params`` caches by it): the
+        task without its RL-only fields ``reward`` and ``replay``, so the arms of a paired comparison
+        (fraction vs binary reward, with or without PS) start from one and the same warm start."""
+        return (self.name, dataclasses.replace(self.cfg, reward="fraction", replay="replay"))
+
     def train_problems(self, *, seed: int, step: int, count: int) -> Problems:
         return make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
 
