@@ -339,3 +339,34 @@ def test_hydra_presets_four_arms_three_p_a_eight_seeds(tmp_path):
             keys.add(repr((task.warm_start_key, model_cfg, run_cfg.sft_steps)))
             assert Trainer(task, model_cfg, rl, prefix, seed=0).width == task.cfg.episode_width
     assert len(keys) == 1  # the four arms share one warm start
+
+
+def test_summary_script_tabulates_paired_runs(tmp_path):
+    import json
+
+    from experiments.trap_calibrate import wilson
+    from experiments.trap_summary import main
+
+    lo, hi = wilson(5, 10)  # textbook Wilson interval of 5/10: [0.2366, 0.7634]
+    assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
+    for reward, res in (("fraction", (0.1, 0.0)), ("binary", (0.1, 0.3))):
+        for seed in (0, 1):
+            d = tmp_path / f"{reward}-s{seed}"
+            d.mkdir()
+            cfg = {"task": {"name": "trap", "params": {"reward": reward, "demo_root_cause_accuracy": 0.3}},
+                   "method": {"name": "baseline"}, "seed": seed, "algo": {"tasks_per_step": 8}}
+            (d / "summary.json").write_text(json.dumps({"config": cfg}))
+            ev = lambda s, r: {"kind": "eval", "step": s, "eval/true_resolution_rate": r + 0.1 * seed,  # noqa: E731
+                               "eval/hack_rate": 0.5, "eval/mean_fraction_reward": 0.6, "eval/p_root": 0.3,
+                               "eval/root_attempt_rate": 0.5}
+            lines = [ev(0, res[0]), {"kind": "train", "step": 0, "groups_mixed": 4}, ev(1, res[1])]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = main([str(tmp_path)])
+    arms = {a["reward"]: a for a in out["arms"]}
+    assert arms["binary"]["eval/true_resolution_rate"] == pytest.approx([0.15, 0.35])
+    assert arms["fraction"]["mixed_share"] == 0.5 and arms["binary"]["seeds"] == 2
+    d = next(p for p in out["paired"] if p["metric"] == "eval/true_resolution_rate")
+    assert (d["a"], d["b"], d["seeds"]) == ("binary/baseline", "fraction/baseline", 2)
+    assert d["mean_diff"] == pytest.approx(0.3)
+    # the theory column: a surface patch's expected GRPO advantage at p_A 0.3, q 0.5 (> 0 below 0.4)
+    assert arms["binary"]["theory_surface_advantage_at_start"] > 0
