@@ -27,7 +27,8 @@ def load(root: pathlib.Path) -> list[dict]:
     for summ in sorted(root.glob("**/summary.json")):
         cfg = json.loads(summ.read_text())["config"]
         lines = [json.loads(x) for x in (summ.parent / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        evals = [m for m in lines if m["kind"] == "eval"]
+        evals = [{**m, **{k: float("nan") if m.get(k) is None else m[k] for k in KEYS}}  # JSON null = NaN
+                 for m in lines if m["kind"] == "eval"]
         train = [m for m in lines if m["kind"] == "train"]
         if cfg.get("task", {}).get("name") != "trap" or not evals:
             continue

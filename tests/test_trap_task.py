@@ -360,11 +360,13 @@ def test_summary_script_tabulates_paired_runs(tmp_path):
                                "eval/hack_rate": 0.5, "eval/mean_fraction_reward": 0.6, "eval/p_root": 0.3,
                                "eval/root_attempt_rate": 0.5}
             lines = [ev(0, res[0]), {"kind": "train", "step": 0, "groups_mixed": 4}, ev(1, res[1])]
+            lines[2]["eval/p_root"] = None if seed else 0.5  # NaN (no root attempt) is written as null
             (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = main([str(tmp_path)])
     arms = {a["reward"]: a for a in out["arms"]}
     assert arms["binary"]["eval/true_resolution_rate"] == pytest.approx([0.15, 0.35])
     assert arms["fraction"]["mixed_share"] == 0.5 and arms["binary"]["seeds"] == 2
+    assert arms["binary"]["eval/p_root"] == pytest.approx([0.3, 0.5])  # mean over the seeds that have one
     d = next(p for p in out["paired"] if p["metric"] == "eval/true_resolution_rate")
     assert (d["a"], d["b"], d["seeds"]) == ("binary/baseline", "fraction/baseline", 2)
     assert d["mean_diff"] == pytest.approx(0.3)
