@@ -144,7 +144,8 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg)
     if run.sft_steps == 0:
         return init_params(model_cfg, jax.random.PRNGKey(run.sft_seed))
-    key = _hash((task, model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
+    # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
+    key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
     path = (base_dir / f"base-{key}").resolve()
     ckptr = ocp.StandardCheckpointer()
 

@@ -444,6 +444,8 @@ class Trainer:
             metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(reroll_rate[in_b])) if in_b.size else None
             metrics[f"bucket/{kb}/rho"] = float(new_prefix.rho[j])
             metrics[f"bucket/{kb}/ema"] = float(new_prefix.ema[j])
+        if hasattr(task, "episode_metrics"):  # task-specific metrics of the fresh rollouts (trap: hack rate, ...)
+            metrics.update(task.episode_metrics(problems, ep))
         return batch, new_prefix, metrics
 
     # ------------------------------------------------------------------ evaluation
@@ -452,7 +454,10 @@ class Trainer:
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
         ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
                                    group_size=self.rl.eval_samples, evaluation=True)
-        return {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
+        out = {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
+        if hasattr(self.task, "episode_metrics"):
+            out.update({f"eval/{k}": v for k, v in self.task.episode_metrics(self._eval_problems, ep).items()})
+        return out
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,

@@ -115,7 +115,12 @@ class AgentRollouts:
 
     Args:
       trainer: the ``prs.rl.trainer.Trainer`` (model config, RL config, mesh).
-      env: the task's ``RepairConfig``.  mode: ``"replay"`` or ``"regenerate"`` (see module docstring).
+      env: the task's ``RepairConfig`` (or the config of ``lib``).  mode: ``"replay"`` or ``"regenerate"``
+        (see module docstring).
+      lib: the environment module: ``prompts``, ``reset``, ``execute(state, action, env)``,
+        ``verify(problems, index, state, reward=)`` and repair's PAD / EOS / ``;`` ids
+        (``prs.tasks.repair``, the default, or ``prs.tasks.trap``); ``env`` needs ``prompt_width``,
+        ``max_obs_tokens``, ``episode_width`` and ``reward``.
 
     Every sampler call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
     ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
@@ -124,11 +129,14 @@ class AgentRollouts:
     The ``regenerate`` path runs unsharded (``trainer.mesh`` is used by the sampler calls only).
     """
 
-    def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay"):
+    def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay", lib=env_lib):
         if mode not in ("replay", "regenerate"):
             raise ValueError(f"AgentRollouts: mode={mode!r}; choose 'replay' or 'regenerate'")
+        if (lib.PAD, lib.EOS, lib.EOT, lib.MAX_ACTION_TOKENS) != (PAD, EOS, EOT, MAX_ACTION_TOKENS):
+            raise ValueError(f"AgentRollouts: environment {lib.__name__} must share repair's PAD/EOS/';' ids and "
+                             f"action width")
         rl = trainer.rl
-        self.trainer, self.env, self.mode = trainer, env, mode
+        self.trainer, self.env, self.mode, self.lib = trainer, env, mode, lib
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
         self.width = env.episode_width                                          # L
         self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=rl.temperature, top_k=rl.top_k,
@@ -161,7 +169,7 @@ class AgentRollouts:
             t0 = time.perf_counter()
             for r in np.flatnonzero(live):
                 self.costs["tokens_generated"] += int(lens[r] - start[r])
-                states[r], o = env_lib.execute(states[r], toks[r, start[r]:lens[r]], self.env)
+                states[r], o = self.lib.execute(states[r], toks[r, start[r]:lens[r]], self.env)
                 obs[r, : len(o)] = o
                 olen[r] = len(o)
             self.costs["env_steps"] += int(live.sum())
@@ -181,7 +189,7 @@ class AgentRollouts:
         L = self.width
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
-        rewards = np.array([env_lib.verify(problems, r // group_size, s, reward=self.env.reward)
+        rewards = np.array([self.lib.verify(problems, r // group_size, s, reward=self.env.reward)
                             for r, s in enumerate(states)], np.float32)
         turns = np.array([s.turns for s in states], np.int32)
         return Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
@@ -197,10 +205,10 @@ class AgentRollouts:
         """``group_size`` episodes per problem (rows problem-major) -> ``Episodes`` [R, L]."""
         tr = self.trainer
         scfg = self.eval_scfg if evaluation else self.scfg
-        prompt, plen = env_lib.prompts(problems)
+        prompt, plen = self.lib.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         R = rows.shape[0]
-        states = [env_lib.reset(problems, r // group_size) for r in range(R)]
+        states = [self.lib.reset(problems, r // group_size) for r in range(R)]
         k0, k1 = jax.random.split(key)
         t1 = time.perf_counter()
         ro, cache = sample(params, rows, rlen, k0, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, return_cache=True)
@@ -222,7 +230,7 @@ class AgentRollouts:
         G = cut.shape[0]
         if src.shape[0] != G or cut.ndim != 1:
             raise ValueError(f"reroll: source has {src.shape[0]} rows, cut has shape {cut.shape}; need [G] and G rows")
-        prompt, plen = env_lib.prompts(problems)
+        prompt, plen = self.lib.prompts(problems)
         actions = []
         for g in range(G):
             spans = action_spans(pm[g])
@@ -233,10 +241,10 @@ class AgentRollouts:
         t0 = time.perf_counter()
         for r in range(G * group_size):
             g = r // group_size
-            state = env_lib.reset(problems, g)
+            state = self.lib.reset(problems, g)
             ctx, obs_all = prompt[g, : plen[g]].tolist(), []
             for a in actions[g]:
-                state, o = env_lib.execute(state, a, self.env)
+                state, o = self.lib.execute(state, a, self.env)
                 ctx += a + o
                 obs_all.append(o)
             if state.done:
@@ -297,12 +305,12 @@ class AgentRollouts:
         appends when it resumes). Returns the cache [*, R, W, *] of the context minus the last obs."""
         cfg = self.trainer.model_cfg
         R = len(rb["states"])
-        prompt, plen = env_lib.prompts(problems)
+        prompt, plen = self.lib.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         cache = _prefill_cache(params, jnp.asarray(rows), jnp.asarray(rlen), cfg=cfg, max_len=W)
         pos = rlen.astype(np.int32).copy()                                       # [R] next slot
         n_turns = max(len(a) for a in rb["actions"])
-        states = [env_lib.reset(problems, r // group_size) for r in range(R)]
+        states = [self.lib.reset(problems, r // group_size) for r in range(R)]
         for j in range(n_turns):
             act = np.full((R, self.A), PAD, np.int32)
             alen = np.zeros((R,), np.int32)
@@ -317,7 +325,7 @@ class AgentRollouts:
             jax.block_until_ready(cache)
             t0 = time.perf_counter()
             for r in np.flatnonzero(alen):  # the environment steps, interleaved with the model
-                states[r], o = env_lib.execute(states[r], act[r, : alen[r]], self.env)
+                states[r], o = self.lib.execute(states[r], act[r, : alen[r]], self.env)
                 if j < len(rb["actions"][r]) - 1:
                     obs[r, : len(o)] = o
                     ol[r] = len(o)
