@@ -4,6 +4,7 @@
     python -m experiments.simulate sweep=quick                       # a smoke run (seconds)
     python -m experiments.simulate sweep.ns=[8] sweep.targets=[0.4,0.5,0.6] sweep.seeds=200
     python -m experiments.simulate -m learner.recovery_handicap=2,3,4 sweep=quick
+    python -m experiments.simulate sweep=controls learner=noise_limited   # ps_ada vs its controls (issue #16)
 
 The config tree is ``conf/simulate/`` (separate from the training config ``conf/config.yaml``);
 every node is merged into the dataclass schema below, so an unknown key is an error. Outputs go
@@ -73,7 +74,8 @@ class SweepCfg:
     trajectory_n: int = 8       # setting whose rho_b / EMA_b trajectories are plotted
     trajectory_difficulty: str = "uniform"
     control: bool = True        # also the controls at target 0.5: "reroll_only" (no prefix), "baseline_lr2" (2x lr)
-    gap_k: int = 5              # gap statistics: start / final = mean of the first / last gap_k points
+    gap_k: int = 5              # gap statistics: final level = mean of the baseline's last gap_k points;
+    gap_k_start: int = 1        # start = mean of its first gap_k_start points (1: the closed-form step 0 is exact)
 
 
 @dataclasses.dataclass
@@ -168,7 +170,8 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
             rec["speedup"] = _ci(sim.speedup_ci(base_steps[(n, dname)], steps, **boot))
             rec["speedup_compute"] = _ci(sim.speedup_ci(base_cost[(n, dname)], cost, **boot))
             try:
-                rec["gap"] = gap_summary(base_curve[(n, dname)], (curve, spent), k=sw.gap_k, **boot)
+                rec["gap"] = gap_summary(base_curve[(n, dname)], (curve, spent), k=sw.gap_k, k_start=sw.gap_k_start,
+                                         **boot)
             except ValueError as e:  # e.g. a run too short for 2 * gap_k points: say so, do not drop it
                 rec["gap"] = {"error": str(e)}
         if n == sw.trajectory_n and dname == sw.trajectory_difficulty and target == 0.5 and mode != "baseline":
@@ -194,7 +197,7 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
 
 
 def gap_summary(base: tuple[np.ndarray, np.ndarray], meth: tuple[np.ndarray, np.ndarray], *, k: int,
-                **boot) -> dict:
+                k_start: int | None = None, **boot) -> dict:
     """Paired gap statistics (prs.analysis.gap) of a method vs the baseline on the same seeds.
 
     base, meth: (success [S, T+1] with the step-0 point, decisions spent before each step [S, T+1]).
@@ -202,7 +205,7 @@ def gap_summary(base: tuple[np.ndarray, np.ndarray], meth: tuple[np.ndarray, np.
     """
     steps = np.arange(base[0].shape[1])
     r = gap_compare(steps, base[0], meth[0], cost_base={"decisions": base[1]}, cost_meth={"decisions": meth[1]},
-                    k=k, **boot)
+                    k=k, k_start=k_start, **boot)
     ci = lambda d: {"mean": d["value"], "lo": d["lo"], "hi": d["hi"]}  # noqa: E731
     out = {f"gap{int(round(100 * f))}": {"steps": ci(r[f]["speedup_steps"]), "decisions": ci(r[f]["speedup_decisions"]),
                                          "mean_curve": ci(r[f]["mean_curve"]) if "mean_curve" in r[f] else None,
@@ -250,7 +253,7 @@ def summary_markdown(res: dict) -> str:
                          f"{comp('ps_ada')} | {comp('reroll_only')} |")
     lines += ["", "Paper (N = 8, SWE agent): ps_fix 1.61, ps_ada_hard 1.13, ps_ada 1.92.", "",
               "## Speed-up to 80% of the baseline's gap (steps | policy decisions), target 0.5", "",
-              "Start / final = mean of the baseline's first / last `gap_k` points (prs.analysis.gap); paired "
+              "Start / final = mean of the baseline's first `gap_k_start` / last `gap_k` points (prs.analysis.gap); paired "
               "bootstrap over seeds; `c` = censored method seeds.", "",
               "| N | difficulty | " + " | ".join(m for m in ("ps_fix", "ps_ada_hard", "ps_ada") + CONTROLS) + " |",
               "|---|---|" + "---|" * (3 + len(CONTROLS))]

@@ -154,3 +154,12 @@ def test_gap_task_on_run_directories(tmp_path):
     assert res["paired_seeds"] == [0, 1, 2, 3] and res["unpaired_seeds"] == [9]
     assert res[0.8]["speedup_steps"]["value"] == pytest.approx(2.0, rel=0.08)
     assert res[0.8]["speedup_tokens"]["value"] == pytest.approx(res[0.8]["speedup_steps"]["value"], rel=1e-6)
+
+
+def test_k_start_separate_from_k():
+    steps = np.arange(6) * 10
+    y = np.array([[0.1, 0.3, 0.5, 0.6, 0.7, 0.8]])
+    lv = an.gap_levels(steps, y, k=2, k_start=1)
+    assert lv["start"] == pytest.approx(0.1) and lv["final"] == pytest.approx(0.75) and lv["k_start"] == 1
+    with pytest.raises(ValueError, match="k must"):
+        an.gap_levels(steps, y, k=2, k_start=0)

@@ -13,7 +13,7 @@ pass@1, NaN = no point):
 * **Start and final level of the baseline.** On the baseline's seed-mean curve ȳ_e (``seed_mean``),
   restricted to its finite points: ``start = mean(ȳ_0 .. ȳ_{k-1})`` and
   ``final = mean(ȳ_{E'-k} .. ȳ_{E'-1})`` (the first / last ``k`` points, default k = 3), so neither
-  rests on one evaluation (with k > 1 the start includes the first k-1 evaluations' progress, so
+  rests on one evaluation (``k_start`` points for the start if given; with k > 1 the start includes the first k-1 evaluations' progress, so
   the levels sit slightly higher than from step 0 alone: a documented, seed-independent shift).
   ``gap = final - start``; a gap <= 0 (the baseline never improved) makes
   every level statistic undefined (``degenerate``, NaN values), never a silent 0.
@@ -85,12 +85,13 @@ def _check_fractions(fractions) -> tuple[float, ...]:
     return fr
 
 
-def _start_final(curve: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """curve [..., E] -> (start [...], final [...]): means of its first / last k finite points."""
+def _start_final(curve: np.ndarray, k: int, k_start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """curve [..., E] -> (start [...], final [...]): means of its first k_start (default k) / last k finite points."""
+    k_start = k if k_start is None else k_start
     ok = np.isfinite(curve)                                           # [..., E]
     rank = np.cumsum(ok, axis=-1)                                     # 1-based rank of finite points
     n = ok.sum(-1, keepdims=True)                                     # [..., 1]
-    first = ok & (rank <= k)
+    first = ok & (rank <= k_start)
     last = ok & (rank > n - k)
     z = np.where(ok, curve, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -99,22 +100,27 @@ def _start_final(curve: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return start, final
 
 
-def gap_levels(steps, y_base, *, k: int = 3, fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
+def gap_levels(steps, y_base, *, k: int = 3, k_start: int | None = None,
+               fractions: Sequence[float] = FRACTIONS) -> dict[str, Any]:
     """Start, final and gap levels of the baseline's seed-mean curve (module docstring).
 
-    steps [E], y_base [S, E] -> {"start", "final", "gap", "k", "degenerate", "levels": {f: L_f}}.
+    steps [E], y_base [S, E] -> {"start", "final", "gap", "k", "k_start", "degenerate", "levels": {f: L_f}}.
+    ``k_start`` (default k): points averaged for the start; 1 where the step-0 value has no noise
+    (the simulator's closed-form curves).
     """
     steps, y = _check_curves(steps, y_base)
     k, fr = _check_k(k), _check_fractions(fractions)
+    ks = k if k_start is None else _check_k(k_start)
     curve = seed_mean(y)
     n = int(np.isfinite(curve).sum())
-    if n < 2 * k:
-        raise ValueError(f"the baseline's curve has {n} finite points; start and final levels need >= 2k = {2 * k}")
-    start, final = (float(v) for v in _start_final(curve, k))
+    if n < k + ks:
+        raise ValueError(f"the baseline's curve has {n} finite points; start and final levels need >= "
+                         f"k_start + k = {ks + k} (2k when k_start = k)")
+    start, final = (float(v) for v in _start_final(curve, k, ks))
     gap = final - start
     degenerate = not gap > 0
     levels = {f: (math.nan if degenerate else start + f * gap) for f in fr}
-    return {"start": start, "final": final, "gap": gap, "k": k, "degenerate": degenerate, "levels": levels}
+    return {"start": start, "final": final, "gap": gap, "k": k, "k_start": ks, "degenerate": degenerate, "levels": levels}
 
 
 def crossing_steps(steps, y, level) -> tuple[np.ndarray, np.ndarray]:
@@ -196,12 +202,12 @@ def _nanmean_rows(y: np.ndarray) -> np.ndarray:
     return np.where(ok.any(1), np.where(ok, y, 0.0).sum(1) / np.maximum(ok.sum(1), 1), np.nan)
 
 
-def _mean_curve_boot(steps, yb, ym, *, k, fractions, n_boot, level, seed) -> dict[float, dict[str, Any]]:
+def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, seed) -> dict[float, dict[str, Any]]:
     """Speed-up of the seed-mean curves' crossings, paired bootstrap with levels recomputed per resample."""
     S = yb.shape[0]
     def stats(ib):  # ib [R, S] -> ratio [F, R], base x [F, R], method x [F, R]
         mb, mm = _nanmean_rows(yb[ib]), _nanmean_rows(ym[ib])           # [R, E]
-        st, fi = _start_final(mb, k)                                  # [R]
+        st, fi = _start_final(mb, k, k_start)                         # [R]
         out = []
         for f in fractions:
             lev = np.where(fi > st, st + f * (fi - st), np.nan)
@@ -222,7 +228,7 @@ def _mean_curve_boot(steps, yb, ym, *, k, fractions, n_boot, level, seed) -> dic
 
 
 def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | None = None,
-                cost_meth: Mapping[str, np.ndarray] | None = None, k: int = 3,
+                cost_meth: Mapping[str, np.ndarray] | None = None, k: int = 3, k_start: int | None = None,
                 fractions: Sequence[float] = FRACTIONS, window: int = 1, horizon: float | None = None,
                 at_step: float | None = None, at_k: int | None = None, n_boot: int = 2000, level: float = 0.95,
                 seed: int = 0) -> dict[str, Any]:
@@ -246,7 +252,7 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
     for name, c in list(cost_base.items()) + list(cost_meth.items()):
         if np.ndim(c) != 2 or np.shape(c)[0] != yb.shape[0]:
             raise ValueError(f"cost {name!r} must be [S={yb.shape[0]}, T+1], got shape {np.shape(c)}")
-    lv = gap_levels(steps, yb, k=k, fractions=fr)
+    lv = gap_levels(steps, yb, k=k, k_start=k_start, fractions=fr)
     S = yb.shape[0]
     out: dict[str, Any] = {"levels": lv, "n_seeds": S, "window": window, "fractions": list(fr)}
     sb, sm = moving_average(yb, window=window), moving_average(ym, window=window)
@@ -277,7 +283,7 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
                 rec[key]["bound"] = rec["bound"]
         out[f] = rec
     if not lv["degenerate"]:
-        mc = _mean_curve_boot(steps, yb, ym, k=k, fractions=fr, **boot)
+        mc = _mean_curve_boot(steps, yb, ym, k=k, k_start=lv["k_start"], fractions=fr, **boot)
         for f in fr:
             out[f]["mean_curve"] = mc[f]
     # area under the curve and equal-step improvement on a common horizon
@@ -314,6 +320,7 @@ def _cost_matrix(runs: Sequence[Run], which: int, clip) -> np.ndarray:
 
 
 def gap_task(by_method: Mapping[str, Sequence[Run]], *, baseline: str = "baseline", k: int = 3,
+             k_start: int | None = None,
              fractions: Sequence[float] = FRACTIONS, window: int = 1, time_clip: float | None = 5.0,
              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """``gap_compare`` of every method against the baseline on their common seeds ({method: ...}).
@@ -341,7 +348,8 @@ def gap_task(by_method: Mapping[str, Sequence[Run]], *, baseline: str = "baselin
         cb = {"wall": _cost_matrix(rb, 0, time_clip), "tokens": _cost_matrix(rb, 1, time_clip)}
         cm = {"wall": _cost_matrix(rm, 0, time_clip), "tokens": _cost_matrix(rm, 1, time_clip)}
         try:
-            rec.update(gap_compare(steps, y[:S], y[S:], cost_base=cb, cost_meth=cm, k=k, fractions=fractions,
+            rec.update(gap_compare(steps, y[:S], y[S:], cost_base=cb, cost_meth=cm, k=k, k_start=k_start,
+                                   fractions=fractions,
                                    window=window, n_boot=n_boot, level=level, seed=seed))
         except ValueError as e:
             rec["error"] = str(e)
