@@ -234,6 +234,9 @@ def test_hydra_config_composes_and_rejects_unknown_keys():
         assert full.sweep.seeds >= 100 and full.sweep.ns == [4, 8, 16] and len(full.sweep.targets) == 5
         with pytest.raises(Exception):
             exp.validate(compose("config", overrides=["+learner.n_taks=3"]))
+        nl = exp.validate(compose("config", overrides=["sweep=controls", "learner=noise_limited"]))
+        assert (nl.learner.shared_dim, nl.learner.reroll_combine, nl.learner.n_tasks) == (64, "mean", 128)
+        assert nl.sweep.control and nl.sweep.gap_k_start == 1
     assert exp.sim_config(cfg, "reroll_only", 8).reroll_prefix is False
     assert exp.sim_config(cfg, "reroll_only", 8).mode == "ps_ada"
     lr2 = exp.sim_config(cfg, "baseline_lr2", 8)
