@@ -221,7 +221,10 @@ def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, see
     boots = stats(np.random.default_rng(seed).integers(0, S, size=(n_boot, S))) if S >= 2 else None
     for j, f in enumerate(fractions):
         r, xb, xm = point[j]
-        lo, hi = _ci(boots[j][0], level) if boots is not None else (math.nan, math.nan)
+        # a resample whose baseline has no gap (NaN level) or 0/0 is undefined: left out, unless most are
+        rb = boots[j][0] if boots is not None else None
+        lo, hi = (_ci(rb[~np.isnan(rb)], level) if rb is not None and np.isnan(rb).mean() < 0.5
+                  else (math.nan, math.nan))
         res[f] = {"value": float(r[0]), "lo": lo, "hi": hi, "base_steps": float(xb[0]), "method_steps": float(xm[0]),
                   "censored": bool(not np.isfinite(xm[0])), "paired": True}
     return res
