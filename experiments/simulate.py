@@ -4,6 +4,7 @@
     python -m experiments.simulate sweep=quick                       # a smoke run (seconds)
     python -m experiments.simulate sweep.ns=[8] sweep.targets=[0.4,0.5,0.6] sweep.seeds=200
     python -m experiments.simulate -m learner.recovery_handicap=2,3,4 sweep=quick
+    python -m experiments.simulate sweep=controls learner=noise_limited   # ps_ada vs its controls (issue #16)
 
 The config tree is ``conf/simulate/`` (separate from the training config ``conf/config.yaml``);
 every node is merged into the dataclass schema below, so an unknown key is an error. Outputs go
@@ -27,12 +28,19 @@ from omegaconf import OmegaConf
 
 from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
+from prs.analysis.gap import gap_compare
 from prs.core import prefix as px
 
 log = logging.getLogger(__name__)
 
 PAPER_ABLATION = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada": 1.92}  # Zhu et al. 2026, ablation table
 ADAPTIVE = ("ps_ada", "ps_ada_hard")
+# The controls of issue #15 in the simulator (sweep.control): "reroll_only" = reroll_noprefix (ps_ada's
+# groups re-rolled from scratch; with learner.reroll=add these are extra from-scratch rollouts for the
+# skewed groups, so it is also extra_rollouts, compared token-matched through the per-decision speed-ups:
+# it samples MORE decisions than PS, whose success prefixes are replayed); "baseline_lr2" = the baseline
+# with twice learner.lr (the "more gradient" explanation).
+CONTROLS = ("reroll_only", "baseline_lr2")
 
 
 # The learner and controller nodes are derived from prs.sim.SimConfig (experiments.schema): each
@@ -65,7 +73,9 @@ class SweepCfg:
     level: float = 0.95
     trajectory_n: int = 8       # setting whose rho_b / EMA_b trajectories are plotted
     trajectory_difficulty: str = "uniform"
-    control: bool = True        # also run ps_ada (target 0.5) re-rolling WITHOUT a prefix: "reroll_only"
+    control: bool = True        # also the controls at target 0.5: "reroll_only" (no prefix), "baseline_lr2" (2x lr)
+    gap_k: int = 5              # gap statistics: final level = mean of the baseline's last gap_k points;
+    gap_k_start: int = 1        # start = mean of its first gap_k_start points (1: the closed-form step 0 is exact)
 
 
 @dataclasses.dataclass
@@ -94,10 +104,13 @@ def _difficulty(cfg: SimulateCfg, name: str) -> sim.Difficulty:
 
 
 def sim_config(cfg: SimulateCfg, mode: str, n: int) -> sim.SimConfig:
-    """mode "reroll_only" = ps_ada's groups re-rolled from scratch (no prefix), the control."""
+    """mode "reroll_only" = ps_ada's groups re-rolled from scratch (no prefix); "baseline_lr2" = the
+    baseline at 2x learner.lr: the controls (CONTROLS)."""
     learner = to_kwargs(cfg.learner, sim.SimConfig)
     if mode == "reroll_only":
         mode, learner["reroll_prefix"] = "ps_ada", False
+    elif mode == "baseline_lr2":
+        mode, learner["lr"] = "baseline", 2.0 * learner["lr"]
     return sim.SimConfig(mode=mode, n=n, **learner, **to_kwargs(cfg.controller, sim.SimConfig))
 
 
@@ -121,8 +134,8 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
     jobs = [(n, mode, d, t) for n in sw.ns for mode in sw.modes for d in sw.difficulties
             for t in (sw.targets if mode in ADAPTIVE else [0.5])]
     if sw.control and "baseline" in sw.modes:
-        jobs += [(n, "reroll_only", d, 0.5) for n in sw.ns for d in sw.difficulties]
-    records, trajectories, base_steps, base_cost = [], {}, {}, {}
+        jobs += [(n, c, d, 0.5) for c in CONTROLS for n in sw.ns for d in sw.difficulties]
+    records, trajectories, base_steps, base_cost, base_curve = [], {}, {}, {}, {}
     boot = dict(n_boot=sw.n_boot, level=sw.level, seed=sw.seed0)
     compiled = set()
     t_all = time.perf_counter()
@@ -146,12 +159,21 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
                    rerolled=float(m["rerolled"].mean()), energy=float(m["energy"].mean()),
                    decisions_per_step=float(m["decisions"].mean()),
                    ema_final=m["ema"][:, -1].mean(0).tolist(), rho_final=m["rho"][:, -1].mean(0).tolist())
+        # the curve with its step-0 point, and the decisions sampled before each step: [S, T+1]
+        curve = np.concatenate([m["success0"][:, None], m["success"]], axis=1)
+        spent = np.concatenate([np.zeros((cum.shape[0], 1)), cum], axis=1)
         if mode == "baseline":
             base_steps[(n, dname)], base_cost[(n, dname)] = steps, cost
+            base_curve[(n, dname)] = (curve, spent)
             rec["speedup"] = rec["speedup_compute"] = _ci((1.0, 1.0, 1.0))
         elif (n, dname) in base_steps:
             rec["speedup"] = _ci(sim.speedup_ci(base_steps[(n, dname)], steps, **boot))
             rec["speedup_compute"] = _ci(sim.speedup_ci(base_cost[(n, dname)], cost, **boot))
+            try:
+                rec["gap"] = gap_summary(base_curve[(n, dname)], (curve, spent), k=sw.gap_k, k_start=sw.gap_k_start,
+                                         **boot)
+            except ValueError as e:  # e.g. a run too short for 2 * gap_k points: say so, do not drop it
+                rec["gap"] = {"error": str(e)}
         if n == sw.trajectory_n and dname == sw.trajectory_difficulty and target == 0.5 and mode != "baseline":
             trajectories[mode] = {
                 "ks": px.bucket_ks(scfg.prefix_config()).tolist(),
@@ -172,6 +194,26 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
             "median_s_per_config": float(np.median(run_times)) if run_times else None,
             "max_s_per_config_incl_compile": max(r["wall_s"] for r in records),
             "paper_ablation": PAPER_ABLATION}
+
+
+def gap_summary(base: tuple[np.ndarray, np.ndarray], meth: tuple[np.ndarray, np.ndarray], *, k: int,
+                k_start: int | None = None, **boot) -> dict:
+    """Paired gap statistics (prs.analysis.gap) of a method vs the baseline on the same seeds.
+
+    base, meth: (success [S, T+1] with the step-0 point, decisions spent before each step [S, T+1]).
+    Returns {"gap50"|"gap80": {"steps", "decisions", "mean_curve", "censored"}, "auc"} (CIs as mean/lo/hi).
+    """
+    steps = np.arange(base[0].shape[1])
+    r = gap_compare(steps, base[0], meth[0], cost_base={"decisions": base[1]}, cost_meth={"decisions": meth[1]},
+                    k=k, k_start=k_start, **boot)
+    ci = lambda d: {"mean": d["value"], "lo": d["lo"], "hi": d["hi"]}  # noqa: E731
+    out = {f"gap{int(round(100 * f))}": {"steps": ci(r[f]["speedup_steps"]), "decisions": ci(r[f]["speedup_decisions"]),
+                                         "mean_curve": ci(r[f]["mean_curve"]) if "mean_curve" in r[f] else None,
+                                         "censored": r[f]["n_censored_method"], "bound": r[f]["bound"]}
+           for f in r["fractions"]}
+    out["auc"] = ci(r["auc"]["improvement"]) if "auc" in r else None
+    out["start"], out["final"] = r["levels"]["start"], r["levels"]["final"]
+    return out
 
 
 def best_targets(records: list[dict]) -> list[dict]:
@@ -210,6 +252,26 @@ def summary_markdown(res: dict) -> str:
                          f"{cell('ps_fix')} | {cell('ps_ada_hard')} | {cell('ps_ada')} | {cell('reroll_only')} | "
                          f"{comp('ps_ada')} | {comp('reroll_only')} |")
     lines += ["", "Paper (N = 8, SWE agent): ps_fix 1.61, ps_ada_hard 1.13, ps_ada 1.92.", "",
+              "## Speed-up to 80% of the baseline's gap (steps | policy decisions), target 0.5", "",
+              "Start / final = mean of the baseline's first `gap_k_start` / last `gap_k` points (prs.analysis.gap); paired "
+              "bootstrap over seeds; `c` = censored method seeds.", "",
+              "| N | difficulty | " + " | ".join(m for m in ("ps_fix", "ps_ada_hard", "ps_ada") + CONTROLS) + " |",
+              "|---|---|" + "---|" * (3 + len(CONTROLS))]
+    for n in sorted({r["n"] for r in recs}):
+        for d in dict.fromkeys(r["difficulty"] for r in recs):
+            row = {r["mode"]: r for r in recs if r["n"] == n and r["difficulty"] == d and r["target"] == 0.5}
+            if "baseline" not in row:
+                continue
+            def g80(m):
+                g = row.get(m, {}).get("gap")
+                if not g or "error" in g:
+                    return "-" if not g else "error"
+                s, c = g["gap80"]["steps"], g["gap80"]["decisions"]
+                cens = f" c{g['gap80']['censored']}" if g["gap80"]["censored"] else ""
+                return f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}] \\| {c['mean']:.2f}{cens}"
+            lines.append(f"| {n} | {d} | " + " | ".join(g80(m) for m in ("ps_fix", "ps_ada_hard", "ps_ada") + CONTROLS)
+                         + " |")
+    lines += ["",
               "## Best controller target per setting", "", "| mode | N | difficulty | best target | speed-up |",
               "|---|---|---|---|---|"]
     for b in res["best_targets"]:
@@ -305,7 +367,7 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    modes = list(PAPER_ABLATION) + (["reroll_only"] if any(r["mode"] == "reroll_only" for r in recs) else [])
+    modes = list(PAPER_ABLATION) + [c for c in CONTROLS if any(r["mode"] == c for r in recs)]
     x = np.arange(len(modes))
     ax.bar(x - 0.4, [PAPER_ABLATION.get(m, np.nan) for m in modes], width=0.8 / (len(diffs) + 1), color="k",
            label="paper (SWE agent, N = 8)")
@@ -320,7 +382,8 @@ def make_figures(res: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
         ax.bar(x - 0.4 + (j + 1) * 0.8 / (len(diffs) + 1), vals, width=0.8 / (len(diffs) + 1),
                yerr=[lo, hi], capsize=2, color=colors[d], label=f"simulator / {d}")
     ax.set_xticks(x - 0.4 + 0.4 * len(diffs) / (len(diffs) + 1),
-                  [m if m != "reroll_only" else "reroll_only\n(no-prefix control)" for m in modes])
+                  [{"reroll_only": "reroll_only\n(no-prefix control)", "baseline_lr2": "baseline_lr2\n(2x lr control)"}
+                   .get(m, m) for m in modes])
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_ylabel("speed-up vs baseline (x, steps)")
     ax.set_title(f"Ablation: paper vs simulator (N = {n_ab}, target 0.5, 95% CI)")

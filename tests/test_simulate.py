@@ -1,4 +1,5 @@
 """Tests for prs.sim: the synthetic learner, its exact policy gradient, seeds, sweep statistics."""
+import functools
 import itertools
 import math
 
@@ -233,8 +234,14 @@ def test_hydra_config_composes_and_rejects_unknown_keys():
         assert full.sweep.seeds >= 100 and full.sweep.ns == [4, 8, 16] and len(full.sweep.targets) == 5
         with pytest.raises(Exception):
             exp.validate(compose("config", overrides=["+learner.n_taks=3"]))
+        nl = exp.validate(compose("config", overrides=["sweep=controls", "learner=noise_limited"]))
+        assert (nl.learner.shared_dim, nl.learner.reroll_combine, nl.learner.n_tasks) == (64, "mean", 128)
+        assert nl.sweep.control and nl.sweep.gap_k_start == 1
     assert exp.sim_config(cfg, "reroll_only", 8).reroll_prefix is False
     assert exp.sim_config(cfg, "reroll_only", 8).mode == "ps_ada"
+    lr2 = exp.sim_config(cfg, "baseline_lr2", 8)
+    assert lr2.mode == "baseline" and lr2.lr == 2 * cfg.learner.lr
+    assert cfg.learner.reroll_combine == "sum" and cfg.learner.shared_dim == 0  # derived from SimConfig
 
 
 def dataclasses_astuple(d):
@@ -262,7 +269,70 @@ def test_sweep_writes_metrics_summary_and_figures(tmp_path):
         assert r["speedup"]["mean"] == pytest.approx(b["steps"]["mean"] / r["steps"]["mean"])
         assert r["speedup"]["lo"] <= r["speedup"]["mean"] <= r["speedup"]["hi"]
     assert len(res["best_targets"]) == 2
+    # gap statistics (prs.analysis.gap) on the closed-form success curves, paired with the baseline
+    for r in recs:
+        if r["mode"] != "baseline":
+            g = r["gap"]["gap80"]
+            assert g["steps"]["lo"] <= g["steps"]["mean"] <= g["steps"]["hi"] and g["bound"] in ("exact", "upper", "lower", "both")
+    assert "80% of the baseline's gap" in (tmp_path / "summary.md").read_text()
     for name in ("metrics.json", "summary.md", "speedup_vs_target.png", "speedup_vs_mix.png",
                  "controller_trajectories.png", "ablation.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert "| 8 | uniform |" in (tmp_path / "summary.md").read_text()
+
+
+# --------------------------------------------------------------------------- noise-limited learner (issue #16)
+
+ONE = dict(n_tasks=16, chain_len=4, groups=4, steps=1, lr=1.0)  # one step; 4 of 16 tasks in the batch
+
+
+def _theta0(seed, params, cfg):
+    import jax
+
+    k_init, _ = jax.random.split(jax.random.key(seed))  # as in make_train
+    return np.asarray(sim.initial_theta(k_init, params, cfg))
+
+
+@functools.lru_cache(maxsize=None)
+def _one_step(**kw):
+    return sim.simulate(sim.SimConfig(**{**ONE, **kw}), sim.SimParams.make("uniform"), seeds=6)
+
+
+def test_reroll_combine_mean_averages_the_two_groups_gradients():
+    # Same seed -> same original rollouts and re-rollouts; one step moves a batch task's theta by
+    # lr (g + g_re) ("sum") or lr (g + g_re) / 2 ("mean") if it was re-rolled and by lr g otherwise,
+    # where "sum" and "mean" coincide; tasks outside the batch do not move.
+    cfg = sim.SimConfig(**ONE)
+    th0 = np.stack([_theta0(s, sim.SimParams.make("uniform"), cfg) for s in range(6)])
+    out = {c: _one_step(mode="ps_fix", reroll_combine=c) for c in ("sum", "mean")}
+    d_sum, d_mean = out["sum"]["theta"] - th0, out["mean"]["theta"] - th0  # [S, M, L]
+    halved = np.all(np.isclose(d_mean, 0.5 * d_sum, atol=1e-5), axis=-1) & np.any(np.abs(d_sum) > 1e-4, axis=-1)
+    same = np.all(np.isclose(d_mean, d_sum, atol=1e-5), axis=-1)
+    assert np.all(halved | same)                                                       # each task one or the other
+    np.testing.assert_allclose(halved.sum(1) / ONE["groups"], out["mean"]["rerolled"][:, 0], atol=1e-6)
+    assert out["mean"]["rerolled"].mean() > 0.1
+    assert (np.abs(d_sum).max(-1) > 0).sum(1).max() <= ONE["groups"]             # independent logits: batch only
+
+
+def test_shared_dim_moves_every_task_within_the_feature_span():
+    import jax
+
+    params = sim.SimParams.make("uniform")
+    m = _one_step(mode="baseline", shared_dim=3)
+    M, L = ONE["n_tasks"], ONE["chain_len"]
+    for s in range(2):
+        th0 = _theta0(s, params, sim.SimConfig(**ONE))
+        assert m["success0"][s] == pytest.approx(np.mean(np.prod(1 / (1 + np.exp(-th0)), -1)), rel=1e-5)
+        k_init, _ = jax.random.split(jax.random.key(s))
+        xi = np.asarray(jax.random.normal(jax.random.fold_in(k_init, 7), (M, L, 3))) / np.sqrt(3)  # [M, L, D]
+        u = np.sqrt(0.5) * np.eye(3)[0] + np.sqrt(0.5) * xi                                       # shared_common 0.5
+        d = (m["theta"][s] - th0).reshape(-1)                                                     # [M L]
+        coef, *_ = np.linalg.lstsq(u.reshape(-1, 3), d, rcond=None)
+        np.testing.assert_allclose(u.reshape(-1, 3) @ coef, d, atol=1e-5)       # d theta = U dw: in the span
+        assert (np.abs(m["theta"][s] - th0).max(1) > 0).sum() > ONE["groups"]  # interference beyond the batch
+
+
+@pytest.mark.parametrize("kwargs", [dict(reroll_combine="avg"), dict(shared_dim=-1), dict(shared_dim=1.5)])
+def test_bad_noise_limited_config_raises(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        sim.SimConfig(**kwargs)

@@ -1,4 +1,5 @@
-"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``),
+"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap
+statistics with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC),
 tables (``tables``), figures (``figures``), and a tiny run set for notebooks (``notebook``).
 
 May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
@@ -52,4 +53,13 @@ from prs.analysis.notebook import (  # noqa: F401
     make_tiny_runs,
     tiny_run_dir,
     find_run_root,
+)
+from prs.analysis.gap import (  # noqa: F401
+    gap_levels,
+    crossing_steps,
+    cost_at_steps,
+    auc,
+    window_mean_at,
+    gap_compare,
+    gap_task,
 )

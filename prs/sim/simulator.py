@@ -46,6 +46,22 @@ on next to its original group (`reroll="add"`) or replaces it (`"replace"`); gro
 implicit (all-0/all-1 groups get A = 0). `reroll_prefix=False` re-rolls the same groups from scratch,
 the control that tells the prefix's effect from that of sampling more rollouts.
 
+Shared parameters and the learning rate (`shared_dim`, issue #16). With independent logits every
+task has its own parameters and the objective mean_m P_m rises monotonically towards theta = +inf:
+a larger step is never punished, so 2x lr simply wins (measured: it beat PS and the no-prefix
+control). A language model is the opposite case: every task moves the same weights. With
+shared_dim = D > 0 the logits are theta_ml = theta0_ml + u_ml . w with D shared parameters w and
+fixed random features u_ml ~ N(0, I_D / D) (|u_ml|^2 ~ 1: the task's own step moves its logit as
+much as with independent logits at the same lr). A step on task m then moves every other task's
+logit by lr (u_m'l' . u_ml) g_ml, a random +-lr g / sqrt(D) each: interference. With M L > 2 D the
+features cannot make every logit large at once, so the optimum of mean_m P_m is finite, and SGD
+with the finite-sample gradient noise of N rollouts per group settles at a distance from it that
+grows with lr (the stationary variance of constant-step SGD is proportional to lr). That is the
+noise-limited regime: 2x lr moves faster at first and plateaus lower and noisier, and a re-roll
+whose gradient is averaged with its group's (`reroll_combine="mean"`) buys less noise, not a
+larger step. The features use their own key, so the task population and the sampling keys of a
+seed are those of D = 0.
+
 Training (`make_train`) is purejaxrl-shaped: `train(key, params)` is pure, `lax.scan` over steps,
 and `simulate` `vmap`s it over seeds under one `jit`, compiled once per static `SimConfig`
 (mode, N, sizes); the difficulty mixture and the controller target are traced `SimParams`, so a
@@ -108,6 +124,16 @@ class SimConfig:
         (both are trained on; more compute per step).
       reroll_prefix: False re-rolls the same groups from scratch (no prefix): the control that
         separates the prefix's effect from that of sampling more rollouts for skewed groups.
+      reroll_combine: with reroll="add", how a re-rolled group's gradient joins its original
+        group's: "sum" (g_orig + g_re: twice the step for a steered task; the old behaviour) or
+        "mean" ((g_orig + g_re) / 2: the same step size, half the noise; the honest comparison with
+        a baseline whose step size is not doubled for skewed tasks).
+      shared_dim: 0 = every (task, step) has its own logit (independent tasks). D > 0 = the logits
+        share D parameters: theta_ml = theta0_ml + u_ml . w, w [D] trained from 0, u_ml ~ N(0, I_D / D)
+        fixed per seed (see "Shared parameters" in the module docstring).
+      shared_common: c in [0, 1], with shared_dim > 0: the share of |u_ml|^2 along one common
+        direction e_0 (a skill every step of every task uses: u_ml = sqrt(c) e_0 + sqrt(1 - c) xi_ml,
+        xi_ml ~ N(0, I_D / D)); c = 0 = purely random features (tasks interfere but nothing transfers).
       ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.core.prefix).
     """
 
@@ -125,6 +151,9 @@ class SimConfig:
     step_concentration: float = 0.0
     reroll: str = "add"
     reroll_prefix: bool = True
+    reroll_combine: str = "sum"
+    shared_dim: int = 0
+    shared_common: float = 0.5
     ema_decay: float = 0.8
     gain: float = 2.0
     rho_init: float = 0.5
@@ -149,6 +178,12 @@ class SimConfig:
             raise ValueError(f"step_concentration must be >= 0, got {self.step_concentration!r}")
         if self.reroll not in ("replace", "add"):
             raise ValueError(f"reroll must be 'replace' or 'add', got {self.reroll!r}")
+        if self.reroll_combine not in ("sum", "mean"):
+            raise ValueError(f"reroll_combine must be 'sum' or 'mean', got {self.reroll_combine!r}")
+        if int(self.shared_dim) != self.shared_dim or self.shared_dim < 0:
+            raise ValueError(f"shared_dim must be an integer >= 0, got {self.shared_dim!r}")
+        if not 0.0 <= self.shared_common <= 1.0:
+            raise ValueError(f"shared_common must lie in [0, 1], got {self.shared_common!r}")
         self.prefix_config()  # validates mode, n and the controller constants
 
     def prefix_config(self, mode: str | None = None) -> px.PrefixConfig:
@@ -313,6 +348,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
       energy [T]         mean p(1 - p) of the groups trained on (advantage energy, p = k/N)
       decisions [T]      policy decisions sampled this step (original + re-rollouts): compute proxy
       rho, ema [T, K]    controller state after the step
+      theta [M, L]       the logits after the last step
     """
     pcfg = cfg.prefix_config()
     full = cfg.prefix_config("ps_ada")
@@ -325,8 +361,16 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
     def pop_success(theta):
         return jnp.mean(success_prob(theta))
 
+    D = int(cfg.shared_dim)
+
+    def logits(theta0, w, feats):
+        if D == 0:
+            return w  # w [M, L]: the independent logits themselves (started at theta0), as before
+        return theta0 + jnp.einsum("mld,d->ml", feats, w)  # [M, L]
+
     def step(carry, key):
-        theta, ctrl, target = carry
+        theta0, w, feats, ctrl, target = carry
+        theta = logits(theta0, w, feats)  # [M, L]
         k_task, k_roll, k_src, k_re = jax.random.split(key, 4)
         tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
         th = theta[tasks]  # [B, L]
@@ -363,25 +407,41 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
         if do_reroll and cfg.reroll == "add":
             adv = group_advantages(ro.reward, estimator=cfg.estimator)  # [B, N]
             adv_re = jnp.where(reroll[:, None], group_advantages(re.reward, estimator=cfg.estimator), 0.0)
-            g = policy_gradient(th, ro, adv) + policy_gradient(th, re, adv_re)  # [B, L]
+            g_ro, g_re = policy_gradient(th, ro, adv), policy_gradient(th, re, adv_re)  # [B, L]
+            if cfg.reroll_combine == "sum":
+                g = g_ro + g_re
+            else:  # average the two groups of a re-rolled task; others keep their one group's gradient
+                g = jnp.where(reroll[:, None], 0.5 * (g_ro + g_re), g_ro)
             p = jnp.concatenate([jnp.mean(ro.reward, axis=1), jnp.mean(re.reward, axis=1)])  # [2B]
             p = jnp.where(jnp.concatenate([jnp.ones((B,), bool), reroll]), p, jnp.nan)
         else:
             adv = group_advantages(train_ro.reward, estimator=cfg.estimator)  # [B, N]
             g = policy_gradient(th, train_ro, adv)  # [B, L]
             p = jnp.mean(train_ro.reward, axis=1)  # [B]
-        theta = theta.at[tasks].add(cfg.lr * g)
+        if D == 0:
+            w = w.at[tasks].add(cfg.lr * g)
+        else:  # chain rule: d theta_ml / d w = u_ml
+            w = w + (cfg.lr / B) * jnp.einsum("bld,bl->d", feats[tasks], g)  # batch mean, as an LM's loss
+        theta = logits(theta0, w, feats)
         out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward), skewed=skewed,
                    rerolled=jnp.asarray(rerolled, jnp.float32), reroll_pass=jnp.asarray(reroll_pass, jnp.float32),
                    energy=jnp.nanmean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
-        return (theta, ctrl, target), out
+        return (theta0, w, feats, ctrl, target), out
 
     def train(key: jax.Array, params: SimParams) -> dict:
         k_init, k_steps = jax.random.split(key)
         theta0 = initial_theta(k_init, params, cfg)
-        carry = (theta0, px.init(pcfg), params.target)
-        _, metrics = jax.lax.scan(step, carry, jax.random.split(k_steps, cfg.steps))
+        if D == 0:
+            w0, feats = theta0, jnp.zeros((), jnp.float32)
+        else:  # a fresh key: the task population (theta0) and the sampling keys stay those of D = 0
+            w0 = jnp.zeros((D,), jnp.float32)
+            xi = jax.random.normal(jax.random.fold_in(k_init, 7), (M, L, D), jnp.float32) / np.sqrt(D)
+            common = jnp.zeros((1, 1, D), jnp.float32).at[..., 0].set(1.0)  # e_0, [1, 1, D]
+            feats = np.sqrt(cfg.shared_common) * common + np.sqrt(1.0 - cfg.shared_common) * xi  # [M, L, D]
+        carry = (theta0, w0, feats, px.init(pcfg), params.target)
+        (_, w, feats, _, _), metrics = jax.lax.scan(step, carry, jax.random.split(k_steps, cfg.steps))
         metrics["success0"] = pop_success(theta0)
+        metrics["theta"] = logits(theta0, w, feats)
         return metrics
 
     return train
