@@ -42,6 +42,7 @@ from prs.core import prefix as ps
 from prs.core.advantages import group_advantages, mixed_groups
 from prs.core.losses import policy_loss, token_entropy, token_logprobs
 from prs.models.qwen3 import ModelConfig, forward, init_params
+from prs.rl import schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -86,6 +87,18 @@ class RLConfig:
         ``reroll_budget``).
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
+      schedule: ``same_step`` (re-roll skewed groups in the step that saw them, as above) or
+        ``next_visit`` (a finite pool of ``pool_size`` tasks drawn at ``pool_seed``, revisited over
+        epochs; a skewed task's next visit starts all N rollouts from its stored sources' prefixes,
+        no extra rollouts; ``prs.rl.schedule``).
+      cut_spread: the N continuations of a steered group use N cuts spread evenly over
+        [ρ_b/2, min(1, 3ρ_b/2)] of the source (next_visit).
+      sources: ``one`` (one success and one failure kept per task) or ``all`` (continuation i
+        uses the i-th of all the group's successes / failures) (next_visit).
+      control: ``none``, ``reroll_noprefix`` (steer the same groups with an empty prefix) or
+        ``extra_rollouts`` (append N from-scratch rollouts for a share ``extra_share`` of the
+        skewed groups); ``prs.rl.schedule``.
+      lr_scale: multiplies ``lr`` (the ``baseline_lr2`` control: 2).
     """
 
     tasks_per_step: int = 16
@@ -116,6 +129,14 @@ class RLConfig:
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
+    schedule: str = "same_step"
+    pool_size: int = 256
+    pool_seed: int = 0
+    cut_spread: bool = False
+    sources: str = "one"
+    control: str = "none"
+    extra_share: float = 0.5
+    lr_scale: float = 1.0
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -143,6 +164,7 @@ class RLConfig:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
             raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
+        schedule.validate(self)
 
 
 class TrainState(NamedTuple):
@@ -150,6 +172,7 @@ class TrainState(NamedTuple):
     params: Any                # model parameters
     opt_state: Any             # optax state
     prefix: ps.PrefixState     # controller state, [K] per bucket
+    memory: Any = None         # next_visit: prs.rl.schedule.TaskMemory ([M] tasks); same_step: None
 
 
 class Batch(NamedTuple):
@@ -191,7 +214,8 @@ class Trainer:
         self.width = self.rollouts.width
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
-            optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
+            optax.adamw(optax.linear_schedule(0.0, rl.lr * rl.lr_scale, max(rl.warmup_steps, 1)) if rl.warmup_steps
+                        else rl.lr * rl.lr_scale,
                         b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
         )
         self._update = jax.jit(functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx), donate_argnums=(0, 1))
@@ -201,8 +225,12 @@ class Trainer:
     def init_state(self, params) -> TrainState:
         """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers."""
         params = jax.tree.map(jnp.copy, params)
+        memory = None
+        if self.rl.schedule == "next_visit":
+            memory = schedule.init_memory(self.rl.pool_size, schedule.source_slots(self.rl, self.rl.group_size),
+                                          self.width)
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params),
-                          prefix=ps.init(self.prefix_cfg))
+                          prefix=ps.init(self.prefix_cfg), memory=memory)
 
     def _keys(self, step: int):
         k = jax.random.fold_in(jax.random.PRNGKey(self.seed), step)
@@ -217,7 +245,8 @@ class Trainer:
         lm = jax.device_get(lm)
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
-        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix), metrics
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix,
+                          memory=schedule.memory_after_collect(self, state)), metrics
 
     def loss(self, params, batch: "Batch", logp_offset=None):
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
@@ -226,6 +255,8 @@ class Trainer:
 
     def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
         """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
+        if self.rl.schedule == "next_visit":
+            return schedule.collect_next_visit(self, state)
         rl, pc, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
         n, b = rl.group_size, rl.tasks_per_step
@@ -256,12 +287,13 @@ class Trainer:
             src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
             cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
+            sel = schedule.same_step_selection(self, sel, k_reroll)             # extra_rollouts: a share
         if sel.size:
             g = sel.size
             pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
             t1 = time.perf_counter()                                            # the padding copies are dropped
-            ep2 = self.rollouts.reroll(state.params, task.take(problems, pick), take_rows(ep, src_row[pick]),
-                                       cut[pick], k_reroll, group_size=n)      # [B*N, L]
+            ep2 = schedule.same_step_reroll(self, state.params, task.take(problems, pick), take_rows(ep, src_row[pick]),
+                                            cut[pick], k_reroll, group_size=n)  # [B*N, L]
             t_sample += time.perf_counter() - t1
             r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
             real = np.arange(g * n)
@@ -321,6 +353,8 @@ class Trainer:
             "time_sample": t_sample,
             "time_batch": time.perf_counter() - t2,
         }
+        metrics.update(groups_steered=int(sel.size), **schedule.signal_metrics(
+            train_rewards, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1)), reroll_rate))
         hist = np.bincount(np.asarray(k), minlength=n + 1)
         metrics["k_hist"] = hist.tolist()
         for j, kb in enumerate(ps.bucket_ks(pc)):
