@@ -337,7 +337,8 @@ def collect_next_visit(trainer, state):
     gen = int(np.asarray(ep.policy_mask).sum())
     if extra_live is not None:
         gen += int(np.asarray(ep3.policy_mask).sum())
-    tr.last_sources = {"step": step, "ids": ids, "steered": steered, "source_ids": used_ids, "cut": cut}
+    tr.last_sources = {"step": step, "ids": ids, "steered": steered, "source_ids": used_ids, "cut": cut,
+                       "generated": np.asarray(ep.policy_mask).sum(1)}          # for tests and debugging
     metrics: dict[str, Any] = {
         "step": step,
         "epoch": step * b // rl.pool_size,
@@ -354,8 +355,7 @@ def collect_next_visit(trainer, state):
         "groups_extra": int(extra.sum()),
         "rollouts_sampled": n_rollouts,
         "tokens_generated": gen,
-        "tokens_replayed": int(cut.sum()) if isinstance(tr.rollouts, SingleTurnRollouts)
-        else int(np.asarray(ep.replayed).sum()),
+        "tokens_replayed": int(np.asarray(ep.replayed).sum()),
         "env_steps": int(np.asarray(ep.env_steps).sum()),
         "time_sample": t_sample - t_replay,
         "time_replay": t_replay,

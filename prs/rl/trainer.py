@@ -353,7 +353,7 @@ class Trainer:
             "time_sample": t_sample,
             "time_batch": time.perf_counter() - t2,
         }
-        metrics.update(groups_steered=int(sel.size), **schedule.signal_metrics(
+        metrics.update(groups_steered=int(sel.size), rollouts_sampled=b * n + int(sel.size) * n, **schedule.signal_metrics(
             train_rewards, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1)), reroll_rate))
         hist = np.bincount(np.asarray(k), minlength=n + 1)
         metrics["k_hist"] = hist.tolist()
