@@ -206,6 +206,8 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
     batch, _, m = tr.collect(state._replace(memory=mem))
     src = tr.last_sources
     assert src["steered"].all() and m["rollouts_sampled"] == 12 and m["tokens_replayed"] > 0
+    # fixed shapes: the agent's fresh call also ran the 3 steered tasks; their rows are discarded
+    assert m["rollouts_wasted"] == 12 and m["tokens_sampled"] > m["tokens_generated"]
     bm = np.asarray(batch.tokens)
     for r in range(12):
         g, t = r // 4, src["ids"][r // 4]

@@ -50,7 +50,10 @@ Controls (``RLConfig.control``, methods ``reroll_noprefix`` and ``extra_rollouts
 
 Host glue here is numpy over fixed shapes ([B], [B, N], [R], [M, S, L]); the model calls see fixed
 row counts (B·N, or 2·B·N rows when an agent step has a re-roll or an extra group), so nothing
-recompiles with the number of steered groups.
+recompiles with the number of steered groups. The price, for the agent task only: its fresh call
+runs all B tasks and the steered tasks' fresh rows are discarded (the agent's re-roll cannot start
+a row from an empty prefix), logged as ``rollouts_wasted`` / ``tokens_sampled``; the single-turn
+path samples exactly B·N rows in one call (an unsteered row is a re-roll with cut 0).
 """
 from __future__ import annotations
 
@@ -204,10 +207,9 @@ def _episodes_rows(tokens, mask, width) -> Episodes:
 
 
 def collect_next_visit(trainer, state):
-    """The ``next_visit`` step (module docstring) -> (Batch, new controller state, metrics); the new
-    task memory is left in ``trainer._collected_memory`` for ``Trainer.step``."""
-    from prs.rl.trainer import Batch  # the trainer imports this module; Batch only at call time
-
+    """The ``next_visit`` step (module docstring) -> (the ``Batch`` fields as a dict, new controller
+    state, metrics); the new task memory is left in ``trainer._collected_memory`` for
+    ``Trainer.step``. (A dict, not the trainer's ``Batch``: this module sits below the trainer.)"""
     tr, rl, pc, task = trainer, trainer.rl, trainer.prefix_cfg, trainer.task
     step = int(state.step)
     n, b = rl.group_size, rl.tasks_per_step
@@ -238,7 +240,8 @@ def collect_next_visit(trainer, state):
     used_ids = np.where(steered[:, None], mem.src_id[ids[:, None], pick], -1)  # [B, N]
 
     # ---- sample: exactly B*N rollouts (plus, for extra_rollouts, the extra groups)
-    replay0 = tr.rollouts.costs.get("time_rebuild_s", 0.0) if hasattr(tr.rollouts, "costs") else 0.0
+    costs0 = dict(getattr(tr.rollouts, "costs", {}))
+    wasted = 0
     if isinstance(tr.rollouts, SingleTurnRollouts):
         # one call: a steered row starts from prompt + prefix, an unsteered row from the prompt
         prompt, plen = task.prompts(problems)
@@ -262,6 +265,7 @@ def collect_next_visit(trainer, state):
             where[sel] = np.arange(sel.size)                                     # group -> slot in ep2
             take = np.where(steered[rows_g], R + where[rows_g] * n + np.tile(np.arange(n), b), np.arange(R))
             ep = Episodes(*(jnp.concatenate([v, v2])[take] for v, v2 in zip(ep, ep2)))
+            wasted = sel.size * n + (b - sel.size) * n                            # discarded fresh rows + padding
     rewards = np.asarray(ep.rewards).reshape(b, n)                             # [B, N]
     k = (rewards >= 1.0).sum(1).astype(np.int32)                               # [B]
     n_rollouts = R
@@ -287,7 +291,8 @@ def collect_next_visit(trainer, state):
     else:
         extra_live = None
     t_sample = time.perf_counter() - t0
-    t_replay = (tr.rollouts.costs.get("time_rebuild_s", 0.0) - replay0) if hasattr(tr.rollouts, "costs") else 0.0
+    costs1 = getattr(tr.rollouts, "costs", {})
+    t_replay = costs1.get("time_rebuild_s", 0.0) - costs0.get("time_rebuild_s", 0.0)
 
     # ---- controller: the prefixed groups' pass rates
     rate = np.where(steered, k / n, np.nan).astype(np.float32)                 # [B]
@@ -331,8 +336,8 @@ def collect_next_visit(trainer, state):
     adv = group_advantages(jnp.asarray(train_rewards), estimator=rl.estimator, std_ddof=rl.std_ddof)  # [G, N]
     keep = np.asarray(mixed_groups(jnp.asarray(train_rewards))) if rl.drop_no_contrast else np.ones((groups,), bool)
     loss_mask = train.policy_mask & jnp.asarray(np.repeat(keep, n))[:, None]
-    batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid, loss_mask=loss_mask,
-                  old_logp=train.logprobs, advantages=adv.reshape(-1))
+    batch = dict(tokens=train.tokens, positions=train.positions, valid=train.valid, loss_mask=loss_mask,
+                 old_logp=train.logprobs, advantages=adv.reshape(-1))
     has_loss = np.asarray(jnp.any(loss_mask.reshape(groups, -1), axis=1))
     gen = int(np.asarray(ep.policy_mask).sum())
     if extra_live is not None:
@@ -354,6 +359,11 @@ def collect_next_visit(trainer, state):
         "groups_replaced": int(steered.sum()),
         "groups_extra": int(extra.sum()),
         "rollouts_sampled": n_rollouts,
+        # rows the sampler ran but the batch does not use (agent: the steered tasks' fresh rows and
+        # the re-roll call's padding, the price of fixed shapes; their tokens are in tokens_sampled)
+        "rollouts_wasted": int(wasted) if not isinstance(tr.rollouts, SingleTurnRollouts) else 0,
+        "tokens_sampled": int(costs1["tokens_generated"] - costs0["tokens_generated"]) if "tokens_generated" in costs1
+        else gen,
         "tokens_generated": gen,
         "tokens_replayed": int(np.asarray(ep.replayed).sum()),
         "env_steps": int(np.asarray(ep.env_steps).sum()),

@@ -256,7 +256,8 @@ class Trainer:
     def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
         """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
         if self.rl.schedule == "next_visit":
-            return schedule.collect_next_visit(self, state)
+            fields, new_prefix, metrics = schedule.collect_next_visit(self, state)
+            return Batch(**fields), new_prefix, metrics
         rl, pc, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
         n, b = rl.group_size, rl.tasks_per_step
