@@ -37,6 +37,14 @@ controls that isolate the prefix (``RLConfig.control``).
   visit is unprefixed and re-measures k. So a skewed task stays steered while the prefix has not
   made it trivial, and re-enters the bucket system from a fresh measurement otherwise.
 
+Metrics (both schedules, on top of the trainer's): ``groups_steered`` (groups that got a prefix /
+a re-roll), ``groups_planned`` (next_visit: tasks PS would steer; the controls steer none),
+``groups_kept``, ``pq_trained`` (mean p(1-p) over trained groups), ``steered_mixed_share`` and
+``pq_steered`` (over steered groups), ``rollouts_sampled``, ``tokens_generated`` vs
+``tokens_replayed``, ``loss/grad_norm``, ``time_sample`` / ``time_replay`` (agent rebuilds) /
+``time_update``. In next_visit ``pass_rate`` includes the prefixed groups (it is what was trained
+on); ``pass_rate_unsteered`` leaves them out.
+
 Controls (``RLConfig.control``, methods ``reroll_noprefix`` and ``extra_rollouts`` in
 ``conf/method/``; ``baseline_lr2`` is ``mode=baseline`` with ``lr_scale=2``):
 
