@@ -55,12 +55,11 @@ def table(root: pathlib.Path) -> str:
             row.append(f"{np.mean(v):.3f}" if len(v) == len(seeds) else "–")
         out.append(f"| {name} | " + " | ".join(row) + " |")
     # paired differences next_visit - same_step per method, at the last common eval step
-    out += ["", "Paired (same seed) next_visit − same_step: generated tokens per step, and pass@1 at the last step:", ""]
-    for name in runs:
-        if "-next_visit" not in name:
-            continue
-        other = name.replace("-next_visit", "-same_step")
-        if other not in runs:
+    pairs = [(n, n.replace("-next_visit", "-same_step")) for n in runs if "-next_visit" in n]
+    pairs += [(n, re.sub(r"^([^-]+)-[^-]+-", r"\1-baseline-", n)) for n in runs if "-baseline-" not in n]
+    out += ["", "Paired (same seed) differences: generated tokens per step (ratio), and pass@1 at the last step:", ""]
+    for name, other in pairs:
+        if other not in runs or other == name:
             continue
         common = sorted(set(runs[name]) & set(runs[other]))
         tok, ev = [], []
