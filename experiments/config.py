@@ -23,7 +23,8 @@ from prs.rl.trainer import RLConfig
 
 # Which library field lives in which node (node key -> field where they differ).
 METHOD_PREFIX = [f.name for f in dataclasses.fields(PrefixConfig) if f.name != "n"]  # n = algo.group_size
-METHOD_RL = ["reroll", "reroll_fallback", "reroll_budget", "algorithm", "rft_cap"]
+METHOD_RL = ["reroll", "reroll_fallback", "reroll_budget", "algorithm", "rft_cap", "schedule", "cut_spread", "sources",
+             "control", "extra_share", "lr_scale"]
 OPTIM = ["lr", "b1", "b2", "weight_decay", "grad_clip", "warmup_steps"]
 SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens"]
 EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eval_temperature"}

@@ -44,6 +44,7 @@ from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_lo
 from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
+from prs.rl import schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -115,6 +116,18 @@ class RLConfig:
       logits_chunk: time steps per block of the chunked LM head (``prs.models.lm_head``): the
         update never holds more than [R/M, logits_chunk, V] logits. A width <= logits_chunk runs
         unchunked.
+      schedule: ``same_step`` (re-roll skewed groups in the step that saw them, as above) or
+        ``next_visit`` (a finite pool of ``pool_size`` tasks drawn at ``pool_seed``, revisited over
+        epochs; a skewed task's next visit starts all N rollouts from its stored sources' prefixes,
+        no extra rollouts; ``prs.rl.schedule``).
+      cut_spread: the N continuations of a steered group use N cuts spread evenly over
+        [ρ_b/2, min(1, 3ρ_b/2)] of the source (next_visit).
+      sources: ``one`` (one success and one failure kept per task) or ``all`` (continuation i
+        uses the i-th of all the group's successes / failures) (next_visit).
+      control: ``none``, ``reroll_noprefix`` (steer the same groups with an empty prefix) or
+        ``extra_rollouts`` (append N from-scratch rollouts for a share ``extra_share`` of the
+        skewed groups); ``prs.rl.schedule``.
+      lr_scale: multiplies ``lr`` (the ``baseline_lr2`` control: 2).
     """
 
     tasks_per_step: int = 16
@@ -159,6 +172,14 @@ class RLConfig:
     micro_batches: int = 1
     logits_chunk: int = 512
     sampling_dtype: str = "param"
+    schedule: str = "same_step"
+    pool_size: int = 256
+    pool_seed: int = 0
+    cut_spread: bool = False
+    sources: str = "one"
+    control: str = "none"
+    extra_share: float = 0.5
+    lr_scale: float = 1.0
 
     def __post_init__(self):
         if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
@@ -194,6 +215,7 @@ class RLConfig:
         if self.eval_count < 1 or self.eval_samples < 1:
             raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
         loss_menu.check_config(self, loss_types=LOSS_TYPES, ratio_levels=RATIO_LEVELS)
+        schedule.validate(self)
 
 
 class TrainState(NamedTuple):
@@ -201,6 +223,7 @@ class TrainState(NamedTuple):
     params: Any                # model parameters
     opt_state: Any             # optax state
     prefix: ps.PrefixState     # controller state, [K] per bucket
+    memory: Any = None         # next_visit: prs.rl.schedule.TaskMemory ([M] tasks); same_step: None
 
 
 class Batch(NamedTuple):
@@ -244,7 +267,8 @@ class Trainer:
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
-            optax.adamw(optax.linear_schedule(0.0, rl.lr, max(rl.warmup_steps, 1)) if rl.warmup_steps else rl.lr,
+            optax.adamw(optax.linear_schedule(0.0, rl.lr * rl.lr_scale, max(rl.warmup_steps, 1)) if rl.warmup_steps
+                        else rl.lr * rl.lr_scale,
                         b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
         )
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
@@ -279,8 +303,12 @@ class Trainer:
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
             self.ref_params = jax.tree.map(jnp.copy, params)
+        memory = None
+        if self.rl.schedule == "next_visit":
+            memory = schedule.init_memory(self.rl.pool_size, schedule.source_slots(self.rl, self.rl.group_size),
+                                          self.width)
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                          prefix=ps.init(self.prefix_cfg))
+                          prefix=ps.init(self.prefix_cfg), memory=memory)
 
     def _keys(self, step: int):
         k = jax.random.fold_in(jax.random.PRNGKey(self.seed), step)
@@ -295,7 +323,8 @@ class Trainer:
         lm = jax.device_get(lm)
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
-        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix), metrics
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix,
+                          memory=schedule.memory_after_collect(self, state)), metrics
 
     def update(self, params, opt_state, batch: "Batch"):
         """The jitted optax step on ``batch`` cut to its bucketed longest row (``update_width``);
@@ -338,6 +367,9 @@ class Trainer:
 
     def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
         """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
+        if self.rl.schedule == "next_visit":
+            fields, new_prefix, metrics = schedule.collect_next_visit(self, state)
+            return Batch(**fields), new_prefix, metrics
         rl, pc, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
         n, b = rl.group_size, rl.tasks_per_step
@@ -369,12 +401,13 @@ class Trainer:
             src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
             cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
+            sel = schedule.same_step_selection(self, sel, k_reroll)             # extra_rollouts: a share
         if sel.size:
             g = sel.size
             pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
             t1 = time.perf_counter()                                            # the padding copies are dropped
-            ep2 = self.rollouts.reroll(sp, task.take(problems, pick), take_rows(ep, src_row[pick]),
-                                       cut[pick], k_reroll, group_size=n)      # [B*N, L]
+            ep2 = schedule.same_step_reroll(self, sp, task.take(problems, pick), take_rows(ep, src_row[pick]),
+                                            cut[pick], k_reroll, group_size=n)  # [B*N, L]
             t_sample += time.perf_counter() - t1
             r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
             real = np.arange(g * n)
@@ -436,6 +469,8 @@ class Trainer:
             "time_sample": t_sample,
             "time_batch": time.perf_counter() - t2,
         }
+        metrics.update(groups_steered=int(sel.size), rollouts_sampled=b * n + int(sel.size) * n, **schedule.signal_metrics(
+            train_rewards, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1)), reroll_rate))
         hist = np.bincount(np.asarray(k), minlength=n + 1)
         metrics["k_hist"] = hist.tolist()
         for j, kb in enumerate(ps.bucket_ks(pc)):

@@ -1,0 +1,405 @@
+"""When Prefix Sampling steers a group: ``same_step`` (re-roll after seeing k, in the same step) or
+``next_visit`` (over a finite task pool, at the task's next visit, from its stored sources), and the
+controls that isolate the prefix (``RLConfig.control``).
+
+``next_visit`` (``RLConfig.schedule="next_visit"``):
+
+* **Pool.** Training draws from a finite pool of M = ``RLConfig.pool_size`` problems
+  (``task.train_problems(seed=pool_seed, step=POOL_STEP, count=M)``; a problem's id is its index in
+  the pool). Epoch e visits the pool in the order ``default_rng([seed, e, 0x9E57]).permutation(M)``;
+  step s takes positions s·B … s·B + B − 1 of that endless stream (M must be a multiple of B, so an
+  epoch is M/B steps and no step holds a task twice). Pool and order are deterministic in the seed.
+* **Task memory** (``TaskMemory``, fixed shapes, part of ``TrainState``, so it is checkpointed and a
+  resumed run continues exactly). Per task t: the k of its last group, the bucket its next visit
+  uses (``plan``), and S source rollouts from its last *unprefixed* visit: for ``sources="one"``
+  S = 2, slot 0 a success and slot 1 a failure (chosen uniformly, seeded); for ``sources="all"``
+  S = N, the whole group. A slot holds the rollout's tokens and policy mask [L] (for the agent task:
+  its action turns, which the replay executes again), its policy units (tokens or turns), whether
+  it succeeded, and its global rollout id ``step·R + row``.
+* **A visit.** Task t with ``plan_t = b >= 0`` (its last bucket was skewed) gets its N rollouts this
+  step from prefixes of its stored sources: a success for a hard bucket, a failure for an easy
+  one; with ``sources="all"`` continuation i uses the (i mod m)-th of the m candidates. Cut of
+  continuation i (units of the source, L_i):
+
+      f_i   = ρ_b                                                     (cut_spread = False)
+      f_i   = ρ_b/2 + (min(1, 3ρ_b/2) − ρ_b/2) · i/(N−1)              (cut_spread = True)
+      c_i   = clip(round(f_i · L_i), 1, L_i − 1)                      (round half to even)
+
+  A task whose source has L < 2 is not steered (its N rollouts are fresh). **No rollout is added**:
+  every step samples exactly B·N rollouts, and a steered rollout generates only its continuation
+  (the replayed prefix shares the rollout budget), so a step generates at most the tokens of a
+  baseline step. The controller (``prs.core.prefix.update``) observes the pass rate of the
+  prefixed groups. 0/N and N/N tasks (and middle ones) get no prefix.
+* **Memory update.** An unprefixed group sets k_t, stores its sources and plans
+  ``plan_t = assign_buckets(k_t)``. A prefixed group records its k but keeps the sources (its
+  rollouts start from an old prefix and are not full policy rollouts) and keeps the plan, unless it
+  overshot (a success-prefixed group came back N/N, a failure-prefixed one 0/N): then the next
+  visit is unprefixed and re-measures k. So a skewed task stays steered while the prefix has not
+  made it trivial, and re-enters the bucket system from a fresh measurement otherwise.
+
+Metrics (both schedules, on top of the trainer's): ``groups_steered`` (groups that got a prefix /
+a re-roll), ``groups_planned`` (next_visit: tasks PS would steer; the controls steer none),
+``groups_kept``, ``pq_trained`` (mean p(1-p) over trained groups), ``steered_mixed_share`` and
+``pq_steered`` (over steered groups), ``rollouts_sampled``, ``tokens_generated`` vs
+``tokens_replayed``, ``loss/grad_norm``, ``time_sample`` / ``time_replay`` (agent rebuilds) /
+``time_update``. In next_visit ``pass_rate`` includes the prefixed groups (it is what was trained
+on); ``pass_rate_unsteered`` leaves them out.
+
+Controls (``RLConfig.control``, methods ``reroll_noprefix`` and ``extra_rollouts`` in
+``conf/method/``; ``baseline_lr2`` is ``mode=baseline`` with ``lr_scale=2``):
+
+* ``reroll_noprefix``: ``same_step``: the groups PS would re-roll are re-rolled exactly as PS would
+  (same selection, fallback, replace/append), from an empty prefix; ``next_visit``: the tasks PS
+  would steer get N fresh rollouts (= the baseline on the same pool).
+* ``extra_rollouts``: the baseline plus N extra from-scratch rollouts, appended as an extra group,
+  for a share ``extra_share`` of the skewed groups (chosen uniformly, seeded; ``same_step``: this
+  step's skewed groups, ``next_visit``: tasks whose plan is skewed). ``extra_share`` is the knob
+  that matches PS's generated tokens per step (set it from the PS run's ``tokens_generated``).
+
+Host glue here is numpy over fixed shapes ([B], [B, N], [R], [M, S, L]); the model calls see fixed
+row counts (B·N, or 2·B·N rows when an agent step has a re-roll or an extra group), so nothing
+recompiles with the number of steered groups. The price, for the agent task only: its fresh call
+runs all B tasks and the steered tasks' fresh rows are discarded (the agent's re-roll cannot start
+a row from an empty prefix), logged as ``rollouts_wasted`` / ``tokens_sampled``; the single-turn
+path samples exactly B·N rows in one call (an unsteered row is a re-roll with cut 0).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs.core import prefix as ps
+from prs.core.advantages import mixed_groups
+from prs.rl import loss_menu
+from prs.rl.episodes import Episodes, SingleTurnRollouts
+
+SCHEDULES = ("same_step", "next_visit")
+SOURCES = ("one", "all")
+CONTROLS = ("none", "reroll_noprefix", "extra_rollouts")
+POOL_STEP = 999_999  # the train_problems "step" the pool is drawn at (no run reaches it)
+
+
+class TaskMemory(NamedTuple):
+    """Per-task memory of the ``next_visit`` schedule; M pool tasks, S source slots, L width."""
+
+    k: jax.Array           # [M] int32 successes of the task's last group (-1: never visited)
+    plan: jax.Array        # [M] int32 bucket its next visit is steered with (-1: no prefix)
+    visits: jax.Array      # [M] int32 visits so far
+    src_tokens: jax.Array  # [M, S, L] int32 stored source rollouts (prompt + response)
+    src_mask: jax.Array    # [M, S, L] bool their policy tokens (agent: the action turns)
+    src_units: jax.Array   # [M, S] int32 their policy units (tokens or turns)
+    src_success: jax.Array  # [M, S] bool reward >= 1
+    src_valid: jax.Array   # [M, S] bool slot holds a rollout
+    src_id: jax.Array      # [M, S] int32 global rollout id step * R + row (-1: empty)
+
+
+def source_slots(rl, n: int) -> int:
+    return 2 if rl.sources == "one" else n
+
+
+def init_memory(pool_size: int, slots: int, width: int) -> TaskMemory:
+    m, s, l = pool_size, slots, width
+    return TaskMemory(k=jnp.full((m,), -1, jnp.int32), plan=jnp.full((m,), -1, jnp.int32),
+                      visits=jnp.zeros((m,), jnp.int32), src_tokens=jnp.zeros((m, s, l), jnp.int32),
+                      src_mask=jnp.zeros((m, s, l), bool), src_units=jnp.zeros((m, s), jnp.int32),
+                      src_success=jnp.zeros((m, s), bool), src_valid=jnp.zeros((m, s), bool),
+                      src_id=jnp.full((m, s), -1, jnp.int32))
+
+
+def validate(rl) -> None:
+    """The schedule fields of ``RLConfig`` (called from its ``__post_init__``)."""
+    if rl.schedule not in SCHEDULES:
+        raise ValueError(f"RLConfig.schedule={rl.schedule!r}; choose from {SCHEDULES}")
+    if rl.sources not in SOURCES:
+        raise ValueError(f"RLConfig.sources={rl.sources!r}; choose from {SOURCES}")
+    if rl.control not in CONTROLS:
+        raise ValueError(f"RLConfig.control={rl.control!r}; choose from {CONTROLS}")
+    if not 0.0 <= rl.extra_share <= 1.0:
+        raise ValueError(f"RLConfig.extra_share={rl.extra_share} must lie in [0, 1]")
+    if not rl.lr_scale > 0:
+        raise ValueError(f"RLConfig.lr_scale={rl.lr_scale} must be > 0")
+    if rl.schedule == "next_visit":
+        if rl.pool_size < rl.tasks_per_step or rl.pool_size % rl.tasks_per_step:
+            raise ValueError(f"RLConfig.pool_size={rl.pool_size} must be a positive multiple of tasks_per_step="
+                             f"{rl.tasks_per_step} for schedule='next_visit' (an epoch is pool_size/tasks_per_step steps)")
+        if rl.reroll != "replace" and rl.control != "extra_rollouts":
+            raise ValueError("RLConfig.reroll='append' with schedule='next_visit': next_visit adds no rollouts "
+                             "(allowed: reroll='replace'; 'append' only with control='extra_rollouts')")
+        if rl.algorithm != "grpo":
+            raise ValueError(f"RLConfig.algorithm={rl.algorithm!r} with schedule='next_visit'; allowed: 'grpo'")
+    if rl.control == "extra_rollouts" and rl.reroll != "append":
+        raise ValueError("RLConfig.control='extra_rollouts' appends its extra groups: it needs reroll='append'")
+
+
+def pool_ids(seed: int, step: int, count: int, pool_size: int) -> np.ndarray:
+    """[B] pool ids visited at ``step``: positions step·B … of the epoch stream (module docstring)."""
+    pos = step * count
+    epoch, off = divmod(pos, pool_size)
+    perm = np.random.default_rng([int(seed), int(epoch), 0x9E57]).permutation(pool_size)
+    return perm[off: off + count].astype(np.int64)
+
+
+def cut_fractions(rho: np.ndarray, n: int, *, spread: bool) -> np.ndarray:
+    """[B] ρ_b -> [B, N] prefix fractions f_i (module docstring): ρ_b, or evenly over
+    [ρ_b/2, min(1, 3ρ_b/2)] when ``spread``."""
+    rho = np.asarray(rho, np.float32)[:, None]                                # [B, 1]
+    if not spread:
+        return np.repeat(rho, n, axis=1)
+    t = np.linspace(0.0, 1.0, n, dtype=np.float32)[None, :]                   # [1, N]
+    lo, hi = rho / 2, np.minimum(np.float32(1.0), 1.5 * rho)
+    return (lo + (hi - lo) * t).astype(np.float32)
+
+
+def cuts_from_fractions(frac: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """c = clip(round(f·L), 1, L − 1), 0 where L < 2: [B, N] fractions and units -> [B, N] int32."""
+    L = np.asarray(units, np.int32)
+    c = np.round(np.asarray(frac, np.float32) * L.astype(np.float32)).astype(np.int32)
+    c = np.clip(c, 1, np.maximum(L - 1, 1))
+    return np.where(L >= 2, c, 0).astype(np.int32)
+
+
+def signal_metrics(train_rewards, keep, steered_rates) -> dict[str, Any]:
+    """Signal-density metrics of a step: mean p(1-p) over trained groups; over steered groups the
+    share that came back mixed and their mean p(1-p) (``steered_rates [B]``: pass rate of each
+    steered group, NaN elsewhere)."""
+    p = np.mean(np.asarray(train_rewards) >= 1.0, axis=1)                       # [G]
+    keep = np.asarray(keep, bool)
+    pq = p * (1 - p)
+    rates = np.asarray(steered_rates, np.float64)
+    st = rates[np.isfinite(rates)]
+    return {"pq_trained": float(pq[keep].mean()) if keep.any() else 0.0,
+            "steered_mixed_share": float(np.mean((st > 0) & (st < 1))) if st.size else None,
+            "pq_steered": float(np.mean(st * (1 - st))) if st.size else None}
+
+
+# ---------------------------------------------------------------------- same_step hooks (controls)
+
+
+def same_step_selection(trainer, sel: np.ndarray, key) -> np.ndarray:
+    """``extra_rollouts``: a seeded share ``extra_share`` of the skewed groups ``sel``; else ``sel``."""
+    rl = trainer.rl
+    if rl.control != "extra_rollouts" or not sel.size:
+        return sel
+    u = np.asarray(jax.random.uniform(jax.random.fold_in(key, 17), (rl.tasks_per_step,)))  # [B]
+    return sel[u[sel] < rl.extra_share]
+
+
+def same_step_reroll(trainer, params, problems, source: Episodes, cut, key, *, group_size: int) -> Episodes:
+    """The same_step re-roll: from the source prefix, or from scratch for the controls."""
+    if trainer.rl.control in ("reroll_noprefix", "extra_rollouts"):
+        return trainer.rollouts.rollout(params, problems, key, group_size=group_size)
+    return trainer.rollouts.reroll(params, problems, source, cut, key, group_size=group_size)
+
+
+# ---------------------------------------------------------------------- next_visit
+
+
+def pool(trainer):
+    if getattr(trainer, "_pool", None) is None:
+        rl = trainer.rl
+        trainer._pool = trainer.task.train_problems(seed=rl.pool_seed, step=POOL_STEP, count=rl.pool_size)
+    return trainer._pool
+
+
+def _episodes_rows(tokens, mask, width) -> Episodes:
+    """A source ``Episodes`` [R] holding only what a replay reads: tokens and policy mask."""
+    r = tokens.shape[0]
+    z = jnp.zeros((r,), jnp.int32)
+    return Episodes(tokens=jnp.asarray(tokens), positions=jnp.zeros((r, width), jnp.int32),
+                    valid=jnp.asarray(tokens != 0), policy_mask=jnp.asarray(mask),
+                    logprobs=jnp.zeros((r, width), jnp.float32), rewards=z.astype(jnp.float32), units=z,
+                    replayed=z, env_steps=z)
+
+
+def collect_next_visit(trainer, state):
+    """The ``next_visit`` step (module docstring) -> (the ``Batch`` fields as a dict, new controller
+    state, metrics); the new task memory is left in ``trainer._collected_memory`` for
+    ``Trainer.step``. (A dict, not the trainer's ``Batch``: this module sits below the trainer.)"""
+    tr, rl, pc, task = trainer, trainer.rl, trainer.prefix_cfg, trainer.task
+    step = int(state.step)
+    n, b = rl.group_size, rl.tasks_per_step
+    R, L = b * n, tr.width
+    k_sample, k_src, k_reroll = tr._keys(step)
+    mem = TaskMemory(*(np.array(x) for x in jax.device_get(state.memory)))     # host copies, mutable
+    sp = tr.sampling_params(state.params)                                      # the sampler's copy of the policy
+    ids = pool_ids(tr.seed, step, b, rl.pool_size)                             # [B]
+    problems = task.take(pool(tr), ids)
+    rows_g = np.repeat(np.arange(b), n)                                        # [R] group of each row
+    t0 = time.perf_counter()
+
+    # ---- which tasks are steered, from which sources, cut where
+    plan = mem.plan[ids]                                                       # [B]
+    direction = np.concatenate([ps.bucket_direction(pc), [0]])[np.where(plan >= 0, plan, -1)]  # [B]
+    cand = mem.src_valid[ids] & np.where((direction > 0)[:, None], mem.src_success[ids],
+                                         ~mem.src_success[ids]) & (direction != 0)[:, None]  # [B, S]
+    n_cand = cand.sum(1)                                                       # [B]
+    order = np.argsort(~cand, axis=1, kind="stable")                           # candidates first
+    pick = order[np.arange(b)[:, None], np.arange(n)[None, :] % np.maximum(n_cand, 1)[:, None]]  # [B, N] slot
+    units = np.take_along_axis(mem.src_units[ids], pick, axis=1)               # [B, N]
+    rho = np.asarray(state.prefix.rho)[np.where(plan >= 0, plan, 0)] if pc.num_buckets else np.zeros(b)
+    cut = cuts_from_fractions(cut_fractions(rho, n, spread=rl.cut_spread), units)  # [B, N]
+    planned = (plan >= 0) & (n_cand > 0) & (cut > 0).all(1)                    # [B] tasks PS steers
+    steered = planned & (rl.control == "none")                                 # [B] get a prefix
+    cut = np.where(steered[:, None], cut, 0)                                   # [B, N]
+    src_tok = mem.src_tokens[ids[:, None], pick]                               # [B, N, L]
+    src_msk = mem.src_mask[ids[:, None], pick]
+    used_ids = np.where(steered[:, None], mem.src_id[ids[:, None], pick], -1)  # [B, N]
+
+    # ---- sample: exactly B*N rollouts (plus, for extra_rollouts, the extra groups)
+    costs0 = dict(getattr(tr.rollouts, "costs", {}))
+    wasted = 0
+    if isinstance(tr.rollouts, SingleTurnRollouts):
+        # one call: a steered row starts from prompt + prefix, an unsteered row from the prompt
+        prompt, plen = task.prompts(problems)
+        base = np.full((b, L), task.pad_id, np.int32)
+        base[:, : prompt.shape[1]] = prompt
+        tok = np.where(steered[:, None, None], src_tok, base[:, None, :]).reshape(R, L)
+        ep = tr.rollouts.reroll(sp, task.take(problems, rows_g), _episodes_rows(tok, np.zeros_like(tok, bool), L),
+                                cut.reshape(-1), k_sample, group_size=1)
+    else:
+        # an agent: fresh episodes for all B tasks, then the steered rows' continuations (replay
+        # through execution), padded to B groups so the shapes do not depend on how many
+        ep = tr.rollouts.rollout(sp, problems, k_sample, group_size=n)
+        if steered.any():
+            sel = np.nonzero(steered)[0]
+            padg = np.concatenate([sel, np.full(b - sel.size, sel[0])])          # [B] groups
+            prow = (padg[:, None] * n + np.arange(n)[None, :]).reshape(-1)       # [R] rows
+            ep2 = tr.rollouts.reroll(sp, task.take(problems, rows_g[prow]),
+                                     _episodes_rows(src_tok.reshape(R, L)[prow], src_msk.reshape(R, L)[prow], L),
+                                     cut.reshape(-1)[prow], k_reroll, group_size=1)
+            where = np.full((b,), -1)
+            where[sel] = np.arange(sel.size)                                     # group -> slot in ep2
+            take = np.where(steered[rows_g], R + where[rows_g] * n + np.tile(np.arange(n), b), np.arange(R))
+            ep = Episodes(*(jnp.concatenate([v, v2])[take] for v, v2 in zip(ep, ep2)))
+            wasted = sel.size * n + (b - sel.size) * n                            # discarded fresh rows + padding
+    rewards = np.asarray(ep.rewards).reshape(b, n)                             # [B, N]
+    k = (rewards >= 1.0).sum(1).astype(np.int32)                               # [B]
+    n_rollouts = R
+    train, train_rewards = ep, rewards
+    extra = np.zeros((b,), bool)
+    if rl.control == "extra_rollouts":
+        u = np.asarray(jax.random.uniform(jax.random.fold_in(k_reroll, 17), (b,)))
+        extra = planned & (u < rl.extra_share)                                 # [B]
+        if extra.any():
+            sel = np.nonzero(extra)[0]
+            padg = np.concatenate([sel, np.full(b - sel.size, sel[0])])
+            ep3 = tr.rollouts.rollout(sp, task.take(problems, padg), k_reroll, group_size=n)
+            live = np.repeat(np.arange(b) < sel.size, n)                         # [R] padding copies off
+            ep3 = ep3._replace(policy_mask=ep3.policy_mask & jnp.asarray(live)[:, None])
+        else:                                                                  # empty groups: one shape
+            ep3 = Episodes(*(jnp.zeros_like(v) for v in ep))
+            live = np.zeros((R,), bool)
+        train = Episodes(*(jnp.concatenate([v, v3]) for v, v3 in zip(ep, ep3)))
+        r3 = np.asarray(ep3.rewards).reshape(b, n)
+        train_rewards = np.concatenate([rewards, np.where(live.reshape(b, n), r3, 0.0)])
+        n_rollouts += int(live.sum())
+        extra_live = live
+    else:
+        extra_live = None
+    t_sample = time.perf_counter() - t0
+    costs1 = getattr(tr.rollouts, "costs", {})
+    t_replay = costs1.get("time_rebuild_s", 0.0) - costs0.get("time_rebuild_s", 0.0)
+
+    # ---- controller: the prefixed groups' pass rates
+    rate = np.where(steered, k / n, np.nan).astype(np.float32)                 # [B]
+    obs = np.where(steered, plan, -1).astype(np.int32)
+    new_prefix = ps.update(state.prefix, jnp.asarray(obs), jnp.asarray(np.nan_to_num(rate)), pc) if steered.any() \
+        else state.prefix
+
+    # ---- memory update (numpy, fixed shapes)
+    pm = np.asarray(ep.policy_mask).reshape(b, n, L)
+    toks = np.asarray(ep.tokens).reshape(b, n, L)
+    ep_units = np.asarray(ep.units).reshape(b, n)
+    succ = rewards >= 1.0
+    fresh = ~steered                                                           # [B] unprefixed groups
+    over = steered & (((direction > 0) & (k == n)) | ((direction < 0) & (k == 0)))
+    new_plan = np.where(fresh, np.asarray(ps.assign_buckets(jnp.asarray(k), pc)), np.where(over, -1, plan))
+    mem.k[ids], mem.plan[ids] = k, new_plan
+    mem.visits[ids] += 1
+    gid = (step * R + np.arange(R)).reshape(b, n).astype(np.int32)            # global rollout ids
+    if rl.sources == "one":
+        u = np.asarray(jax.random.uniform(k_src, (b, n)))
+        s_row = np.argmax(np.where(succ, u, -1.0), axis=1)                     # a success (if any)
+        f_row = np.argmax(np.where(~succ, u, -1.0), axis=1)                    # a failure (if any)
+        rows = np.stack([s_row, f_row], 1)                                     # [B, 2]
+        valid = np.stack([succ.any(1), (~succ).any(1)], 1)                     # [B, 2]
+    else:
+        rows = np.broadcast_to(np.arange(n), (b, n))
+        valid = np.ones((b, n), bool)
+    g = np.arange(b)[:, None]
+    upd = ids[fresh]
+    mem.src_tokens[upd] = toks[g, rows][fresh]
+    mem.src_mask[upd] = pm[g, rows][fresh]
+    mem.src_units[upd] = ep_units[g, rows][fresh]
+    mem.src_success[upd] = succ[g, rows][fresh]
+    mem.src_valid[upd] = valid[fresh]
+    mem.src_id[upd] = np.where(valid, gid[g, rows], -1)[fresh]
+    tr._collected_memory = (step, TaskMemory(*(jnp.asarray(x) for x in mem)))
+
+    # ---- the batch
+    t2 = time.perf_counter()
+    groups = train_rewards.shape[0]
+    keep = np.asarray(mixed_groups(jnp.asarray(train_rewards))) if rl.drop_no_contrast else np.ones((groups,), bool)
+    loss_mask = train.policy_mask & jnp.asarray(np.repeat(keep, n))[:, None]
+    # the loss/advantage menu exactly as on the same_step path (shaping, overlong filter, estimators)
+    adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, jnp.asarray(train_rewards), train, loss_mask,
+                                                               budget=tr.budget)
+    adv = loss_menu.batch_advantages(rl, adv_rewards, loss_mask)                 # [G, N]
+    batch = dict(tokens=train.tokens, positions=train.positions, valid=train.valid, loss_mask=loss_mask,
+                 old_logp=train.logprobs, advantages=adv.reshape(-1),
+                 sampler_logp=train.sampling_logprobs if rl.rollout_correction else None)
+    has_loss = np.asarray(jnp.any(loss_mask.reshape(groups, -1), axis=1))
+    gen = int(np.asarray(ep.policy_mask).sum())
+    if extra_live is not None:
+        gen += int(np.asarray(ep3.policy_mask).sum())
+    tr.last_sources = {"step": step, "ids": ids, "steered": steered, "source_ids": used_ids, "cut": cut,
+                       "generated": np.asarray(ep.policy_mask).sum(1)}          # for tests and debugging
+    metrics: dict[str, Any] = {
+        "step": step,
+        "epoch": step * b // rl.pool_size,
+        "pass_rate": float(np.mean(rewards >= 1.0)),
+        "pass_rate_train": float(np.mean(rewards >= 1.0)),
+        "pass_rate_unsteered": float(np.mean(rewards[~steered] >= 1.0)) if (~steered).any() else None,
+        "reward_mean": float(np.mean(rewards)),
+        "groups_mixed": int(np.sum(np.asarray(mixed_groups(jnp.asarray(rewards))))),
+        "groups_kept": int(np.sum(keep & has_loss)),
+        "groups_planned": int(planned.sum()),
+        "groups_steered": int(steered.sum()),
+        "groups_rerolled": int(steered.sum()),
+        "groups_replaced": int(steered.sum()),
+        "groups_extra": int(extra.sum()),
+        "rollouts_sampled": n_rollouts,
+        # rows the sampler ran but the batch does not use (agent: the steered tasks' fresh rows and
+        # the re-roll call's padding, the price of fixed shapes; their tokens are in tokens_sampled)
+        "rollouts_wasted": int(wasted) if not isinstance(tr.rollouts, SingleTurnRollouts) else 0,
+        "tokens_sampled": int(costs1["tokens_generated"] - costs0["tokens_generated"]) if "tokens_generated" in costs1
+        else gen,
+        "tokens_generated": gen,
+        "tokens_replayed": int(np.asarray(ep.replayed).sum()),
+        "env_steps": int(np.asarray(ep.env_steps).sum()),
+        "time_sample": t_sample - t_replay,
+        "time_replay": t_replay,
+        "time_batch": time.perf_counter() - t2,
+        **signal_metrics(train_rewards, keep & has_loss, rate),
+    }
+    metrics["k_hist"] = np.bincount(k, minlength=n + 1).tolist()
+    for j, kb in enumerate(ps.bucket_ks(pc)):
+        in_b = steered & (plan == j)
+        metrics[f"bucket/{kb}/count"] = int(np.sum(np.asarray(ps.assign_buckets(jnp.asarray(k), pc)) == j))
+        metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(rate[in_b])) if in_b.any() else None
+        metrics[f"bucket/{kb}/rho"] = float(new_prefix.rho[j])
+        metrics[f"bucket/{kb}/ema"] = float(new_prefix.ema[j])
+    return batch, new_prefix, metrics
+
+
+def memory_after_collect(trainer, state):
+    """The task memory ``collect`` produced for this state's step (``next_visit``), else unchanged."""
+    got = getattr(trainer, "_collected_memory", None)
+    if got is not None and got[0] == int(state.step):
+        trainer._collected_memory = None
+        return got[1]
+    return state.memory

@@ -1,0 +1,267 @@
+"""The ``next_visit`` schedule, its task memory, cut spreading, and the controls (``prs.rl.schedule``).
+Tiny shapes: the arith task of tests/test_trainer.py and a short warm start."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prs.core import prefix as ps
+from prs.models.qwen3 import ModelConfig, init_params
+from prs.rl import schedule as S
+from prs.rl.runner import RunConfig, run
+from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.tasks.registry import make_task
+
+TASK = make_task("arith", min_terms=2, max_terms=4)
+MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           head_dim=8, d_ff=64)
+NV = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, schedule="next_visit", pool_size=8,
+              drop_no_contrast=False)  # every group in the loss: the masks are what is tested
+WIDE = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # steer almost every mixed group
+
+
+@pytest.fixture(scope="module")
+def base_params():
+    return supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None)
+
+
+def _run_steps(trainer, state, steps):
+    """-> list of (memory before, batch, metrics, last_sources) per step, and the final state; the
+    params before each step in ``trainer.params_at``."""
+    out = []
+    for _ in range(steps):
+        before = jax.tree.map(np.asarray, state.memory)
+        trainer.params_at = getattr(trainer, "params_at", []) + [jax.tree.map(np.array, state.params)]
+        batch, _, m = trainer.collect(state)
+        src = trainer.last_sources
+        out.append((before, batch, m, src))
+        state, _ = trainer.step(state)
+    return out, state
+
+
+# ---------------------------------------------------------------------- pure pieces
+
+
+def test_pool_order_visits_every_task_once_per_epoch_and_is_seeded():
+    m, b = 12, 4
+    for seed in (0, 1):
+        seen = np.concatenate([S.pool_ids(seed, s, b, m) for s in range(3 * m // b)]).reshape(3, m)
+        for e in range(3):  # an independent reference: the permutation of epoch e
+            np.testing.assert_array_equal(seen[e], np.random.default_rng([seed, e, 0x9E57]).permutation(m))
+            assert sorted(seen[e]) == list(range(m))
+        assert not np.array_equal(seen[0], seen[1])  # epochs differ in order
+    assert not np.array_equal(S.pool_ids(0, 0, b, m), S.pool_ids(1, 0, b, m))
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.5, 0.8])
+def test_cut_spread_gives_n_distinct_cuts_when_the_source_is_long_enough(rho):
+    n, L = 8, 40
+    cut = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=True), np.full((1, n), L))[0]
+    lo, hi = rho / 2, min(1.0, 1.5 * rho)
+    want = np.clip(np.round(np.array([lo + (hi - lo) * i / (n - 1) for i in range(n)]) * L), 1, L - 1)
+    np.testing.assert_array_equal(cut, want)
+    assert len(set(cut.tolist())) == n and cut.min() >= 1 and cut.max() <= L - 1
+    same = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=False), np.full((1, n), L))[0]
+    assert set(same.tolist()) == {int(np.clip(np.round(np.float32(rho) * L), 1, L - 1))}
+    # a source too short to cut gives 0 (the task is not steered)
+    assert S.cuts_from_fractions(np.full((1, 2), rho), np.array([[1, 0]])).tolist() == [[0, 0]]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(schedule="later"), "schedule"), (dict(sources="two"), "sources"), (dict(control="x"), "control"),
+    (dict(schedule="next_visit", pool_size=10), "pool_size"), (dict(extra_share=1.5), "extra_share"),
+    (dict(lr_scale=0.0), "lr_scale"), (dict(control="extra_rollouts"), "append"),
+    (dict(schedule="next_visit", reroll="append"), "append")])
+def test_bad_schedule_values_fail_clearly(kw, match):
+    with pytest.raises(ValueError, match=match):
+        RLConfig(tasks_per_step=4, **kw)
+
+
+# ---------------------------------------------------------------------- next_visit through the trainer
+
+
+@pytest.fixture(scope="module")
+def nv_run(base_params):
+    """6 next_visit steps (3 epochs of an 8-task pool, B = 4) with almost every mixed group steered."""
+    tr = Trainer(TASK, MODEL, NV, WIDE, seed=3)
+    recs, _ = _run_steps(tr, tr.init_state(base_params), 6)
+    return tr, recs
+
+
+def test_a_tasks_stored_source_is_the_one_used_at_its_next_visit(nv_run):
+    tr, recs = nv_run
+    R, L = 32, tr.width
+    generated = {}  # global rollout id -> tokens, from every step's batch
+    n_checked = 0
+    for s, (mem, batch, m, src) in enumerate(recs):
+        assert (src["ids"] == S.pool_ids(3, s, 4, 8)).all()
+        tokens = np.asarray(batch.tokens)
+        plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+        for g in np.nonzero(src["steered"])[0]:
+            t = src["ids"][g]
+            for i in range(8):
+                sid = src["source_ids"][g, i]
+                slot = int(np.nonzero(mem.src_id[t] == sid)[0][0])         # it is in the task's memory
+                assert mem.src_success[t, slot] == (mem.plan[t] < WIDE.hard_max_k)  # success for hard
+                assert sid // R < s and sid in generated                   # a rollout of an earlier visit
+                c = plen[g] + src["cut"][g, i]
+                np.testing.assert_array_equal(tokens[g * 8 + i, :c], generated[sid][:c])  # verbatim prefix
+                np.testing.assert_array_equal(mem.src_tokens[t, slot], generated[sid])
+                n_checked += 1
+        for r in range(R):
+            generated[s * R + r] = tokens[r]
+    assert n_checked > 0
+    assert all(m["rollouts_sampled"] == 32 for _, _, m, _ in recs)
+
+
+def test_next_visit_never_samples_more_than_the_baseline(base_params, nv_run):
+    tr, recs = nv_run
+    base = Trainer(TASK, MODEL, NV, dataclasses.replace(WIDE, mode="baseline"), seed=3)
+    brecs, _ = _run_steps(base, base.init_state(base_params), 6)
+    t_new = tr.rollouts.scfg.max_new_tokens
+    for (_, batch, m, src), (_, _, bm, _) in zip(recs, brecs):
+        assert m["rollouts_sampled"] == bm["rollouts_sampled"] == 32         # no extra rollouts
+        # every row generated at most its budget T - cut (a replayed prefix shares the budget)
+        assert (src["generated"] <= t_new - src["cut"].reshape(-1)).all()
+        assert m["tokens_replayed"] == int(src["cut"].sum())
+    assert sum(m["groups_steered"] for _, _, m, _ in recs) > 0
+    ps_tokens = sum(m["tokens_generated"] for _, _, m, _ in recs)
+    bl_tokens = sum(m["tokens_generated"] for _, _, m, _ in brecs)
+    assert ps_tokens <= bl_tokens, (ps_tokens, bl_tokens)
+    assert max(m["tokens_generated"] for _, _, m, _ in recs) <= 32 * t_new
+
+
+def test_next_visit_replayed_prefix_is_verbatim_with_zero_loss_mask_and_zero_gradient(nv_run, base_params):
+    """Prefix masking at the next visit: the per-token gradient (advantages forced to 1) is non-zero
+    exactly on the loss tokens, which are the generated ones, never the replayed prefix."""
+    tr, recs = nv_run
+    s = next(i for i, r in enumerate(recs) if r[3]["steered"].any())
+    mem, batch, m, src = recs[s]
+    params = jax.tree.map(jnp.asarray, tr.params_at[s])  # the sampling params: ratio 1, nothing clipped
+    batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
+    mask, valid = np.asarray(batch.loss_mask), np.asarray(batch.valid)
+    plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+    offset = jnp.zeros(batch.tokens[:, 1:].shape, jnp.float32)
+    g = np.asarray(jax.grad(lambda o: tr.loss(params, batch, logp_offset=o))(offset))  # [R, L-1]
+    np.testing.assert_array_equal(g != 0, mask[:, 1:])
+    np.testing.assert_array_equal(mask.sum(1), src["generated"])            # loss tokens = generated ones
+    rows = [gi * 8 + i for gi in np.nonzero(src["steered"])[0] for i in range(8)]
+    for r in rows:
+        c = int(src["cut"].reshape(-1)[r])
+        pre = slice(plen[r // 8], plen[r // 8] + c)
+        assert c >= 1 and not mask[r, pre].any() and valid[r, pre].all()
+        assert np.all(g[r, plen[r // 8] - 1: plen[r // 8] + c - 1] == 0.0)
+        assert mask[r, plen[r // 8] + c]                                    # the continuation starts right after
+
+
+def test_resume_after_a_kill_equals_the_uninterrupted_run_with_the_task_memory(tmp_path, base_params):
+    common = dict(seed=3, eval_every=3, ckpt_every=2, sft_steps=60, sft_batch=32, sft_lr=3e-3,
+                  base_dir=str(tmp_path / "base"), wandb_mode="disabled", progress=False)
+    rl = dataclasses.replace(NV, pool_size=4)  # an epoch per step: every step after the first revisits
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(TASK, MODEL, rl, WIDE, RunConfig(steps=5, **common), full, log=lambda *a: None)
+    run(TASK, MODEL, rl, WIDE, RunConfig(steps=2, **common), part, log=lambda *a: None)  # "killed" at 2
+    s = run(TASK, MODEL, rl, WIDE, RunConfig(steps=5, **common), part, log=lambda *a: None)
+    assert s["resumed_from_step"] == 2
+    strip = lambda d: [{k: v for k, v in json.loads(x).items() if not k.startswith("time_")}
+                       for x in (d / "metrics.jsonl").read_text().splitlines()]
+    a, b = strip(full), strip(part)
+    assert a == b
+    # the resumed steps did depend on the restored memory (a fresh memory would steer nothing)
+    assert sum(m.get("groups_planned", 0) for m in a if m["kind"] == "train" and m["step"] >= 2) > 0
+
+
+# ---------------------------------------------------------------------- the agent task
+
+
+def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_execution():
+    from prs.tasks import repair as R
+    from prs.tasks.agent_rollouts import action_spans
+    from prs.tasks.repair_task import RepairTask
+
+    task = RepairTask(R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2))
+    model = ModelConfig.preset("tiny", vocab_size=len(R.TOKENS))
+    rl = RLConfig(tasks_per_step=3, group_size=4, eval_count=4, eval_samples=1, schedule="next_visit", pool_size=6,
+                  cut_spread=True)
+    tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=4, hard_max=1, easy_min=3), seed=0)
+    state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
+    tok, mask = task.demonstrations(S.pool(tr), seed=1)  # stored "successes" with several turns
+    L, M = tr.width, 6
+    T = np.zeros((M, 2, L), np.int32)
+    T[:, 0, : tok.shape[1]] = tok
+    PM = np.zeros((M, 2, L), bool)
+    PM[:, 0, : tok.shape[1]] = mask
+    units = np.array([len(action_spans(x)) for x in mask], np.int32)
+    mem = state.memory._replace(
+        plan=jnp.zeros((M,), jnp.int32), k=jnp.ones((M,), jnp.int32), src_tokens=jnp.asarray(T),
+        src_mask=jnp.asarray(PM), src_units=jnp.asarray(np.stack([units, np.zeros_like(units)], 1)),
+        src_success=jnp.asarray(np.tile([True, False], (M, 1))), src_valid=jnp.asarray(np.tile([True, False], (M, 1))),
+        src_id=jnp.asarray(np.arange(2 * M, dtype=np.int32).reshape(M, 2)))
+    batch, _, m = tr.collect(state._replace(memory=mem))
+    src = tr.last_sources
+    assert src["steered"].all() and m["rollouts_sampled"] == 12 and m["tokens_replayed"] > 0
+    # fixed shapes: the agent's fresh call also ran the 3 steered tasks; their rows are discarded
+    assert m["rollouts_wasted"] == 12 and m["tokens_sampled"] > m["tokens_generated"]
+    bm = np.asarray(batch.tokens)
+    for r in range(12):
+        g, t = r // 4, src["ids"][r // 4]
+        assert src["source_ids"][g, r % 4] == 2 * t                          # slot 0 of task t
+        c = int(src["cut"][g, r % 4])
+        spans = action_spans(mask[t])
+        # the rebuilt context = prompt a_1 o_1 … a_c o_c of the source (deterministic environment)
+        end = spans[c][0]                                                   # where the source's turn c+1 began
+        np.testing.assert_array_equal(bm[r, :end], tok[t, :end])
+        assert not np.asarray(batch.loss_mask)[r, :end].any()               # replayed: no loss
+    assert (src["cut"] >= 1).all()
+
+
+# ---------------------------------------------------------------------- controls through Hydra
+
+
+@pytest.mark.parametrize("method", ["reroll_noprefix", "extra_rollouts", "baseline_lr2"])
+@pytest.mark.parametrize("schedule", ["same_step", "next_visit"])
+def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule, base_params, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+    from experiments.train import build
+
+    conf = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
+    with initialize_config_dir(config_dir=conf, version_base=None):
+        cfg = validate(compose("config", overrides=[
+            f"method={method}", f"method.schedule={schedule}", "task.params.min_terms=2", "task.params.max_terms=4",
+            "algo.tasks_per_step=4", "algo.pool_size=4", "eval.count=16", f"sft.base_dir={tmp_path}"]))
+    _, _, rl, prefix, _ = build(cfg)
+    assert rl.schedule == schedule and prefix.mode == {"baseline_lr2": "baseline"}.get(method, "ps_ada")
+    assert rl.control == {"reroll_noprefix": "reroll_noprefix", "extra_rollouts": "extra_rollouts"}.get(method, "none")
+    tr = Trainer(TASK, MODEL, rl, prefix, seed=3)  # the test's task and model: shapes compiled already
+    state = tr.init_state(base_params)
+    ms = []
+    for _ in range(2):
+        state, m = tr.step(state)
+        ms.append(m)
+        assert np.isfinite(m["loss/loss"]) and m["tokens_replayed"] == 0  # no control replays a prefix
+    if method == "extra_rollouts":
+        extra = "groups_extra" if schedule == "next_visit" else "groups_rerolled"
+        assert all(m["rollouts_sampled"] == 32 + 8 * m[extra] for m in ms)
+    if method == "baseline_lr2":  # the same batch: Adam's first step moves a coordinate by about lr_eff
+        half = Trainer(TASK, MODEL, dataclasses.replace(rl, lr_scale=1.0), prefix, seed=3)
+        st = half.init_state(base_params)
+        for _ in range(4):
+            batch, _, m = half.collect(st)
+            if m["groups_kept"]:
+                break
+            st, _ = half.step(st)
+        assert m["groups_kept"]
+        moved = []
+        for t in (half, tr):
+            s0 = t.init_state(base_params)
+            p, _, _ = t._update(s0.params, s0.opt_state, batch)
+            moved.append(max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(base_params))))
+        assert moved[1] == pytest.approx(2 * moved[0], rel=1e-3) and moved[0] == pytest.approx(rl.lr, rel=1e-2)
