@@ -150,7 +150,8 @@ def time_reroll_scaling(args) -> dict:
             turns = np.array([len(action_spans(m)) for m in mask], np.int32)
             z = jnp.zeros((tok.shape[0],), jnp.int32)
             src = Episodes(jnp.asarray(tok), jnp.zeros(tok.shape, jnp.int32), jnp.asarray(tok != 0), jnp.asarray(mask),
-                           jnp.zeros(tok.shape, jnp.float32), z.astype(jnp.float32), jnp.asarray(turns), z, z)
+                           jnp.zeros(tok.shape, jnp.float32), z.astype(jnp.float32), jnp.asarray(turns), z, z,
+                           jnp.zeros(tok.shape, jnp.float32), jnp.zeros(z.shape, bool))
             cut = np.maximum(turns - 1, 1)
             ts = []
             for rep in range(args.timing_reps + 1):

@@ -237,7 +237,8 @@ def _demo_source(task, probs, seed=1):
     z = np.zeros((tok.shape[0],), np.int32)
     return Episodes(tokens=tok, positions=np.broadcast_to(np.arange(L), tok.shape), valid=tok != T.PAD,
                     policy_mask=mask, logprobs=np.zeros(tok.shape, np.float32), rewards=z.astype(np.float32),
-                    units=turns, replayed=z, env_steps=turns)
+                    units=turns, replayed=z, env_steps=turns, sampling_logprobs=np.zeros(tok.shape, np.float32),
+                    truncated=np.zeros(tok.shape[:1], bool))
 
 
 def _trainer(task, n=4, b=2, mode="ps_ada"):

@@ -212,7 +212,8 @@ def _episodes_rows(tokens, mask, width) -> Episodes:
     return Episodes(tokens=jnp.asarray(tokens), positions=jnp.zeros((r, width), jnp.int32),
                     valid=jnp.asarray(tokens != 0), policy_mask=jnp.asarray(mask),
                     logprobs=jnp.zeros((r, width), jnp.float32), rewards=z.astype(jnp.float32), units=z,
-                    replayed=z, env_steps=z)
+                    replayed=z, env_steps=z, sampling_logprobs=jnp.zeros((r, width), jnp.float32),
+                    truncated=jnp.zeros((r,), bool))
 
 
 def collect_next_visit(trainer, state):
