@@ -233,6 +233,26 @@ def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: M
     return out.reshape(R, T, K * H)
 
 
+def _decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """``_attention`` for one query per row (T = 1), in the cache's own [R, S, Kv, H] layout.
+
+    Same equation; written as broadcast-multiply-reduce so that XLA reads each cache slot once in
+    place. The ``einsum`` form contracts k/v with batch axes (r, kv) that are not leading in the
+    cache layout, and XLA:CPU then copies the layer's whole cache into [R, Kv, S, H] every decode
+    step (28% of the 10m sampler's time, ``benchmarks/bench_sampler.py``).
+    q: [R, 1, K, H]; k, v: [R, S, Kv, H]; mask: [R, 1, S] -> [R, 1, K·H].
+    """
+    R, _, K, H = q.shape
+    Kv = k.shape[2]
+    G = K // Kv
+    qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
+    scores = jnp.sum(qg * k.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S, Kv, G]
+    scores = jnp.where(mask[:, 0, :, None, None], scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=1).astype(v.dtype)  # over S
+    out = jnp.sum(probs[..., None] * v[:, :, :, None, :], axis=1)  # [R, Kv, G, H]
+    return out.reshape(R, 1, K * H).astype(v.dtype)
+
+
 def _mlp(lp: Params, m: jax.Array, cfg: ModelConfig) -> jax.Array:
     """SwiGLU: (silu(m W_gate) ⊙ m W_up) W_down."""
     dt = cfg.dtype
@@ -353,7 +373,7 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         cv_all = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop")
         ck = jax.lax.dynamic_index_in_dim(ck_all, l, 0, keepdims=False)[:, :A]  # [R, A, Kv, H]
         cv = jax.lax.dynamic_index_in_dim(cv_all, l, 0, keepdims=False)[:, :A]
-        att = _attention(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype), mask, cfg)
+        att = (_decode_attention if C == 1 else _attention)(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype), mask, cfg)
         h = h + dense(att, lp["o_proj"], dtype=cfg.dtype)
         m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
         return (h + _mlp(lp, m, cfg), ck_all, cv_all), None
