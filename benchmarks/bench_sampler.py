@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import pathlib
+import sys
 import time
 
 import jax
@@ -23,6 +25,9 @@ import numpy as np
 
 from prs.models import qwen3 as M
 from prs.models import sampler as S
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common; run with PYTHONPATH=<repo>
+import _common as C  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg"))
@@ -87,15 +92,11 @@ def hf_compare(name, *, rows, prompt, new, repeats):
     import torch
     import transformers
 
+    from prs.models import hf as hf_io
+
     cfg = M.ModelConfig.preset(name)
-    hf_cfg = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=4096, attention_bias=False, rope_theta=cfg.rope_theta,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
     torch.manual_seed(0)
-    hf = transformers.Qwen3ForCausalLM(hf_cfg).eval().float()
+    hf = C.hf_model(cfg)
     with torch.no_grad():  # HF init gives norms = 1; randomise them so the norms are checked too
         for n, p in hf.named_parameters():
             if n.endswith("norm.weight"):
@@ -103,7 +104,7 @@ def hf_compare(name, *, rows, prompt, new, repeats):
             else:  # std 0.02 -> 0.1: logits of order 10, far from uniform, so the check has teeth
                 p.mul_(5.0)
     sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-    params = M.load_hf_state_dict(sd, cfg)
+    params = hf_io.load_hf_state_dict(sd, cfg)
     tokens = np.array(jax.random.randint(jax.random.key(1), (rows, prompt), 0, cfg.vocab_size), np.int32)
     with torch.no_grad():
         ref = hf(torch.from_numpy(tokens).long()).logits.numpy()
@@ -133,6 +134,53 @@ def hf_compare(name, *, rows, prompt, new, repeats):
           f"{torch.get_num_threads()}: {best:.3f}s -> {rows * new / best:,.0f} tok/s", flush=True)
 
 
+def side_by_side(name, *, rows, prompt, new, repeats, peak):
+    """prs ``sample`` vs HF ``generate`` on ragged prompts (lengths uniform in [4, prompt]; prs
+    right-pads, HF left-pads with an attention mask), exactly ``new`` tokens per row (no EOS),
+    greedy and temperature 1. Best of ``repeats`` after a warm-up, wall and process CPU time.
+    Roofline fraction = forward FLOPs per generated token (context = prompt + new / 2) × tokens/s
+    / the measured f32 matmul FLOP/s."""
+    import torch
+
+    cfg = M.ModelConfig.preset(name)
+    params = M.init_params(cfg, jax.random.key(0))
+    hf = C.hf_model(cfg, params)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, prompt + 1, rows).astype(np.int32)
+    tokens = rng.integers(1, cfg.vocab_size, (rows, prompt)).astype(np.int32)
+    tokens = np.where(np.arange(prompt)[None] < lengths[:, None], tokens, 0)
+    left = np.zeros_like(tokens)
+    att = np.zeros_like(tokens)
+    for r in range(rows):  # host-side setup of the HF input only
+        left[r, prompt - lengths[r]:] = tokens[r, :lengths[r]]
+        att[r, prompt - lengths[r]:] = 1
+    flops_tok = C.forward_flops_per_token(cfg, prompt + new // 2)
+    out = []
+    for temp in (0.0, 1.0):
+        scfg = S.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None)
+        run = lambda: jax.block_until_ready(S.sample(params, tokens, lengths, jax.random.key(3), cfg=cfg, scfg=scfg).tokens)
+        run()
+        w_p, c_p = C.best_of(run, repeats)
+
+        def gen():
+            with torch.no_grad():
+                kw = dict(do_sample=True, top_k=0, temperature=1.0) if temp else dict(do_sample=False)
+                return hf.generate(torch.from_numpy(left).long(), attention_mask=torch.from_numpy(att).long(),
+                                   max_new_tokens=new, min_new_tokens=new, pad_token_id=0, **kw)
+        gen()
+        w_t, c_t = C.best_of(gen, repeats)
+        n = rows * new
+        out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp,
+                        prs_tok_s=f"{n / w_p:,.0f}", hf_tok_s=f"{n / w_t:,.0f}", speedup=f"{w_t / w_p:.2f}x",
+                        prs_tok_cpu_s=f"{n / c_p:,.0f}", hf_tok_cpu_s=f"{n / c_t:,.0f}", speedup_cpu=f"{c_t / c_p:.2f}x",
+                        prs_roofline=f"{flops_tok * n / w_p / peak:.1%}", hf_roofline=f"{flops_tok * n / w_t / peak:.1%}"))
+        print(f"{name} T={temp}: done ({C.load()})", flush=True)
+    print(f"\nSampling, prs vs transformers generate (torch {torch.__version__}, {torch.get_num_threads()} threads); "
+          f"best of {repeats}; {C.load()}")
+    print(C.table(out, list(out[0])))
+    return out
+
+
 def multi_turn(name, *, rows, prompt, new, obs, repeats):
     """One resumed turn (O observation tokens, then ``new`` tokens): reusing the KV cache vs
     re-prefilling the conversation (``cache=None``). Compiles are excluded (warm-up call)."""
@@ -157,7 +205,7 @@ def multi_turn(name, *, rows, prompt, new, obs, repeats):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--configs", nargs="+", default=["tiny", "10m"])
+    ap.add_argument("--configs", "--size", nargs="+", default=["tiny", "10m"], choices=C.SIZES)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new", type=int, nargs="+", default=None,
@@ -170,13 +218,16 @@ def main():
     ap.add_argument("--multi-turn", type=int, default=0, metavar="O",
                     help="also time one resumed turn with O observation tokens (cache vs re-prefill)")
     a = ap.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({len(jax.devices())} devices)")
+    peak = C.matmul_flops()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({len(jax.devices())} devices); measured f32 "
+          f"matmul {peak / 1e9:.0f} GFLOP/s; {C.load()}")
     for i, name in enumerate(a.configs):
         new = a.new[i] if a.new else (64 if name == "tiny" else 256)
         ncn = a.no_cache_new[i] if a.no_cache_new else (new if name == "tiny" else 64)
         bench(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, no_cache_new=ncn)
         if a.hf:
             hf_compare(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats)
+            side_by_side(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, peak=peak)
         if a.multi_turn:
             multi_turn(name, rows=a.rows, prompt=a.prompt, new=new, obs=a.multi_turn, repeats=a.repeats)
 

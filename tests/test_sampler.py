@@ -1,5 +1,7 @@
 """Tests for prs.models.sampler against independent references: step-by-step full-forward argmax, numpy
 top-k/top-p sets, a chi-square test of the sampling distribution, and the cache-free resume path."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -293,3 +295,25 @@ def test_bad_inputs_raise_clear_errors(params, rows):
     with pytest.raises(ValueError, match="obs_tokens has 2 rows"):
         S.append_and_resume(params, ro, np.ones((2, 3), np.int32), np.array([1, 1]), jax.random.key(0),
                             cfg=CFG, scfg=GREEDY)
+
+
+def test_decode_loop_exits_when_every_row_has_stopped(params):
+    """The while_loop runs exactly as many decode steps as the longest row needs, not T: with a
+    quarter of the vocabulary as stop ids every row stops early, and the loop's step count equals
+    the largest number of tokens any row generated (and is < T)."""
+    R, P, T = 8, 6, 64
+    tokens = np.asarray(jax.random.randint(jax.random.key(5), (R, P), 0, CFG.vocab_size), np.int32)
+    lengths = np.full((R,), P, np.int32)
+    scfg = S.SamplerConfig(max_new_tokens=T, temperature=1.0, stop_ids=tuple(range(0, CFG.vocab_size, 4)),
+                           buckets=None)
+    run = jax.jit(lambda p, t, n, k: S._sample_state(p, t, n, k, jnp.full((R,), T, jnp.int32), cfg=CFG, scfg=scfg, mesh=None))
+    state = run(params, tokens, lengths, jax.random.key(6))
+    ro = S.sample(params, tokens, lengths, jax.random.key(6), cfg=CFG, scfg=scfg)
+    generated = np.asarray(ro.lengths - ro.prompt_lengths)  # [R]
+    assert np.asarray(ro.finished).all()
+    assert int(state.step) == generated.max() < T
+    # and without stop ids the loop runs the full budget
+    full = dataclasses.replace(scfg, stop_ids=())
+    state = jax.jit(lambda p, t, n, k: S._sample_state(p, t, n, k, jnp.full((R,), T, jnp.int32), cfg=CFG, scfg=full, mesh=None))(
+        params, tokens, lengths, jax.random.key(6))
+    assert int(state.step) == T

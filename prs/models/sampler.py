@@ -295,6 +295,14 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
 def _sample_jit(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg: SamplerConfig, mesh):
+    s = _sample_state(params, tokens, lengths, key, budget, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), s.cache
+
+
+def _sample_state(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg: SamplerConfig,
+                  mesh) -> _LoopState:
+    """Prefill and the decode loop; the final loop state (``step`` = decode steps run: the loop
+    exits as soon as every row has stopped, tested). ``budget [R]``: tokens each row may generate."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
@@ -308,8 +316,7 @@ def _sample_jit(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg:
         done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
         logits=logits, cache=cache,
     )
-    s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), s.cache
+    return _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))

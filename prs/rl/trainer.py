@@ -410,21 +410,24 @@ class Trainer:
                                             cut[pick], k_reroll, group_size=n)  # [B*N, L]
             t_sample += time.perf_counter() - t1
             r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
-            real = np.arange(g * n)
-            cost["gen"] += int(jnp.sum(ep2.policy_mask[real]))
-            cost["replayed"] += int(jnp.sum(ep2.replayed[real]))
-            cost["env"] += int(jnp.sum(ep2.env_steps[real]))
-            reroll_rate[sel] = np.asarray(jnp.mean(r2 >= 1.0, axis=1))[:g]
+            # host glue in numpy or on fixed [B*N] shapes only: g varies per step, and an eager
+            # jnp op on a g-sized slice compiles a new XLA program for every new g
+            r2_np = np.asarray(r2)
+            cost["gen"] += int(np.asarray(jnp.sum(ep2.policy_mask, axis=1))[: g * n].sum())
+            cost["replayed"] += int(np.asarray(ep2.replayed)[: g * n].sum())
+            cost["env"] += int(np.asarray(ep2.env_steps)[: g * n].sum())
+            reroll_rate[sel] = np.mean(r2_np >= 1.0, axis=1)[:g]
             obs_bucket = np.full((b,), -1, np.int32)
             obs_bucket[sel] = bucket_np[sel]
             new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
             if rl.reroll == "replace":
-                use = np.asarray(mixed_groups(r2[:g])) if rl.reroll_fallback else np.ones((g,), bool)
+                use = np.asarray(mixed_groups(r2))[:g] if rl.reroll_fallback else np.ones((g,), bool)
                 swap = sel[use]                                                 # groups actually replaced
-                rows_idx = (swap[:, None] * n + np.arange(n)[None, :]).reshape(-1)
-                from_idx = (np.nonzero(use)[0][:, None] * n + np.arange(n)[None, :]).reshape(-1)
-                train = Episodes(*(v.at[rows_idx].set(v2[from_idx]) for v, v2 in zip(ep, ep2)))
-                train_rewards = rewards.at[swap].set(r2[:g][use])
+                from_group = np.arange(b)                                       # [B] row source per group:
+                from_group[swap] = b + np.nonzero(use)[0]                       # >= b means ep2's group - b
+                train = _merge_groups(ep, ep2, jnp.asarray(from_group, jnp.int32), n=n)
+                train_rewards = np.asarray(rewards).copy()
+                train_rewards[swap] = r2_np[:g][use]
                 replaced = int(use.sum())
             else:  # append: keep the original groups, add the re-rolled ones (padding copies masked out)
                 keep_extra = jnp.repeat(jnp.arange(b) < g, n)[:, None]
@@ -455,7 +458,7 @@ class Trainer:
         metrics: dict[str, Any] = {
             "step": step,
             "pass_rate": float(jnp.mean(rewards >= 1.0)),
-            "pass_rate_train": float(jnp.mean(train_rewards[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
+            "pass_rate_train": float(np.mean(np.asarray(train_rewards)[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
             "reward_mean": float(jnp.mean(rewards)),
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             # groups that train: kept by the filter AND with loss tokens (append mode's padding
@@ -473,12 +476,13 @@ class Trainer:
             train_rewards, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1)), reroll_rate))
         hist = np.bincount(np.asarray(k), minlength=n + 1)
         metrics["k_hist"] = hist.tolist()
+        rho_np, ema_np = np.asarray(new_prefix.rho), np.asarray(new_prefix.ema)
         for j, kb in enumerate(ps.bucket_ks(pc)):
             in_b = sel[bucket_np[sel] == j]
             metrics[f"bucket/{kb}/count"] = int(np.sum(bucket_np == j))
             metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(reroll_rate[in_b])) if in_b.size else None
-            metrics[f"bucket/{kb}/rho"] = float(new_prefix.rho[j])
-            metrics[f"bucket/{kb}/ema"] = float(new_prefix.ema[j])
+            metrics[f"bucket/{kb}/rho"] = float(rho_np[j])
+            metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
         if hasattr(task, "episode_metrics"):  # task-specific metrics of the fresh rollouts (trap: hack rate, ...)
             metrics.update(task.episode_metrics(problems, ep))
         return batch, new_prefix, metrics
@@ -493,6 +497,15 @@ class Trainer:
         if hasattr(self.task, "episode_metrics"):
             out.update({f"eval/{k}": v for k, v in self.task.episode_metrics(self._eval_problems, ep).items()})
         return out
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _merge_groups(ep: Episodes, ep2: Episodes, from_group: jax.Array, *, n: int) -> Episodes:
+    """Group g of the result is ``ep``'s group ``from_group[g]`` if < B, else ``ep2``'s group
+    ``from_group[g] - B`` (all N rows of it). ep, ep2: [B*N, ...]; from_group [B] int32. One
+    compile per run whatever the number of replaced groups."""
+    rows = (from_group[:, None] * n + jnp.arange(n)[None, :]).reshape(-1)  # [B*N] into concat([ep, ep2])
+    return Episodes(*(jnp.concatenate([v, v2])[rows] for v, v2 in zip(ep, ep2)))
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,
