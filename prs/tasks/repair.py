@@ -69,21 +69,30 @@ TEST, SET, UNDO, EDIT = (_INDEX[c] for c in "tsue")
 MAX_ACTION_TOKENS = 4  # ``s i v ;``
 
 
-def encode(text: str) -> list[int]:
-    """Token ids of ``text``; ``ValueError`` names the first character outside the vocabulary."""
-    out = []
-    for pos, ch in enumerate(text):
-        if ch not in _INDEX:
-            raise ValueError(f"text={text!r}: character {ch!r} at {pos} is not in {''.join(TOKENS)!r}")
-        out.append(_INDEX[ch])
-    return out
+def codec(tokens: tuple[str, ...]):
+    """``(encode, decode)`` for a one-character-per-token vocabulary ``tokens`` (this task's and the
+    ``trap`` variant's): ``encode(text) -> list[int]`` raises a ``ValueError`` naming the first
+    character outside the vocabulary; ``decode(ids) -> str`` one naming out-of-range ids."""
+    index = {t: i for i, t in enumerate(tokens)}
+
+    def encode(text: str) -> list[int]:
+        out = []
+        for pos, ch in enumerate(text):
+            if ch not in index:
+                raise ValueError(f"text={text!r}: character {ch!r} at {pos} is not in {''.join(tokens)!r}")
+            out.append(index[ch])
+        return out
+
+    def decode(ids) -> str:
+        arr = np.asarray(ids).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= len(tokens)):
+            raise ValueError(f"ids must lie in [0, {len(tokens)}), got min {arr.min()} max {arr.max()}")
+        return "".join(tokens[int(i)] for i in arr)
+
+    return encode, decode
 
 
-def decode(ids) -> str:
-    arr = np.asarray(ids).reshape(-1)
-    if arr.size and (arr.min() < 0 or arr.max() >= len(TOKENS)):
-        raise ValueError(f"ids must lie in [0, {len(TOKENS)}), got min {arr.min()} max {arr.max()}")
-    return "".join(TOKENS[int(i)] for i in arr)
+encode, decode = codec(TOKENS)
 
 
 # ----------------------------------------------------------------------------- configuration

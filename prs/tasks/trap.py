@@ -91,21 +91,7 @@ MAX_ACTION_TOKENS = _repair.MAX_ACTION_TOKENS
 LABELS = ("root_cause", "surface", "neither")
 
 
-def encode(text: str) -> list[int]:
-    """Token ids of ``text``; ``ValueError`` names the first character outside the vocabulary."""
-    out = []
-    for pos, ch in enumerate(text):
-        if ch not in _INDEX:
-            raise ValueError(f"text={text!r}: character {ch!r} at {pos} is not in {''.join(TOKENS)!r}")
-        out.append(_INDEX[ch])
-    return out
-
-
-def decode(ids) -> str:
-    arr = np.asarray(ids).reshape(-1)
-    if arr.size and (arr.min() < 0 or arr.max() >= len(TOKENS)):
-        raise ValueError(f"ids must lie in [0, {len(TOKENS)}), got min {arr.min()} max {arr.max()}")
-    return "".join(TOKENS[int(i)] for i in arr)
+encode, decode = _repair.codec(TOKENS)
 
 
 # ----------------------------------------------------------------------------- configuration
