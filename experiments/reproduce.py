@@ -5,7 +5,9 @@
 The run is rebuilt from the recorded ``config`` (the full validated ``TrainCfg``) with a fresh warm
 start in a temporary directory (``sft.base_dir`` is redirected there, nothing is read from the
 recorded run's caches), trained with the same seed, and its ``metrics.jsonl`` is compared line by
-line with the recorded one, every field except wall-clock (``time_*``). The recorded commit
+line with the recorded one, every field except wall-clock (``time_*``). Run it with the recorded
+``XLA_FLAGS`` (``provenance.xla_flags``; unset for a plain run): XLA:CPU's results depend on the
+number of host devices, so the test suite's 8 fake devices give other records. The recorded commit
 (``summary.json: provenance``) is printed next to the current one, so a difference can be traced to
 the code that changed under the run.
 """
@@ -74,6 +76,9 @@ def main(argv=None) -> int:
     rec = json.loads((run_dir / "summary.json").read_text()).get("provenance", {})
     now = code_state()
     print(f"recorded commit {rec.get('commit')} (dirty {rec.get('dirty')}); now {now['commit']} (dirty {now['dirty']})")
+    if rec.get("xla_flags") != now["xla_flags"]:
+        print(f"warning: XLA_FLAGS differ (recorded {rec.get('xla_flags')!r}, now {now['xla_flags']!r}); XLA:CPU "
+              "numerics depend on the host device count, so the records may differ for that reason alone")
     with tempfile.TemporaryDirectory() as tmp:
         problems = diff(read_records(run_dir), rerun(run_dir, tmp))
     for line in problems:

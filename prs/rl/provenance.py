@@ -6,6 +6,7 @@ made on a dirty tree cannot be re-run from its commit alone, and ``experiments.a
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def _git(args: list[str], cwd: pathlib.Path) -> str | None:
 
 
 def code_state(repo: str | pathlib.Path | None = None) -> dict[str, Any]:
-    """``{"commit", "dirty", "dirty_files", "python", "jax", "jaxlib"}`` for the source tree at ``repo``
+    """``{"commit", "dirty", "dirty_files", "python", "jax", "jaxlib", "xla_flags"}`` for the source tree at ``repo``
     (default: the tree this module was imported from).
 
     ``commit`` is None outside a git checkout (an installed wheel). ``dirty`` counts tracked files
@@ -44,4 +45,7 @@ def code_state(repo: str | pathlib.Path | None = None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
+        # XLA:CPU's numerics depend on the host device count (--xla_force_host_platform_device_count):
+        # a re-run must use the same flags to reproduce the records (experiments.reproduce)
+        "xla_flags": os.environ.get("XLA_FLAGS"),
     }
