@@ -366,13 +366,12 @@ def demo_actions(problems: Problems, index: int, cfg: RepairConfig, rng: np.rand
     return acts
 
 
-def render(problems: Problems, index: int, actions: list, cfg: RepairConfig):
-    """Runs ``actions`` (strings or id lists) from the initial state -> (ids, action mask, states
-    after each action). Stops at the end of the episode."""
-    prompt, _ = prompts(Problems(*(np.asarray(x)[index: index + 1] for x in problems)))
-    ids = [int(t) for t in prompt[0]]
+def run_actions(prompt_ids, state, actions: list, cfg, *, execute, encode):
+    """Runs ``actions`` (strings or id lists) from ``state`` after the prompt ``prompt_ids`` through an
+    environment's ``execute`` -> (ids, action mask, states after each action); stops at the end of the
+    episode. Shared by this task and its ``trap`` variant (their executors and vocabularies differ)."""
+    ids = [int(t) for t in prompt_ids]
     mask = [False] * len(ids)
-    state = reset(problems, index)
     states = []
     for a in actions:
         a_ids = encode(a) if isinstance(a, str) else [int(t) for t in a]
@@ -385,16 +384,28 @@ def render(problems: Problems, index: int, actions: list, cfg: RepairConfig):
     return ids, mask, states
 
 
+def pack_episodes(episodes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[(ids, mask), ...]`` -> tokens [B, width] (``PAD``-filled), loss mask [B, width]."""
+    tokens = np.full((len(episodes), width), PAD, np.int32)
+    mask = np.zeros((len(episodes), width), bool)
+    for i, (ids, m) in enumerate(episodes):
+        tokens[i, : len(ids)] = ids
+        mask[i, : len(m)] = m
+    return tokens, mask
+
+
+def render(problems: Problems, index: int, actions: list, cfg: RepairConfig):
+    """Runs ``actions`` (strings or id lists) from the initial state -> (ids, action mask, states
+    after each action). Stops at the end of the episode."""
+    prompt, _ = prompts(Problems(*(np.asarray(x)[index: index + 1] for x in problems)))
+    return run_actions(prompt[0], reset(problems, index), actions, cfg, execute=execute, encode=encode)
+
+
 def demonstrations(problems: Problems, cfg: RepairConfig, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded noisy demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (1 on action
     tokens only: the prompt and every observation token are 0)."""
     rng = np.random.default_rng(seed)
     b = np.asarray(problems.program).shape[0]
-    width = cfg.episode_width
-    tokens = np.full((b, width), PAD, np.int32)
-    mask = np.zeros((b, width), bool)
-    for i in range(b):  # host-side data generation, once per SFT batch
-        ids, m, _ = render(problems, i, demo_actions(problems, i, cfg, rng), cfg)
-        tokens[i, : len(ids)] = ids
-        mask[i, : len(m)] = m
-    return tokens, mask
+    # host-side data generation, once per SFT batch
+    eps = [render(problems, i, demo_actions(problems, i, cfg, rng), cfg)[:2] for i in range(b)]
+    return pack_episodes(eps, cfg.episode_width)

@@ -1,15 +1,19 @@
 """The repair agent task as the trainer sees it: environment (``prs.tasks.repair``) + multi-turn
-rollouts with replay through execution (``prs.tasks.agent_rollouts``), registered as ``repair``."""
+rollouts with replay through execution (``prs.tasks.agent_rollouts``), registered as ``repair``.
+
+``RepairTask`` is written over its environment module ``lib`` (a class attribute), so a variant with
+another executor and vocabulary (``prs.tasks.trap_task.TrapTask``) subclasses it and sets ``lib``."""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
+from prs.tasks import repair as _repair
 from prs.tasks.agent_rollouts import AgentRollouts
 from prs.tasks.registry import register_task
-from prs.tasks.repair import (EOS, EOT, EVAL_SEED, MAX_ACTION_TOKENS, PAD, TOKENS, Problems, RepairConfig, decode,
-                              demonstrations, make_problems, prompts)
+from prs.tasks.repair import Problems, RepairConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,44 +22,62 @@ class RepairTask:
 
     cfg: RepairConfig = RepairConfig()
     name: str = "repair"
+    lib: ClassVar = _repair  # the environment module: tokens, problems, prompts, demonstrations
 
-    vocab_size = len(TOKENS)
-    pad_id = PAD
-    eos_id = EOS
-    eot_id = EOT
+    @property
+    def vocab_size(self) -> int:
+        return len(self.lib.TOKENS)
+
+    @property
+    def pad_id(self) -> int:
+        return self.lib.PAD
+
+    @property
+    def eos_id(self) -> int:
+        return self.lib.EOS
+
+    @property
+    def eot_id(self) -> int:
+        return self.lib.EOT
 
     @property
     def max_new_tokens(self) -> int:
-        return MAX_ACTION_TOKENS
+        return self.lib.MAX_ACTION_TOKENS
 
     def train_problems(self, *, seed: int, step: int, count: int) -> Problems:
-        return make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
+        return self.lib.make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
 
     def eval_problems(self, *, count: int) -> Problems:
-        return make_problems(self.cfg, seed=EVAL_SEED, count=count)
+        return self.lib.make_problems(self.cfg, seed=self.lib.EVAL_SEED, count=count)
 
-    def take(self, problems: Problems, index) -> Problems:
-        return Problems(*(np.asarray(x)[np.asarray(index)] for x in problems))
+    def take(self, problems, index):
+        return type(problems)(*(np.asarray(x)[np.asarray(index)] for x in problems))
 
-    def prompts(self, problems: Problems) -> tuple[np.ndarray, np.ndarray]:
-        return prompts(problems)
+    def prompts(self, problems) -> tuple[np.ndarray, np.ndarray]:
+        return self.lib.prompts(problems)
 
-    def demonstrations(self, problems: Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        return demonstrations(problems, self.cfg, seed=seed)
+    def demonstrations(self, problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.lib.demonstrations(problems, self.cfg, seed=seed)
 
     def decode(self, ids) -> str:
-        return decode(ids)
+        return self.lib.decode(ids)
 
     def make_rollouts(self, trainer):
-        return AgentRollouts(trainer, env=self.cfg, mode=self.cfg.replay)
+        return AgentRollouts(trainer, env=self.cfg, mode=self.cfg.replay, lib=self.lib)
 
 
-def _repair(**params) -> RepairTask:
-    fields = {f.name for f in dataclasses.fields(RepairConfig)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ValueError(f"task 'repair': unknown parameter(s) {unknown}; known: {sorted(fields)}")
-    return RepairTask(RepairConfig(**params))
+def task_factory(name: str, task_cls, cfg_cls):
+    """``factory(**params) -> task_cls(cfg_cls(**params))`` for ``register_task``; an unknown
+    parameter is a ValueError naming the task and the parameters it knows."""
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+
+    def factory(**params):
+        unknown = sorted(set(params) - fields)
+        if unknown:
+            raise ValueError(f"task {name!r}: unknown parameter(s) {unknown}; known: {sorted(fields)}")
+        return task_cls(cfg_cls(**params))
+
+    return factory
 
 
-register_task("repair", _repair)
+register_task("repair", task_factory("repair", RepairTask, RepairConfig))

@@ -272,8 +272,7 @@ def reset(problems: Problems, index: int) -> EnvState:
                     visible=tuple(int(i) for i in np.flatnonzero(problems.covers[index, 0])))
 
 
-def _digit(tok: int) -> int | None:
-    return tok - DIGIT0 if DIGIT0 <= tok < DIGIT0 + 10 else None
+_digit = _repair._digit  # the digits are repair's tokens
 
 
 def _visible_passes(state: EnvState) -> bool:
@@ -464,32 +463,16 @@ def render(problems: Problems, index: int, actions: list, cfg: TrapConfig):
     """Runs ``actions`` (strings or id lists) from the initial state -> (ids, action mask, states
     after each action). Stops at the end of the episode."""
     prompt, _ = prompts(take(problems, [index]))
-    ids = [int(t) for t in prompt[0]]
-    mask = [False] * len(ids)
-    state = reset(problems, index)
-    states = []
-    for a in actions:
-        a_ids = encode(a) if isinstance(a, str) else [int(t) for t in a]
-        state, obs = execute(state, a_ids, cfg)
-        states.append(state)
-        ids += a_ids + obs
-        mask += [True] * len(a_ids) + [False] * len(obs)
-        if state.done:
-            break
-    return ids, mask, states
+    return _repair.run_actions(prompt[0], reset(problems, index), actions, cfg, execute=execute, encode=encode)
 
 
 def demonstrations(problems: Problems, cfg: TrapConfig, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (action tokens only)."""
     rng = np.random.default_rng(seed)
     b = np.asarray(problems.program).shape[0]
-    tokens = np.full((b, cfg.episode_width), PAD, np.int32)
-    mask = np.zeros((b, cfg.episode_width), bool)
-    for i in range(b):  # host-side data generation, once per SFT batch
-        ids, m, _ = render(problems, i, demo_actions(problems, i, cfg, rng), cfg)
-        tokens[i, : len(ids)] = ids
-        mask[i, : len(m)] = m
-    return tokens, mask
+    # host-side data generation, once per SFT batch
+    eps = [render(problems, i, demo_actions(problems, i, cfg, rng), cfg)[:2] for i in range(b)]
+    return _repair.pack_episodes(eps, cfg.episode_width)
 
 
 def replay_final_states(problems: Problems, tokens: np.ndarray, policy_mask: np.ndarray, group_size: int,

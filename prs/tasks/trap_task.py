@@ -8,31 +8,24 @@ fraction reward, …), which ``Trainer.collect`` and ``Trainer.evaluate`` log wh
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
 from prs.tasks import trap as env_lib
-from prs.tasks.agent_rollouts import AgentRollouts
 from prs.tasks.registry import register_task
-from prs.tasks.trap import (EOS, EOT, EVAL_SEED, MAX_ACTION_TOKENS, PAD, TOKENS, Problems, TrapConfig, decode,
-                            demonstrations, make_problems, prompts)
+from prs.tasks.repair_task import RepairTask, task_factory
+from prs.tasks.trap import Problems, TrapConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class TrapTask:
-    """The trap task behind the trainer's task protocol (multi-turn: ``make_rollouts``)."""
+class TrapTask(RepairTask):
+    """The trap task behind the trainer's task protocol (multi-turn: ``make_rollouts``); the repair
+    task's protocol over the trap environment, plus ``warm_start_key`` and ``episode_metrics``."""
 
     cfg: TrapConfig = TrapConfig()
     name: str = "trap"
-
-    vocab_size = len(TOKENS)
-    pad_id = PAD
-    eos_id = EOS
-    eot_id = EOT
-
-    @property
-    def max_new_tokens(self) -> int:
-        return MAX_ACTION_TOKENS
+    lib: ClassVar = env_lib
 
     @property
     def warm_start_key(self):
@@ -40,27 +33,6 @@ class TrapTask:
         task without its RL-only fields ``reward`` and ``replay``, so the arms of a paired comparison
         (fraction vs binary reward, with or without PS) start from one and the same warm start."""
         return (self.name, dataclasses.replace(self.cfg, reward="fraction", replay="replay"))
-
-    def train_problems(self, *, seed: int, step: int, count: int) -> Problems:
-        return make_problems(self.cfg, seed=int(seed) * 1_000_003 + int(step), count=count)
-
-    def eval_problems(self, *, count: int) -> Problems:
-        return make_problems(self.cfg, seed=EVAL_SEED, count=count)
-
-    def take(self, problems: Problems, index) -> Problems:
-        return env_lib.take(problems, index)
-
-    def prompts(self, problems: Problems) -> tuple[np.ndarray, np.ndarray]:
-        return prompts(problems)
-
-    def demonstrations(self, problems: Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        return demonstrations(problems, self.cfg, seed=seed)
-
-    def decode(self, ids) -> str:
-        return decode(ids)
-
-    def make_rollouts(self, trainer):
-        return AgentRollouts(trainer, env=self.cfg, mode=self.cfg.replay, lib=env_lib)
 
     def episode_metrics(self, problems: Problems, episodes) -> dict[str, float]:
         """Strategy metrics of fresh episodes ``[R]`` of ``problems [B]`` (R = B·N, problem-major):
@@ -78,12 +50,4 @@ class TrapTask:
         return env_lib.strategy_metrics(problems, np.arange(r) // n, states)
 
 
-def _trap(**params) -> TrapTask:
-    fields = {f.name for f in dataclasses.fields(TrapConfig)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ValueError(f"task 'trap': unknown parameter(s) {unknown}; known: {sorted(fields)}")
-    return TrapTask(TrapConfig(**params))
-
-
-register_task("trap", _trap)
+register_task("trap", task_factory("trap", TrapTask, TrapConfig))
