@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
-
 from prs.models.qwen3 import ModelConfig
 
 GIB = 2 ** 30

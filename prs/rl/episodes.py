@@ -112,7 +112,7 @@ class SingleTurnRollouts:
         idx = np.arange(width)[None, :]
         rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
         budget = None
-        if getattr(self.trainer.rl, "reroll_budget", "shared") == "shared":
+        if self.trainer.rl.reroll_budget == "shared":
             budget = np.repeat(self.scfg.max_new_tokens - np.asarray(cut), group_size).astype(np.int32)  # [G*N]
             if budget.size and budget.min() < 1:
                 raise ValueError(f"internal: re-roll cut {int(np.max(cut))} leaves no response budget "

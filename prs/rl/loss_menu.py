@@ -77,7 +77,7 @@ def response_lengths(rl, episodes) -> jax.Array:
     """``[R]`` response length measured against the generation budget: generated tokens, plus the
     replayed prefix when a re-roll shares the rollouts' budget (``rl.reroll_budget="shared"``)."""
     gen = jnp.sum(episodes.policy_mask, axis=1)  # [R]
-    if getattr(rl, "reroll_budget", "shared") == "shared":
+    if rl.reroll_budget == "shared":
         gen = gen + episodes.replayed
     return gen
 
