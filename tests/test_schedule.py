@@ -15,12 +15,9 @@ from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import schedule as S
 from prs.rl.runner import RunConfig, run
-from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
-from prs.tasks.registry import make_task
+from prs.rl.trainer import RLConfig, Trainer
 
-TASK = make_task("arith", min_terms=2, max_terms=4)
-MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                           head_dim=8, d_ff=64)
+from _arith_tiny import MODEL, TASK, warm_params  # noqa: E402
 NV = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, schedule="next_visit", pool_size=8,
               drop_no_contrast=False)  # every group in the loss: the masks are what is tested
 WIDE = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # steer almost every mixed group
@@ -28,7 +25,7 @@ WIDE = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # steer almo
 
 @pytest.fixture(scope="module")
 def base_params():
-    return supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None)
+    return warm_params()
 
 
 def _run_steps(trainer, state, steps):

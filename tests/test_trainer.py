@@ -12,22 +12,17 @@ import numpy as np
 import pytest
 
 from prs.core import prefix as ps
-from prs.models.qwen3 import ModelConfig
 from prs.rl.runner import RunConfig, run
 from prs.tasks.arith import ArithTask
 from prs.tasks.registry import make_task
-from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.trainer import RLConfig, Trainer
 
-TASK = make_task("arith", min_terms=2, max_terms=4)
-MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                           head_dim=8, d_ff=64)
-RL = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+from _arith_tiny import MODEL, TASK, RL, warm_params  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def base_params():
-    # a short warm start: enough for mixed groups (pass rates strictly between 0 and 1)
-    return supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None)
+    return warm_params()
 
 
 def _replayed_rows(batch):

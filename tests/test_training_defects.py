@@ -21,19 +21,15 @@ from prs.core import prefix as ps
 from prs.models import sampler as S
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl.episodes import SingleTurnRollouts, take_rows
-from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.trainer import RLConfig, Trainer
 from prs.tasks.arith import ArithTask
-from prs.tasks.registry import make_task
 
-TASK = make_task("arith", min_terms=2, max_terms=4)
-MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                           head_dim=8, d_ff=64)
-RL = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+from _arith_tiny import MODEL, TASK, RL, warm_params  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def warm():
-    return supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None)
+    return warm_params()
 
 
 # ------------------------------------------------------------------ 1. partial-credit sources
