@@ -13,7 +13,7 @@ SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}
 P_LIST=${P_LIST:-"0.1 0.5 0.3"}          # the trap case first, then above and near the break-even
 ARMS=${ARMS:-"trap_fraction trap_binary trap_binary_ps trap_fraction_ps"}
 CODE=$OUT/code-${SHA:0:10}
-mkdir -p $OUT
+mkdir -p $OUT/runs
 [ -d $CODE ] || git -C $REPO worktree add --detach $CODE $SHA
 PY=${PY:-$REPO/.venv/bin/python}
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$OUT/.jax_cache}
