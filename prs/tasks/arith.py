@@ -21,6 +21,17 @@ Difficulty knobs: the number of terms ``n`` (steps ``n - 1``; drawn per problem 
 answers). Demonstrations are imperfect on purpose (``demo_error_rate``, ``demo_fix_rate``), so a
 supervised warm start gives a policy that fails sometimes, more on longer chains.
 
+Hard operation (``hard_op``, default ``"none"``: the plain task above, unchanged): exactly one step
+of every chain multiplies instead of adding, written ``*`` in the prompt and evaluated left to right
+with no precedence: ``^3+5*2+7=`` is ``((3 + 5) * 2 + 7) mod m`` and is solved by ``8,6,3#3$``. It is
+step ``h`` (``s_{h+1} = s_h * a_{h+1} mod m``): the last one (``"late"``, ``h = n - 1``), the
+first one (``"early"``, ``h = 1``) or one drawn uniformly from ``1 … n - 1`` per problem
+(``"uniform"``). Demonstrations err on that step with their own probability
+``demo_hard_error_rate`` (default: ``demo_error_rate``), so a warm start is weak exactly there. A
+success prefix can only teach what comes after it (``late``: the hard step); a failure prefix can
+teach recovery anywhere. Multiplication by a non-unit mod m (0, or 2, 4, 5, 6, 8 mod 10) can hide an
+earlier error; the answer is always the left-to-right value of the prompt.
+
 Reward (``verify``): 1 iff the generated part holds exactly one ``#`` followed by the answer digit
 and the first EOS, with only digits, ``,`` and ``!`` before ``#``; everything else (no EOS within
 the length, no ``#``, a wrong or missing digit, an extra token before EOS, a stray ``+``) is 0.
@@ -39,9 +50,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.tasks.registry import register_task
-from prs.tasks.vocab import VOCAB, Vocab
+from prs.tasks.vocab import HARD_VOCAB, TIMES, VOCAB, Vocab
 
 _SPLITS = {"train": 0, "eval": 1, "all": 2}
+HARD_OPS = ("none", "late", "early", "uniform")
+_HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None}  # field -> default (see __repr__)
 EVAL_SEED = 20_260_505  # seed of the fixed held-out evaluation set (offset by ``eval_problems(seed=)``)
 
 
@@ -58,8 +71,12 @@ class ArithConfig:
       demo_fix_rate: probability that a wrong step is noticed (``!`` then a restart).
       max_fix_delay: a noticed error is flagged after ``0 … max_fix_delay`` further steps.
       max_restarts: restarts per demonstration at most (bounds the length); later errors stand.
-      eval_every: one prompt in ``eval_every`` (by a hash of its digits) belongs to the held-out
-        split; ``make_problems(split="train")`` never produces those prompts.
+      eval_every: one prompt in ``eval_every`` (by a hash of its digits and hard-step position)
+        belongs to the held-out split; ``make_problems(split="train")`` never produces those prompts.
+      hard_op: ``"none" | "late" | "early" | "uniform"``: where the one multiplication step ``*``
+        of each chain sits (see the module docstring); ``"none"``: additions only.
+      demo_hard_error_rate: probability that a demonstration's hard step is wrong (``None``: the
+        same as ``demo_error_rate``); unused when ``hard_op == "none"``.
     """
 
     min_terms: int = 2
@@ -71,6 +88,16 @@ class ArithConfig:
     max_fix_delay: int = 1
     max_restarts: int = 1
     eval_every: int = 8
+    hard_op: str = "none"
+    demo_hard_error_rate: float | None = None
+
+    def __repr__(self) -> str:
+        # The fields of the plain task always; the hard-operation fields only when they are set, so
+        # a plain config keeps the repr (and so the warm-start cache key, prs.rl.runner) it had
+        # before they existed.
+        items = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        items = [(k, v) for k, v in items if k not in _HARD_FIELDS or v != _HARD_FIELDS[k]]
+        return f"ArithConfig({', '.join(f'{k}={v!r}' for k, v in items)})"
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_terms <= self.max_terms <= 10:
@@ -97,6 +124,15 @@ class ArithConfig:
             )
         if self.eval_every < 2:
             raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
+        if self.hard_op not in HARD_OPS:
+            raise ValueError(f"hard_op must be one of {list(HARD_OPS)}, got {self.hard_op!r}")
+        if self.demo_hard_error_rate is not None and not 0.0 <= self.demo_hard_error_rate <= 1.0:
+            raise ValueError(f"demo_hard_error_rate must lie in [0, 1] or be None, got {self.demo_hard_error_rate}")
+
+    @property
+    def hard_error_rate(self) -> float:
+        """The demonstrations' error rate on the hard step."""
+        return self.demo_error_rate if self.demo_hard_error_rate is None else self.demo_hard_error_rate
 
     @property
     def prompt_width(self) -> int:
@@ -116,17 +152,21 @@ class ArithConfig:
 
     @property
     def vocab(self) -> Vocab:
-        return VOCAB
+        """``VOCAB`` (18 tokens); ``HARD_VOCAB`` (``VOCAB`` plus ``*``) when ``hard_op != "none"``."""
+        return VOCAB if self.hard_op == "none" else HARD_VOCAB
 
 
 class Problems(NamedTuple):
     """A batch of problems (a pytree of arrays; numpy on creation).
 
     prompt:      int32 [B, P]  ``^a_1+…+a_n=`` right-padded with PAD to ``P = cfg.prompt_width``
+                               (the hard step's ``+`` is ``*``)
     prompt_len:  int32 [B]     ``2 n + 1``
-    answer:      int32 [B]     ``(Σ a_k) mod m`` (the digit value, not its token id)
+    answer:      int32 [B]     ``(Σ a_k) mod m`` (the digit value, not its token id), or the
+                               left-to-right value with the hard step
     n_terms:     int32 [B]     ``n`` (the difficulty)
     terms:       int32 [B, max_terms]  ``a_k``, padded with -1
+    hard_step:   int32 [B]     ``h`` in ``1 … n - 1``: step ``h`` multiplies; 0: no hard step
     """
 
     prompt: np.ndarray
@@ -134,6 +174,7 @@ class Problems(NamedTuple):
     answer: np.ndarray
     n_terms: np.ndarray
     terms: np.ndarray
+    hard_step: np.ndarray
 
 
 class Demonstrations(NamedTuple):
@@ -147,20 +188,26 @@ class Demonstrations(NamedTuple):
     loss_mask: np.ndarray
 
 
-def _heldout(terms: np.ndarray, n_terms: np.ndarray, modulus: int, eval_every: int) -> np.ndarray:
-    """[B] bool: the prompt belongs to the held-out split (a fixed hash of ``(n, a_1 … a_n)``)."""
+def _heldout(terms: np.ndarray, n_terms: np.ndarray, modulus: int, eval_every: int,
+             hard_step: np.ndarray | None = None) -> np.ndarray:
+    """[B] bool: the prompt belongs to the held-out split (a fixed hash of ``(n, a_1 … a_n, h)``;
+    ``h = 0``, no hard step, hashes as before the hard step existed)."""
     base = np.uint64(modulus + 1)
     key = np.zeros(terms.shape[0], np.uint64)
     for j in reversed(range(terms.shape[1])):  # over term positions, not over the batch
         key = key * base + np.where(j < n_terms, terms[:, j] + 1, 0).astype(np.uint64)
     key = key * np.uint64(0x9E3779B97F4A7C15) + n_terms.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+    if hard_step is not None:
+        key = key + hard_step.astype(np.uint64) * np.uint64(0x94D049BB133111EB)
     return ((key >> np.uint64(29)) % np.uint64(eval_every)) == 0
 
 
 def make_problems(cfg: ArithConfig, *, seed: int, count: int, split: str = "train") -> Problems:
     """``count`` problems drawn with ``np.random.default_rng(seed)``.
 
-    ``n ~ term_weights`` over ``[min_terms, max_terms]``, ``a_k ~ U{0 … m-1}``, ``y = Σ a_k mod m``.
+    ``n ~ term_weights`` over ``[min_terms, max_terms]``, ``a_k ~ U{0 … m-1}``, ``y = Σ a_k mod m``;
+    with a hard operation ``h = n - 1`` (late), ``1`` (early) or ``~ U{1 … n-1}`` (uniform) and
+    ``y`` the left-to-right value.
     ``split="train"`` rejects held-out prompts, ``"eval"`` keeps only them, ``"all"`` keeps both.
     Deterministic in ``(cfg, seed, count, split)``.
     """
@@ -172,7 +219,7 @@ def make_problems(cfg: ArithConfig, *, seed: int, count: int, split: str = "trai
     ns = np.arange(cfg.min_terms, cfg.max_terms + 1)
     w = np.ones(len(ns)) if cfg.term_weights is None else np.asarray(cfg.term_weights, float)
     w = w / w.sum()
-    kept_terms, kept_n, have = [], [], 0
+    kept_terms, kept_n, kept_h, have = [], [], [], 0
     draws = 0
     while have < count:
         draws += 1
@@ -182,20 +229,48 @@ def make_problems(cfg: ArithConfig, *, seed: int, count: int, split: str = "trai
         n = rng.choice(ns, size=size, p=w).astype(np.int32)
         t = rng.integers(0, cfg.modulus, size=(size, cfg.max_terms), dtype=np.int32)
         t = np.where(np.arange(cfg.max_terms)[None, :] < n[:, None], t, -1)
+        h = _hard_steps(cfg, n, rng)
         if split != "all":
-            held = _heldout(t, n, cfg.modulus, cfg.eval_every)
+            held = _heldout(t, n, cfg.modulus, cfg.eval_every, h)
             keep = held if split == "eval" else ~held
-            t, n = t[keep], n[keep]
+            t, n, h = t[keep], n[keep], h[keep]
         kept_terms.append(t)
         kept_n.append(n)
+        kept_h.append(h)
         have += len(n)
     terms = np.concatenate(kept_terms)[:count]
     n_terms = np.concatenate(kept_n)[:count]
-    return _problems_from_terms(terms, n_terms, cfg)
+    return _problems_from_terms(terms, n_terms, cfg, np.concatenate(kept_h)[:count])
 
 
-def _problems_from_terms(terms: np.ndarray, n_terms: np.ndarray, cfg: ArithConfig) -> Problems:
+def _hard_steps(cfg: ArithConfig, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """[B] int32 hard-step index per problem (0 = none); draws from ``rng`` only for ``uniform``."""
+    if cfg.hard_op == "none":
+        return np.zeros_like(n)
+    if cfg.hard_op == "late":
+        return (n - 1).astype(np.int32)
+    if cfg.hard_op == "early":
+        return np.ones_like(n)
+    return rng.integers(1, n).astype(np.int32)  # uniform over 1 … n-1, per row
+
+
+def _step_values(terms: np.ndarray, n_terms: np.ndarray, hard_step: np.ndarray, modulus: int) -> np.ndarray:
+    """[B, max_terms] int: the true running values ``s_1 … s_n`` (left to right; step ``h``
+    multiplies), padded past ``n`` with the last value."""
+    s = terms[:, 0].astype(np.int64)
+    out = [s]
+    for k in range(1, terms.shape[1]):  # over term positions, not over the batch
+        a = np.maximum(terms[:, k], 0)
+        nxt = np.where(hard_step == k, s * a, s + a) % modulus
+        s = np.where(k < n_terms, nxt, s)
+        out.append(s)
+    return np.stack(out, axis=1)
+
+
+def _problems_from_terms(terms: np.ndarray, n_terms: np.ndarray, cfg: ArithConfig,
+                         hard_step: np.ndarray | None = None) -> Problems:
     v = VOCAB
+    hard_step = np.zeros_like(n_terms) if hard_step is None else np.asarray(hard_step)
     count = terms.shape[0]
     prompt = np.full((count, cfg.prompt_width), v.pad_id, np.int32)
     prompt[:, 0] = v.bos_id
@@ -204,33 +279,53 @@ def _problems_from_terms(terms: np.ndarray, n_terms: np.ndarray, cfg: ArithConfi
     prompt[:, 1 : 2 * cfg.max_terms : 2] = np.where(cols[None] < n_terms[:, None], digit_ids, v.pad_id)
     plus_or_eq = np.where(cols[None] < n_terms[:, None] - 1, v.id("+"), v.pad_id)
     plus_or_eq = np.where(cols[None] == n_terms[:, None] - 1, v.id("="), plus_or_eq)
+    if (hard_step > 0).any():  # the operator before a_{h+1} (column h - 1) is '*'
+        plus_or_eq = np.where(cols[None] == hard_step[:, None] - 1, HARD_VOCAB.id(TIMES), plus_or_eq)
+        answer = _step_values(terms, n_terms, hard_step, cfg.modulus)[:, -1].astype(np.int32)
+    else:
+        answer = (np.where(terms >= 0, terms, 0).sum(axis=1) % cfg.modulus).astype(np.int32)
     prompt[:, 2 : 2 * cfg.max_terms + 1 : 2] = plus_or_eq
-    answer = (np.where(terms >= 0, terms, 0).sum(axis=1) % cfg.modulus).astype(np.int32)
     return Problems(
         prompt=prompt,
         prompt_len=(2 * n_terms + 1).astype(np.int32),
         answer=answer,
         n_terms=n_terms.astype(np.int32),
         terms=terms.astype(np.int32),
+        hard_step=hard_step.astype(np.int32),
     )
 
 
 def problems_from_strings(cfg: ArithConfig, prompts: list[str]) -> Problems:
-    """Problems from prompt strings such as ``"3+5+2+7="`` (a leading ``^`` is optional)."""
+    """Problems from prompt strings such as ``"3+5+2+7="`` (a leading ``^`` is optional). With a
+    hard operation each prompt holds exactly one ``*`` where ``cfg.hard_op`` puts it (``"3+5*2+7="``;
+    last operator for ``late``, first for ``early``, any for ``uniform``); without, none."""
     terms = np.full((len(prompts), cfg.max_terms), -1, np.int32)
     n_terms = np.zeros(len(prompts), np.int32)
+    hard_step = np.zeros(len(prompts), np.int32)
     for i, s in enumerate(prompts):
         body = s[1:] if s.startswith("^") else s
-        parts = body[:-1].split("+") if body.endswith("=") else None
+        ops = [c for c in body[1:-1:2]] if body.endswith("=") else []
+        parts = body[:-1].replace(TIMES, "+").split("+") if body.endswith("=") else None
         if (
             not parts
             or not all(len(p) == 1 and p.isdigit() and int(p) < cfg.modulus for p in parts)
             or not cfg.min_terms <= len(parts) <= cfg.max_terms
         ):
             raise ValueError(f"prompts[{i}]={s!r} is not a chain of {cfg.min_terms}..{cfg.max_terms} digits < {cfg.modulus}")
+        h = [k + 1 for k, c in enumerate(ops) if c == TIMES]
+        if cfg.hard_op == "none" and h:
+            raise ValueError(f"prompts[{i}]={s!r} holds {TIMES!r} but hard_op='none' (additions only)")
+        if cfg.hard_op != "none":
+            want = {"late": [len(parts) - 1], "early": [1]}.get(cfg.hard_op)
+            if len(h) != 1 or (want is not None and h != want):
+                where = {"late": "as the last operator", "early": "as the first operator"}.get(cfg.hard_op, "")
+                raise ValueError(
+                    f"prompts[{i}]={s!r}: hard_op={cfg.hard_op!r} needs exactly one {TIMES!r} {where}".rstrip()
+                )
+            hard_step[i] = h[0]
         terms[i, : len(parts)] = [int(p) for p in parts]
         n_terms[i] = len(parts)
-    return _problems_from_terms(terms, n_terms, cfg)
+    return _problems_from_terms(terms, n_terms, cfg, hard_step)
 
 
 def eval_problems(cfg: ArithConfig, *, count: int = 512, seed: int = 0) -> Problems:
@@ -262,21 +357,29 @@ def _parse_prefix(prefix: str, terms: list[int], modulus: int) -> tuple[int, lis
     return len(attempts) - 1, [int(x) for x in cur], bool(cur) and not trailing
 
 
+def _apply(s: int, a: int, k: int, hard_step: int, modulus: int) -> int:
+    """One step ``k`` of the chain: ``s * a`` at the hard step, else ``s + a`` (mod m)."""
+    return (s * a if k == hard_step else s + a) % modulus
+
+
 def _solution_text(
     terms: list[int], modulus: int, rng: np.random.Generator, *, error_rate: float, fix_rate: float,
-    max_fix_delay: int, max_restarts: int, prefix: str = "",
+    max_fix_delay: int, max_restarts: int, prefix: str = "", hard_step: int = 0,
+    hard_error_rate: float | None = None,
 ) -> str:
     """The rest (after ``prefix``, without EOS) of a solution written by the noisy solver of
     ``demonstrations``. A prefix whose current list holds a wrong step is noticed like the
     solver's own errors (probability ``fix_rate``, flagged ``U{0 … max_fix_delay}`` steps after
-    the first wrong one, but not before the next separator)."""
+    the first wrong one, but not before the next separator). Step ``hard_step`` (0: none)
+    multiplies and errs with probability ``hard_error_rate`` (``None``: ``error_rate``)."""
     n = len(terms)
+    her = error_rate if hard_error_rate is None else hard_error_rate
     restarts, vals, pending_sep = _parse_prefix(prefix, terms, modulus)
     k = len(vals)  # values written in the current list (value k is s_{k+1})
     s = vals[-1] if vals else terms[0]
     flag_at = None  # step at which the pending error is flagged with '!'
     prev = [terms[0], *vals[:-1]]
-    wrong = [j + 1 for j, (v, p) in enumerate(zip(vals, prev)) if v != (p + terms[j + 1]) % modulus]
+    wrong = [j + 1 for j, (v, p) in enumerate(zip(vals, prev)) if v != _apply(p, terms[j + 1], j + 1, hard_step, modulus)]
     if wrong and restarts < max_restarts and rng.random() < fix_rate:
         earliest = k if pending_sep else k + 1
         flag_at = min(max(wrong[0] + int(rng.integers(0, max_fix_delay + 1)), earliest), n - 1)
@@ -294,8 +397,8 @@ def _solution_text(
                 out.append(",")
         else:
             k += 1
-            s = (s + terms[k]) % modulus  # s_k from the value written last (errors propagate)
-            if rng.random() < error_rate:
+            s = _apply(s, terms[k], k, hard_step, modulus)  # s_k from the value written last (errors propagate)
+            if rng.random() < (her if k == hard_step else error_rate):
                 s = (s + int(rng.integers(1, modulus))) % modulus  # a wrong value, uniform over m-1
                 if flag_at is None and restarts < max_restarts and rng.random() < fix_rate:
                     flag_at = min(k + int(rng.integers(0, max_fix_delay + 1)), n - 1)
@@ -305,7 +408,7 @@ def _solution_text(
 
 def demonstrations(
     problems: Problems, cfg: ArithConfig, *, seed: int, error_rate: float | None = None,
-    fix_rate: float | None = None,
+    fix_rate: float | None = None, hard_error_rate: float | None = None,
 ) -> Demonstrations:
     """Written solutions of a noisy solver, for a supervised warm start.
 
@@ -314,14 +417,18 @@ def demonstrations(
     instead. A wrong step is noticed with probability ``fix_rate`` (default ``cfg.demo_fix_rate``)
     after ``U{0 … max_fix_delay}`` more steps: the solver then writes ``!`` and restarts the list
     (``max_restarts`` times at most). Unnoticed errors make the final answer wrong, so the data
-    are imperfect on purpose; with ``error_rate=0`` every demonstration is correct.
+    are imperfect on purpose; with ``error_rate=0`` every demonstration is correct. The hard step
+    (``problems.hard_step``) multiplies and errs with probability ``hard_error_rate`` (default
+    ``cfg.hard_error_rate``; with ``error_rate=0`` and ``hard_error_rate=0`` every demonstration of
+    a hard variant is correct).
 
     Returns ``Demonstrations(tokens [B, L], loss_mask [B, L])`` with ``L = cfg.max_len``.
     """
     er = cfg.demo_error_rate if error_rate is None else float(error_rate)
     fr = cfg.demo_fix_rate if fix_rate is None else float(fix_rate)
-    if not (0.0 <= er <= 1.0 and 0.0 <= fr <= 1.0):
-        raise ValueError(f"error_rate and fix_rate must lie in [0, 1], got {er}, {fr}")
+    her = cfg.hard_error_rate if hard_error_rate is None else float(hard_error_rate)
+    if not (0.0 <= er <= 1.0 and 0.0 <= fr <= 1.0 and 0.0 <= her <= 1.0):
+        raise ValueError(f"error_rate, fix_rate and hard_error_rate must lie in [0, 1], got {er}, {fr}, {her}")
     _check_problems(problems, cfg)
     v = VOCAB
     count = problems.prompt.shape[0]
@@ -333,6 +440,7 @@ def demonstrations(
         text = _solution_text(
             [int(a) for a in problems.terms[i, :n]], cfg.modulus, rng, error_rate=er, fix_rate=fr,
             max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
+            hard_step=int(problems.hard_step[i]), hard_error_rate=her,
         )
         sol = v.encode(text) + [v.eos_id]
         p = int(problems.prompt_len[i])
@@ -344,7 +452,7 @@ def demonstrations(
 
 def continue_demonstrations(
     problems: Problems, tokens: np.ndarray, prefix_len: np.ndarray, cfg: ArithConfig, *, seed: int,
-    error_rate: float | None = None, fix_rate: float | None = None,
+    error_rate: float | None = None, fix_rate: float | None = None, hard_error_rate: float | None = None,
 ) -> Demonstrations:
     """The noisy solver of ``demonstrations`` continuing replayed prefixes (a model-free stand-in
     for a policy in Prefix Sampling).
@@ -359,6 +467,7 @@ def continue_demonstrations(
     """
     er = cfg.demo_error_rate if error_rate is None else float(error_rate)
     fr = cfg.demo_fix_rate if fix_rate is None else float(fix_rate)
+    her = cfg.hard_error_rate if hard_error_rate is None else float(hard_error_rate)
     _check_problems(problems, cfg)
     b = problems.prompt.shape[0]
     tokens = np.asarray(tokens)
@@ -369,7 +478,7 @@ def continue_demonstrations(
         )
     if (prefix_len < problems.prompt_len).any() or (prefix_len > tokens.shape[1]).any():
         raise ValueError(f"prefix_len must lie in [prompt_len, {tokens.shape[1]}], got {prefix_len}")
-    v = VOCAB
+    v = cfg.vocab  # a policy prefix of a hard variant may hold any of its tokens
     rng = np.random.default_rng([int(seed), 0xC047])
     rows = []
     for i in range(b):  # host-side simulation
@@ -377,7 +486,7 @@ def continue_demonstrations(
         text = _solution_text(
             [int(a) for a in problems.terms[i, :n]], cfg.modulus, rng, error_rate=er, fix_rate=fr,
             max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
-            prefix=v.decode(tokens[i, p:c]),
+            prefix=v.decode(tokens[i, p:c]), hard_step=int(problems.hard_step[i]), hard_error_rate=her,
         )
         rows.append((list(tokens[i, :c]), v.encode(text) + [v.eos_id]))
     width = max(cfg.max_len, max(len(a) + len(r) for a, r in rows))
@@ -393,7 +502,7 @@ def _check_problems(problems: Problems, cfg: ArithConfig) -> None:
     b = np.shape(problems.prompt)[0] if np.ndim(problems.prompt) == 2 else None
     if b is None or np.shape(problems.prompt)[1] != cfg.prompt_width:
         raise ValueError(f"problems.prompt must be [B, {cfg.prompt_width}], got {np.shape(problems.prompt)}")
-    for name in ("prompt_len", "answer", "n_terms"):
+    for name in ("prompt_len", "answer", "n_terms", "hard_step"):
         if np.shape(getattr(problems, name)) != (b,):
             raise ValueError(f"problems.{name} must be [{b}], got {np.shape(getattr(problems, name))}")
     if np.shape(problems.terms) != (b, cfg.max_terms):
@@ -529,13 +638,17 @@ def simulate_prefix_replay(
 
 def describe(cfg: ArithConfig) -> str:
     """A short human-readable description of the task and its knobs."""
+    hard = "" if cfg.hard_op == "none" else (
+        f"; hard step: one '*' (multiply mod m, left to right) per chain, {cfg.hard_op}, "
+        f"demo error rate {cfg.hard_error_rate} there"
+    )
     return (
         f"modular addition chains: n in [{cfg.min_terms}, {cfg.max_terms}] digits mod {cfg.modulus}, "
         f"prompt '^3+5+2+7=' -> solution '8,0,7#7$' (running sums, '#' answer, '!' = restart); "
-        f"vocab {len(VOCAB)} tokens {''.join(VOCAB.tokens)!r}; P={cfg.prompt_width}, "
+        f"vocab {len(cfg.vocab)} tokens {''.join(cfg.vocab.tokens)!r}; P={cfg.prompt_width}, "
         f"L={cfg.max_len}; demos: error rate {cfg.demo_error_rate}/step, fix rate {cfg.demo_fix_rate}, "
         f"fix delay <= {cfg.max_fix_delay}, restarts <= {cfg.max_restarts}; "
-        f"1/{cfg.eval_every} of prompts held out for eval"
+        f"1/{cfg.eval_every} of prompts held out for eval{hard}"
     )
 
 

@@ -8,6 +8,9 @@ alphabet and a decoded rollout is readable as it is:
   ``#`` (final answer follows).
 
 A rollout reads ``^3+5+2+7=8,0,7#7$`` (prompt ``^3+5+2+7=``, solution ``8,0,7#7$``).
+
+``HARD_VOCAB`` appends ``*`` (the hard operation of ``ArithConfig(hard_op=...)``: multiply mod m)
+after the 18 tokens above, so every shared id is the same and ``VOCAB`` (size 18) is unchanged.
 """
 from __future__ import annotations
 
@@ -18,18 +21,25 @@ import numpy as np
 PAD, BOS, EOS = "_", "^", "$"
 DIGITS = "0123456789"
 PLUS, EQUALS, SEP, FIX, ANSWER = "+", "=", ",", "!", "#"
+TIMES = "*"
 
 
 class Vocab:
     """The task's vocabulary: ``tokens[i]`` is the character of id ``i``.
 
     Ids are fixed (``pad_id = 0``, ``bos_id = 1``, ``eos_id = 2``, digit ``d`` has id ``3 + d``),
-    so arrays written by one process are read the same by another.
+    so arrays written by one process are read the same by another. ``extra`` tokens are appended
+    after the base ones (``Vocab(extra=(TIMES,))`` is ``HARD_VOCAB``).
     """
 
     tokens: tuple[str, ...] = (PAD, BOS, EOS, *DIGITS, PLUS, EQUALS, SEP, FIX, ANSWER)
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        extra = tuple(extra)
+        if any(len(t) != 1 for t in extra) or len(set(self.tokens + extra)) != len(self.tokens) + len(extra):
+            raise ValueError(f"extra must be new single characters not in {''.join(self.tokens)!r}, got {extra}")
+        if extra:
+            self.tokens = self.tokens + extra
         self._index = {t: i for i, t in enumerate(self.tokens)}
 
     @property
@@ -99,3 +109,4 @@ class Vocab:
 
 
 VOCAB = Vocab()
+HARD_VOCAB = Vocab(extra=(TIMES,))
