@@ -1,0 +1,54 @@
+"""Tests of ``experiments.k_histogram`` (the step-0 pass-count histogram of a run's warm start).
+
+References: ``np.bincount`` by hand on a fixed k vector, and the trainer's own step-0 metrics
+(``pass_rate`` of ``Trainer.collect`` from the same warm start and seed): the tool's first drawn step
+must be exactly the run's first step.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from experiments import k_histogram as kh
+
+TINY = ["task=arith_chain_late", "task.params.min_terms=3", "task.params.max_terms=4", "sft.steps=20",
+        "sft.batch=16", "model.overrides.d_model=32", "model.overrides.n_layers=1", "model.overrides.head_dim=8",
+        "model.overrides.d_ff=64", "algo.tasks_per_step=4", "eval.count=8", "eval.samples=1", "method=baseline"]
+
+
+def test_histogram_counts_and_shares():
+    k = np.array([0, 1, 1, 2, 8, 3, 1, 0])
+    h = kh.histogram(k, 8)
+    assert h["counts"] == [2, 3, 1, 1, 0, 0, 0, 0, 1] and h["groups"] == 8
+    assert h["share_k1_k2"] == pytest.approx(4 / 8) and h["share_mixed"] == pytest.approx(5 / 8)
+    assert h["pass_rate"] == pytest.approx(16 / 64)
+    with pytest.raises(ValueError, match=r"k must be"):
+        kh.histogram(np.array([9]), 8)
+
+
+def test_tool_matches_the_runs_first_step(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+    from experiments.train import build
+    from prs.rl.runner import base_params
+    from prs.rl.trainer import Trainer
+
+    ov = [*TINY, f"sft.base_dir={tmp_path / 'base'}"]
+    rep = kh.main(["--problems", "6", "--out", str(tmp_path / "h"), *ov])
+    h = rep["histogram"]
+    assert h["groups"] == 6 and sum(h["counts"]) == 6 and len(h["counts"]) == 9
+    assert len(rep["step_pass_rates"]) == 2  # ceil(6 / 4) drawn steps
+    assert json.loads((tmp_path / "h.json").read_text())["histogram"] == h
+    assert "share of k in {1, 2}" in (tmp_path / "h.md").read_text()
+    # the run's step 0, from the cached warm start the tool built (same key as experiments.train)
+    with initialize_config_dir(config_dir=str(kh.pathlib.Path(kh.__file__).resolve().parent.parent / "conf"),
+                               version_base=None):
+        cfg = validate(compose("config", overrides=ov))
+    task, model_cfg, rl, prefix, run_cfg = build(cfg)
+    params = base_params(task, model_cfg, run_cfg, tmp_path / "base", log=lambda *a: None)
+    assert len(list((tmp_path / "base").glob("base-*"))) == 1  # reused, not rebuilt
+    tr = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed)
+    _, _, m = tr.collect(tr.init_state(params))  # the step's sampling, without compiling the update
+    assert rep["step_pass_rates"][0] == pytest.approx(m["pass_rate"])
+    assert rep["eval_pass_at_1"] == pytest.approx(tr.evaluate(params, 0)["eval/pass_at_1"])
