@@ -208,3 +208,17 @@ def test_continuations_honour_the_hard_step():
     lens = cut + c.loss_mask.sum(1)
     np.testing.assert_array_equal(np.asarray(verify(p.answer, c.tokens, p.prompt_len, lens)), 1.0)
     np.testing.assert_array_equal(c.tokens[:, : int(cut[0])], good.tokens[:, : int(cut[0])])
+
+
+def test_warm_start_problems_widen_only_the_supervised_data():
+    task = make_task("arith", min_terms=8, max_terms=10, hard_op="late", warm_start_min_terms=2)
+    ws = task.warm_start_problems(seed=0, step=0, count=900)
+    assert set(ws.n_terms.tolist()) == set(range(2, 11)) and (ws.hard_step == ws.n_terms - 1).all()
+    assert ws.prompt.shape[1:] == task.train_problems(seed=0, step=0, count=4).prompt.shape[1:]
+    tr = task.train_problems(seed=0, step=0, count=300)
+    assert tr.n_terms.min() == 8 and task.eval_problems(count=64).n_terms.min() == 8
+    plain = make_task("arith", min_terms=8, max_terms=10, hard_op="late")
+    for x, y in zip(plain.warm_start_problems(seed=3, step=2, count=16), plain.train_problems(seed=3, step=2, count=16)):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="warm_start_min_terms"):
+        ArithConfig(max_terms=5, warm_start_min_terms=6)

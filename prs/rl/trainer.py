@@ -640,7 +640,9 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
 
     Data: ``steps × batch`` problems drawn from a stream disjoint from RL's (seed offset), each
-    with a seeded demonstration. AdamW with cosine decay; one jit compile.
+    with a seeded demonstration; a task may draw them from a wider warm-start distribution
+    (``task.warm_start_problems``, same signature as ``train_problems``). AdamW with cosine decay;
+    one jit compile.
     """
     params = init_params(model_cfg, jax.random.PRNGKey(seed))
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(steps // 20, 1), max(steps, 2))
@@ -655,7 +657,7 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
 
     t0 = time.perf_counter()
     for i in range(steps):
-        probs = task.train_problems(seed=10_000_000 + seed, step=i, count=batch)
+        probs = getattr(task, "warm_start_problems", task.train_problems)(seed=10_000_000 + seed, step=i, count=batch)
         tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
         params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
         if log and (i % log_every == 0 or i == steps - 1):

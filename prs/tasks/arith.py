@@ -54,7 +54,8 @@ from prs.tasks.vocab import HARD_VOCAB, TIMES, VOCAB, Vocab
 
 _SPLITS = {"train": 0, "eval": 1, "all": 2}
 HARD_OPS = ("none", "late", "early", "uniform")
-_HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None}  # field -> default (see __repr__)
+# fields added after the plain task -> their defaults (shown by __repr__ only when set)
+_HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None, "warm_start_min_terms": None}
 EVAL_SEED = 20_260_505  # seed of the fixed held-out evaluation set (offset by ``eval_problems(seed=)``)
 
 
@@ -77,6 +78,10 @@ class ArithConfig:
         of each chain sits (see the module docstring); ``"none"``: additions only.
       demo_hard_error_rate: probability that a demonstration's hard step is wrong (``None``: the
         same as ``demo_error_rate``); unused when ``hard_op == "none"``.
+      warm_start_min_terms: the supervised warm start draws its problems with ``n`` uniform over
+        ``[warm_start_min_terms, max_terms]`` (short chains teach the addition and the alignment
+        of a step with its prompt digit); ``None``: from the training distribution. RL and the
+        evaluation always use ``[min_terms, max_terms]``.
     """
 
     min_terms: int = 2
@@ -90,6 +95,7 @@ class ArithConfig:
     eval_every: int = 8
     hard_op: str = "none"
     demo_hard_error_rate: float | None = None
+    warm_start_min_terms: int | None = None
 
     def __repr__(self) -> str:
         # The fields of the plain task always; the hard-operation fields only when they are set, so
@@ -126,6 +132,11 @@ class ArithConfig:
             raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
         if self.hard_op not in HARD_OPS:
             raise ValueError(f"hard_op must be one of {list(HARD_OPS)}, got {self.hard_op!r}")
+        if self.warm_start_min_terms is not None and not 2 <= self.warm_start_min_terms <= self.max_terms:
+            raise ValueError(
+                f"warm_start_min_terms must be None or lie in [2, max_terms={self.max_terms}], got "
+                f"{self.warm_start_min_terms}"
+            )
         if self.demo_hard_error_rate is not None and not 0.0 <= self.demo_hard_error_rate <= 1.0:
             raise ValueError(f"demo_hard_error_rate must lie in [0, 1] or be None, got {self.demo_hard_error_rate}")
 
@@ -685,6 +696,14 @@ class ArithTask:
 
     def eval_problems(self, *, count: int) -> Problems:
         return eval_problems(self.cfg, count=count)
+
+    def warm_start_problems(self, *, seed: int, step: int, count: int) -> Problems:
+        """The supervised warm start's problems: ``train_problems``, or with ``n`` uniform over
+        ``[warm_start_min_terms, max_terms]`` when that is set (same array shapes)."""
+        if self.cfg.warm_start_min_terms is None:
+            return self.train_problems(seed=seed, step=step, count=count)
+        wide = dataclasses.replace(self.cfg, min_terms=self.cfg.warm_start_min_terms, term_weights=None)
+        return make_problems(wide, seed=int(seed) * 1_000_003 + int(step), count=count)
 
     def take(self, problems: Problems, index: np.ndarray) -> Problems:
         return Problems(*(np.asarray(x)[index] for x in problems))
