@@ -36,6 +36,10 @@ def histogram(k: np.ndarray, n: int) -> dict:
             "share_mixed": float(share[1:n].sum()), "pass_rate": float(k.sum() / (n * k.size))}
 
 
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def markdown(rep: dict) -> str:
     h = rep["histogram"]
     n = h["n"]
@@ -53,6 +57,8 @@ def markdown(rep: dict) -> str:
         f"- share of k in {{1, 2}}: **{h['share_k1_k2']:.3f}**; mixed (0 < k < N): {h['share_mixed']:.3f}",
         f"- base pass rate (training problems): **{h['pass_rate']:.3f}**; held-out pass@1 (step-0 eval, "
         f"{rep['eval_episodes']} episodes): {rep['eval_pass_at_1']:.3f}",
+        *([f"- first-attempt step accuracy (arith): additions {_fmt(rep['step_accuracy']['add'])}, hard step "
+           f"{_fmt(rep['step_accuracy']['hard'])} (chance 0.1 mod 10)"] if rep.get("step_accuracy") else []),
         f"- mean generated tokens per rollout: {rep['gen_tokens_per_rollout']:.1f}; sampling "
         f"{rep['time_sample_s_per_call']:.2f} s per call of {rep['tasks_per_call']} x {n} rollouts; eval "
         f"{rep['time_eval_s']:.2f} s",
@@ -69,6 +75,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
     from prs.core import prefix as ps
     from prs.rl.runner import base_params
     from prs.rl.trainer import Trainer
+    from prs.tasks.arith import ArithTask, step_accuracy
 
     if problems < 1:
         raise ValueError(f"--problems must be >= 1, got {problems}")
@@ -88,6 +95,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
     tr = Trainer(task, model_cfg, rl, ps.PrefixConfig(mode="baseline", n=n), seed=run_cfg.seed)
     sp = tr.sampling_params(params)
     ks, gen, times = [], 0, []
+    steps = {"add": [0, 0], "hard": [0, 0]}  # arith: first-attempt (correct, written) per kind of step
     calls = -(-problems // b)
     for s in range(calls):  # the run's steps 0, 1, …: their problems and sampling keys, step-0 policy
         probs = task.train_problems(seed=run_cfg.seed, step=s, count=b)
@@ -97,6 +105,10 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         times.append(time.perf_counter() - t1)
         ks.append((r >= 1.0).sum(axis=1))
         gen += int(np.asarray(ep.policy_mask).sum())
+        if isinstance(task, ArithTask):
+            for kind, (c, w) in step_accuracy(probs, np.asarray(ep.tokens), n, task.cfg).items():
+                steps[kind][0] += c
+                steps[kind][1] += w
     k = np.concatenate(ks)[:problems].astype(np.int64)
     t1 = time.perf_counter()
     ev = tr.evaluate(params, 0)
@@ -107,6 +119,9 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         "step_pass_rates": [float(x.sum() / (n * b)) for x in ks],  # per drawn step (as its train metric)
         "eval_pass_at_1": ev["eval/pass_at_1"],
         "eval_episodes": rl.eval_count * rl.eval_samples,
+        "step_accuracy": ({kind: (c / w if w else None) for kind, (c, w) in steps.items()}
+                          if isinstance(task, ArithTask) else None),
+        "steps_written": {kind: w for kind, (_, w) in steps.items()},
         "gen_tokens_per_rollout": gen / (calls * b * n), "tasks_per_call": b,
         "sft_steps": run_cfg.sft_steps, "time_warm_start_s": t_sft,
         # the first call compiles; the median is the steady-state cost of one step's sampling

@@ -222,3 +222,17 @@ def test_warm_start_problems_widen_only_the_supervised_data():
         np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="warm_start_min_terms"):
         ArithConfig(max_terms=5, warm_start_min_terms=6)
+
+
+def test_step_accuracy_counts_each_steps_own_correctness():
+    from prs.tasks.arith import step_accuracy
+
+    cfg = dataclasses.replace(HARD, hard_op="uniform", min_terms=4, max_terms=4)
+    p = problems_from_strings(cfg, ["3+5*2+7="])  # h = 2: 8, 8*2 = 6, 6+7 = 3
+    gens = ["8,6,3#3$", "8,7,4#4$", "9!8,6,3#3$", "#3$"]  # all right; hard wrong (then 7+7=4 right); k=1 wrong; none
+    width = cfg.max_len
+    toks = np.full((4, width), cfg.vocab.pad_id, np.int32)
+    for i, g in enumerate(gens):
+        row = cfg.vocab.encode("^3+5*2+7=" + g)
+        toks[i, : len(row)] = row
+    assert step_accuracy(p, toks, 4, cfg) == {"add": (4, 5), "hard": (1, 2)}

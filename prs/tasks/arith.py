@@ -647,6 +647,37 @@ def simulate_prefix_replay(
     return out
 
 
+def step_accuracy(problems: Problems, tokens: np.ndarray, group_size: int, cfg: ArithConfig) -> dict:
+    """First-attempt accuracy of rollouts, per kind of step (host-side diagnostic of a policy).
+
+    Row ``r`` of ``tokens`` ([R = B N, L], prompt then generation) is a rollout of problem
+    ``r // group_size``. In its first attempt (the generation up to the first ``!``, ``#`` or EOS),
+    written value ``k`` is correct iff it equals ``op_k(v_{k-1}, a_{k+1})`` with ``v_{k-1}`` the value
+    the rollout wrote before it (``a_1`` for ``k = 1``): the step's own correctness, errors before
+    it not counted. Values are read while they are single digits and ``k <= n - 1``.
+
+    Returns ``{"add": (correct, written), "hard": (correct, written)}`` summed over rollouts.
+    """
+    tokens = np.asarray(tokens)
+    v = cfg.vocab
+    out = {"add": [0, 0], "hard": [0, 0]}
+    for r in range(tokens.shape[0]):  # host-side diagnostic, once per report
+        i = r // group_size
+        n, h, p = int(problems.n_terms[i]), int(problems.hard_step[i]), int(problems.prompt_len[i])
+        terms = [int(a) for a in problems.terms[i, :n]]
+        text = v.decode(tokens[r, p:])
+        first = text.split("$")[0].split("!")[0].split("#")[0].split(",")
+        prev = terms[0]
+        for k, val in enumerate(first, start=1):
+            if k >= n or not (len(val) == 1 and val.isdigit()):
+                break
+            acc = out["hard" if k == h else "add"]
+            acc[0] += int(int(val) == _apply(prev, terms[k], k, h, cfg.modulus))
+            acc[1] += 1
+            prev = int(val)
+    return {key: (c, w) for key, (c, w) in out.items()}
+
+
 def describe(cfg: ArithConfig) -> str:
     """A short human-readable description of the task and its knobs."""
     hard = "" if cfg.hard_op == "none" else (
