@@ -112,6 +112,7 @@ def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
     from prs.analysis import decisive as dc
     from prs.rl.provenance import code_state
 
+    cs = code_state()  # before anything is written, so the page's own outputs do not count as dirty
     payload, parts = {}, []
     multi = len(roots) > 1
     for root in roots:
@@ -139,7 +140,6 @@ def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
         parts.append(sim_grid_markdown(pathlib.Path(args.sim_grid)))
     (out / "decisive.json").write_text(json.dumps(an.to_jsonable(payload), indent=1, allow_nan=False))
     if args.readme:
-        cs = code_state()
         cmd = "python -m experiments.analyze " + " ".join(argv if argv is not None else sys.argv[1:])
         sec = dc.section_markdown(parts, commit=cs["commit"], dirty=cs["dirty"], dirty_files=cs["dirty_files"],
                                   command=cmd)

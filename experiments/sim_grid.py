@@ -164,17 +164,18 @@ def report(out: pathlib.Path, *, n_boot: int = 1000, progress=print) -> dict:
             continue
         curves = {a: _curve(r) for a, r in recs.items()}
         steps = np.arange(curves["baseline"][0].shape[1])
-        density = {a: np.asarray(r["metrics"]["energy"]).mean(1) for a, r in recs.items()}  # [S] mean p(1-p) trained
-        arms = decisive.arm_stats(
-            steps, {a: c[0] for a, c in curves.items()}, {a: {"decisions": c[1]} for a, c in curves.items()},
-            baseline="baseline", density=density, k=5, k_start=1, n_boot=n_boot)
+        arm_in = {a: {"seeds": list(range(c[0].shape[0])), "y": c[0], "cost": {"decisions": c[1]},
+                      "density": np.asarray(recs[a]["metrics"]["energy"]).mean(1),  # [S] mean p(1-p) trained
+                      "survival": None} for a, c in curves.items()}
+        # on next_visit the no-prefix control IS the baseline (prs.sim, tested bit-exact)
+        arm_in["reroll_noprefix-next_visit"] = arm_in["baseline"]
+        arms = decisive.arm_stats(steps, arm_in, baseline="baseline", k=5, k_start=1, n_boot=n_boot)
         verdict = decisive.verdict(arms, cost="decisions")
         b = recs["baseline"]["metrics"]
-        k0 = None
         res["regimes"][regime] = {"arms": arms, "verdict": verdict, "success0": float(np.mean(b["success0"])),
                                   "skewed0": float(np.mean(np.asarray(b["skewed"])[:, 0])),
                                   "extra_share": recs.get("extra_rollouts", {}).get("extra_share"),
-                                  "decisions_per_step": {a: _decisions(r) for a, r in recs.items()}, "k0": k0}
+                                  "decisions_per_step": {a: _decisions(r) for a, r in recs.items()}}
         progress(f"{regime}: {verdict['mechanism']}")
     scan_p = out / "scan.json"
     res["scan"] = json.loads(scan_p.read_text()) if scan_p.exists() else None

@@ -107,7 +107,7 @@ def test_bad_arm_shapes_raise():
 
 
 def write_run(root, name, *, method, seed, schedule="same_step", params=None, tau=20.0, steps=40, extra=None,
-              tokens=100):
+              tokens=100, tag=""):
     d = root / name
     d.mkdir(parents=True)
     lines = []
@@ -119,6 +119,7 @@ def write_run(root, name, *, method, seed, schedule="same_step", params=None, ta
                           "time_update": 1.0, "pq_trained": 0.15, "groups_kept": 6, "k_hist": [3, 2, 2, 1, 1, 1, 1, 3, 2]})
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     cfg = {"method": dict({"name": method, "schedule": schedule}, **(extra or {})), "seed": seed, "steps": steps,
+           "tag": tag,
            "task": {"name": "arith", "params": params or {"max_terms": 5}}}
     (d / "summary.json").write_text(json.dumps({"steps": steps, "config": cfg}))
     return d
@@ -131,9 +132,14 @@ def test_variants_and_arms_come_from_the_configs(tmp_path):
         write_run(tmp_path, f"a-ps_ada-nvx-s{s}", method="ps_ada", seed=s, schedule="next_visit", tau=10,
                   extra={"cut_spread": True})
         write_run(tmp_path, f"late-baseline-s{s}", method="baseline", seed=s, params={"max_terms": 9, "hard": "late"})
+        # the regime presets tag runs with their schedule (tag: -late-${method.schedule}): one variant
+        for m, sch in (("baseline", "same_step"), ("ps_ada", "next_visit")):
+            write_run(tmp_path, f"arith-{m}-late-{sch}-s{s}", method=m, seed=s, schedule=sch, tag=f"-late-{sch}",
+                      params={"max_terms": 9, "hard": "late"})
     runs = an.load_runs(tmp_path)
     variants = dc.task_variants(runs)
-    assert sorted(variants) == ["arith[hard=None,max_terms=5]", "arith[hard=late,max_terms=9]"]
+    assert sorted(variants) == ["arith-late", "arith[hard=None,max_terms=5]", "arith[hard=late,max_terms=9]"]
+    assert sorted(dc.group_arms(variants["arith-late"])) == ["baseline", "ps_ada-next_visit"]
     arms = dc.group_arms(variants["arith[hard=None,max_terms=5]"])
     assert sorted(arms) == ["baseline", "ps_ada-next_visit[cut_spread=None]", "ps_ada-next_visit[cut_spread=True]"]
     res = dc.lm_variant(variants["arith[hard=None,max_terms=5]"], n_boot=200)

@@ -315,6 +315,16 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
     if LR is not None:
         parts.append(f"for reference, baseline_lr2 / PS in steps {_ci_text(LR)}"
                      + (" (2x lr is faster still)" if LR.get("hi", math.inf) < 1 else ""))
+    # context (not part of the rules): every head-to-head and the mechanism measurements
+    ctx = [f"{h['arm']}/PS {_ci_text(h.get('steps'))} in steps, {_ci_text(h.get(cost))} in {cost}"
+           for c, h in h2h.items() if "error" not in h and c != "baseline_lr2"]
+    if D:
+        ctx.append(f"p(1-p) of trained groups PS - baseline {_ci_text(D, 3)}")
+    if V:
+        ctx.append(f"kept groups per step PS - baseline {_ci_text(V, 2)}")
+    if ctx:
+        parts.append("context: " + "; ".join(ctx))
+    out["context"] = ctx
     out.update(mechanism=mech, decided_by=by)
     out["text"] = (f"**{mech}** (decided by `{by}`). " + "; ".join(parts) + ". "
                    + ("The issue's goal is met." if goal else "The issue's goal (>= 2x, CI above 1.3 with upper bound "
@@ -434,13 +444,23 @@ def lm_arms(runs: Sequence[Run], *, time_clip: float | None = 5.0) -> tuple[np.n
     return steps, out
 
 
+def _strip_schedule(task: str, schedule: str) -> str:
+    """``arith-late-next_visit`` (a Hydra tag naming the schedule) -> ``arith-late``: the schedules of one
+    task are arms of one variant, compared with each other."""
+    for sep in ("-", "_"):
+        if task.endswith(sep + schedule):
+            return task[: -len(schedule) - 1]
+    return task
+
+
 def task_variants(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """{variant: runs}: runs grouped by task (``Run.task``: config task name + tag) and, where runs of
-    one task name differ in ``task.params``, by those params (label ``task[key=value,...]`` naming the
-    keys that differ), so variants of one task are never pooled."""
+    """{variant: runs}: runs grouped by task (``Run.task``: config task name + tag, a trailing
+    ``-<schedule>`` of the tag removed) and, where runs of one task name differ in ``task.params``, by
+    those params (label ``task[key=value,...]`` naming the keys that differ), so variants of one task
+    are never pooled."""
     by_task: dict[str, list[Run]] = {}
     for r in runs:
-        by_task.setdefault(r.task, []).append(r)
+        by_task.setdefault(_strip_schedule(r.task, r.schedule), []).append(r)
     out: dict[str, list[Run]] = {}
     for task, rs in sorted(by_task.items()):
         keyed: dict[str, list[Run]] = {}
@@ -504,7 +524,7 @@ def k_histogram(runs: Sequence[Run]) -> list[float] | None:
     if not hs:
         return None
     h = np.sum(hs, axis=0)
-    return (h / h.sum()).tolist()
+    return (h / h.sum()).tolist() if h.sum() > 0 else None
 
 
 BEGIN, END = "<!-- decisive-experiment:begin -->", "<!-- decisive-experiment:end -->"
