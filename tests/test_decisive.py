@@ -220,3 +220,16 @@ def test_paper_numbers_match_the_context_file():
         assert re.search(rf"\| {model} \|[^\n]*\+{pp} pp", text), model
     from experiments import simulate
     assert simulate.PAPER_ABLATION is an.PAPER_ABLATION_SPEEDUP  # one source of truth
+
+
+def test_a_running_run_is_read_from_its_config_json(tmp_path):
+    d = write_run(tmp_path, "arith-ps_ada-late-next_visit-s2", method="ps_ada", seed=2, schedule="next_visit",
+                  tag="-late-next_visit", params={"hard_op": "late"})
+    cfg = json.loads((d / "summary.json").read_text())["config"]
+    (d / "summary.json").unlink()
+    (d / "config.json").write_text(json.dumps(dict(cfg, steps=80)))   # still running: 40 of 80 steps
+    r = an.load_run(d)
+    assert (r.task, r.method, r.schedule, r.task_params) == ("arith-late-next_visit", "ps_ada", "next_visit",
+                                                             {"hard_op": "late"})
+    assert r.status == "partial" and r.planned_steps == 80
+    assert list(dc.task_variants([r])) == ["arith-late"]

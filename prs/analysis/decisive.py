@@ -345,38 +345,46 @@ def arms_table(res: Mapping[str, Any], *, cost: str = "tokens") -> str:
     """Markdown: every arm vs its baseline (speed-ups with paired 95% CIs; ≤ = censored method seeds
     make it an upper bound, ≥ censored baseline seeds a lower bound), the paper's ablation beside, and
     the head-to-head of PS against each control."""
-    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | to 80% ({cost}) | AUC diff (pp) "
+    costs = [cost] + sorted({k[len("speedup_"):] for r in res["arms"].values() for f in r.get("fractions", [])
+                             for k in r.get(f, {}) if k.startswith("speedup_") and k != "speedup_steps"} - {cost})
+    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | "
+             + " | ".join(f"to 80% ({c})" for c in costs) + " | AUC diff (pp) "
              f"| equal-step diff (pp) | old metric | paper steps / speed-up |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|" + "---|" * len(costs) + "---|---|---|---|"]
+    blank = " |" * len(costs)
     old = res.get("old_metric", {})
     for name in res["order"]:
         if name not in res["arms"]:
-            lines.append(f"| {name} | (reference) | | 1 | 1 | 1 | 0 | 0 | 1 | "
+            lines.append(f"| {name} | (reference) | | 1 | 1 |" + " 1 |" * len(costs) + " 0 | 0 | 1 | "
                          f"{PAPER_ABLATION_STEPS.get(_split(name)[0], '-')} / 1.00 |" if _split(name)[0] == "baseline"
-                         else f"| {name} | | | | | | | | | |")
+                         else f"| {name} | | | | |" + blank + " | | | |")
             continue
         r = res["arms"][name]
         m = _split(name)[0]
         paper = (f"{PAPER_ABLATION_STEPS[m]} / {PAPER_ABLATION_SPEEDUP[m]:.2f}" if m in PAPER_ABLATION_STEPS else "-")
         if "error" in r:
-            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | | | | | | {paper} |")
+            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | |" + blank
+                         + f" | | | {paper} |")
             continue
         fr = r["fractions"]
         lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {_cell(r[fr[0]]['speedup_steps'])} | "
-                     f"{_cell(r[fr[-1]]['speedup_steps'])} | {_cell(r[fr[-1]].get(f'speedup_{cost}'))} | "
+                     f"{_cell(r[fr[-1]]['speedup_steps'])} | "
+                     + " | ".join(_cell(r[fr[-1]].get(f"speedup_{c}")) for c in costs) + " | "
                      f"{_cell(r.get('auc', {}).get('improvement'), 1, 100)} | "
                      f"{_cell(r.get('equal_step', {}).get('improvement'), 1, 100)} | {_cell(old.get(name))} | {paper} |")
     if res.get("ps"):
         lines += ["", f"Head-to-head at the 80%-gap level, PS = `{res['ps']}` (ratio control / PS: > 1 = PS faster; "
-                  "paired seeds):", "", f"| control | seeds | steps | {cost} | censored PS / control |", "|---|---|---|---|---|"]
+                  "paired seeds):", "", f"| control | seeds | steps | " + " | ".join(costs) + " | censored PS / control |",
+                  "|---|---|---|" + "---|" * len(costs) + "---|"]
         if not res["head_to_head"]:
-            lines.append("| (none of reroll_noprefix, extra_rollouts, baseline_lr2, ps_ada_hard ran) | | | | |")
+            lines.append("| (none of reroll_noprefix, extra_rollouts, baseline_lr2, ps_ada_hard ran) | | |" + blank + " |")
         for c, h in res["head_to_head"].items():
             if "error" in h:
-                lines.append(f"| {h['arm']} | {len(h['paired_seeds'])} | {h['error']} | | |")
+                lines.append(f"| {h['arm']} | {len(h['paired_seeds'])} | {h['error']} |" + blank + " |")
             else:
-                lines.append(f"| {h['arm']} | {len(h['paired_seeds'])} | {_cell(h['steps'])} | {_cell(h.get(cost))} | "
-                             f"{h['n_censored_ps']} / {h['n_censored_control']} |")
+                lines.append(f"| {h['arm']} | {len(h['paired_seeds'])} | {_cell(h['steps'])} | "
+                             + " | ".join(_cell(h.get(c)) for c in costs)
+                             + f" | {h['n_censored_ps']} / {h['n_censored_control']} |")
         for key, label in (("density", "mean p(1-p) of trained groups"), ("survival", "kept groups per step")):
             d = res.get(key)
             if d:

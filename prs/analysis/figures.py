@@ -155,8 +155,9 @@ def plot_gap_curves(res: dict[str, Any], *, title: str = "", xlabel: str = "trai
     if lv and not lv["degenerate"]:
         for f, L in lv["levels"].items():
             ax.axhline(L, color="k", ls=":", lw=0.8)
-            ax.text(steps[-1], L, f" {int(round(100 * float(f)))}% of gap", va="center", fontsize=7)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "seed-mean learning curves; dotted: the baseline's gap levels")
+            ax.text(steps[-1], L, f" {int(round(100 * float(f)))}% of {res['arms'][ps]['vs']}'s gap", va="center",
+                    fontsize=7)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "seed-mean learning curves; dotted: the gap levels of PS's baseline")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -37,8 +37,8 @@ class Run:
     """One run directory, as arrays.
 
     Attributes:
-      name, path: directory name and path.  task, method, seed: from ``summary.json``'s config,
-        else from the directory name (``<task>-<method><tag>-s<seed>`` or ``<method>_s<seed>``).
+      name, path: directory name and path.  task, method, seed: from ``summary.json``'s config
+        (``config.json``, the config a run was started with, while it has no summary), else from the directory name (``<task>-<method><tag>-s<seed>`` or ``<method>_s<seed>``).
         A Hydra ``tag`` is appended to the task (``arith`` + ``_acc`` -> ``arith_acc``), so runs of
         one tag are compared with the baseline of the same tag.
       planned_steps: ``config["steps"]`` (None if unknown).  status: ``complete`` (summary written,
@@ -185,6 +185,9 @@ def load_run(path) -> Run:
             config = summary.get("config") or {}
         except json.JSONDecodeError:
             problems.append("summary.json unparsable")
+    if not config:  # a running or killed run has no summary yet: the config it was started with
+        from prs.rl.rundir import recorded_config
+        config = recorded_config(path) or {}
     try:
         from_name = parse_run_name(path.name)
     except ValueError:
