@@ -305,9 +305,10 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
             out["rules"].append(("5 signal density", f"p(1-p) PS - baseline: {_ci_text(D, 3)}"))
             if _above(D, 0.0):
                 mech, by = "signal density", h2h["reroll_noprefix"]["arm"]
-                parts.append(f"the prefix beats re-rolling ({_ci_text(R)}x), failure prefixes add nothing "
-                             f"measurable (ps_ada_hard {_ci_text(H)}), and the trained groups' p(1-p) rises by "
-                             f"{_ci_text(D, 3)}: signal density")
+                fp = ("ps_ada_hard was not run, so failure prefixes are untested" if H is None else
+                      f"failure prefixes add nothing measurable (ps_ada_hard {_ci_text(H)})")
+                parts.append(f"the prefix beats re-rolling ({_ci_text(R)}x), {fp}, and the trained groups' p(1-p) "
+                             f"rises by {_ci_text(D, 3)}: signal density")
             else:
                 mech, by = "prefix, mechanism unresolved", h2h["reroll_noprefix"]["arm"]
                 parts.append(f"the prefix beats re-rolling ({_ci_text(R)}x) but neither failure prefixes "
