@@ -62,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--readme", default=None, help="page whose decisive-experiment section is (re)written")
     p.add_argument("--sim-grid", default=None, help="experiments.sim_grid output directory to cite on the page")
     p.add_argument("--no-decisive", action="store_true", help="skip the decisive-experiment analysis")
+    p.add_argument("--gap-k", type=int, default=3, help="decisive: final level = mean of the baseline's last K "
+                   "evaluations (default 3)")
+    p.add_argument("--gap-k-start", type=int, default=None, help="decisive: start level = mean of its first K "
+                   "evaluations (default --gap-k)")
     p.add_argument("--decisive-only", action="store_true",
                    help="only the decisive-experiment analysis (no tables.md / results.json / fig1-4)")
     return p.parse_args(argv)
@@ -122,7 +126,8 @@ def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
             continue
         for variant, vruns in dc.task_variants(runs).items():
             name = f"{root}: {variant}" if multi else variant
-            res = dc.lm_variant(vruns, baseline=args.baseline, n_boot=args.n_boot, seed=args.seed,
+            res = dc.lm_variant(vruns, baseline=args.baseline, k=args.gap_k, k_start=args.gap_k_start,
+                                n_boot=args.n_boot, seed=args.seed,
                                 time_clip=args.time_clip or None)
             figs = []
             if "error" not in res and not args.no_figures:
@@ -142,7 +147,7 @@ def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
     if args.readme:
         cmd = "python -m experiments.analyze " + " ".join(argv if argv is not None else sys.argv[1:])
         sec = dc.section_markdown(parts, commit=cs["commit"], dirty=cs["dirty"], dirty_files=cs["dirty_files"],
-                                  command=cmd)
+                                  command=cmd, k=args.gap_k, k_start=args.gap_k_start)
         page = pathlib.Path(args.readme)
         page.write_text(dc.replace_section(page.read_text() if page.exists() else "", sec))
         print(f"wrote the decisive section into {page}", file=sys.stderr)

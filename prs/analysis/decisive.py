@@ -507,15 +507,15 @@ def old_metric(by_arm: Mapping[str, Sequence[Run]], *, baseline: str = "baseline
     return out
 
 
-def lm_variant(runs: Sequence[Run], *, baseline: str = "baseline", k: int = 3, n_boot: int = 2000, seed: int = 0,
-               time_clip: float | None = 5.0) -> dict[str, Any]:
+def lm_variant(runs: Sequence[Run], *, baseline: str = "baseline", k: int = 3, k_start: int | None = None,
+               n_boot: int = 2000, seed: int = 0, time_clip: float | None = 5.0) -> dict[str, Any]:
     """arm_stats + verdict of one task variant's LM runs (arms from their configs)."""
     runs = [r for r in runs if r.status != "empty"]
     steps, arms = lm_arms(runs, time_clip=time_clip)
     by_arm = group_arms(runs)
     if baseline not in arms:
         return {"error": f"no {baseline!r} arm (arms: {sorted(arms)})", "arms_found": sorted(arms)}
-    res = arm_stats(steps, arms, baseline=baseline, k=k, n_boot=n_boot, seed=seed,
+    res = arm_stats(steps, arms, baseline=baseline, k=k, k_start=k_start, n_boot=n_boot, seed=seed,
                     old_metric=old_metric(by_arm, baseline=baseline, n_boot=n_boot, seed=seed))
     res["verdict"] = verdict(res, cost="tokens")
     res["steps"] = steps.tolist()
@@ -563,14 +563,14 @@ def variant_markdown(name: str, res: Mapping[str, Any], *, figures: Sequence[str
 
 
 def section_markdown(parts: Sequence[str], *, commit: str | None, dirty: bool | None, command: str,
-                     dirty_files: Sequence[str] = ()) -> str:
+                     dirty_files: Sequence[str] = (), k: int = 3, k_start: int | None = None) -> str:
     """The decisive-experiment section of results/README.md (between BEGIN / END markers)."""
     state = ("unknown commit" if commit is None else f"commit `{commit[:10]}`" + (
         f" with uncommitted changes ({', '.join(dirty_files[:5])})" if dirty else " (clean tree)"))
     head = [BEGIN, "## The decisive experiment (issue #16): computed by `experiments.analyze`", "",
             f"Produced at {state} by `{command}`; do not edit by hand (regenerate). Statistics "
-            "(`prs.analysis.gap`, `prs.analysis.decisive`): start / final = mean of the baseline's first / last 3 "
-            "evaluations; steps to 50% / 80% of its gap interpolated between evaluations; every CI is a paired "
+            f"(`prs.analysis.gap`, `prs.analysis.decisive`): start / final = mean of the baseline's first {k_start or k} "
+            f"/ last {k} evaluations; steps to 50% / 80% of its gap interpolated between evaluations; every CI is a paired "
             "percentile bootstrap over seeds (same seed = same warm start and problem stream); AUC and equal-step "
             "differences at the last evaluation all paired seeds reached, in percentage points; the old metric is "
             "the steps-to-converge speed-up of the first table (window 3, the baseline's final level). The paper's "
