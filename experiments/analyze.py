@@ -2,6 +2,8 @@
 
     python -m experiments.analyze runs/sweep                      # -> runs/sweep/analysis/
     python -m experiments.analyze runs/sweep --baseline baseline --out results/cpu --ref peak --window 3
+    python -m experiments.analyze /work/runs/regime_sweep/runs results/runs results/schedules/runs \
+        --out results --readme results/README.md --sim-grid results/sim_grid     # + the decisive section
 
 Prints markdown tables (every run with its status, steps/wall-clock/tokens to converge and
 speed-ups with 95% bootstrap CIs, equal-step improvement, settled re-rollout pass rates per
@@ -15,12 +17,25 @@ bucket) and writes into ``--out`` (default ``RUN_ROOT/analysis``):
     fig4_<task>_wall.png      the same in wall-clock
     controller_<task>.png     ρ_b and re-rollout pass rate per bucket over training
 
+With several run roots the tables above come from the first one; the **decisive experiment**
+(issue #16; ``prs.analysis.decisive``) is computed for every root and every task variant in it
+(variants and arms are read from each run's config: task name + tag + params, ``method.name`` and
+``method.schedule``): every arm against its schedule's baseline (steps, generated tokens and
+wall-clock to 50% / 80% of the baseline's gap, AUC, equal-step difference, the old metric, all with
+paired bootstrap CIs), the head-to-head of PS against reroll_noprefix / extra_rollouts (token-matched)
+/ baseline_lr2 / ps_ada_hard, and the verdict computed by the rules in that module. It is written to
+``OUT/decisive.json``, ``OUT/decisive_<root>_<variant>{,_speedup}.png`` and, with ``--readme``, into
+the page between its ``<!-- decisive-experiment:begin/end -->`` markers (appended when absent),
+stating the commit (and dirty files) it was produced at. ``--sim-grid DIR`` adds the simulator
+grid's verdicts (``experiments.sim_grid``'s summary.json).
+
 Definitions: see ``prs.analysis``. Partial (killed) runs are listed and analysed as such.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -29,7 +44,8 @@ from prs import analysis as an
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.analyze", description=__doc__.split("\n")[0])
-    p.add_argument("run_root", help="directory holding run directories (e.g. runs/sweep)")
+    p.add_argument("run_root", nargs="+", help="directories holding run directories (e.g. runs/sweep); the "
+                   "first feeds the tables, every one the decisive section")
     p.add_argument("--baseline", default="baseline", help="method name of the baseline (default: baseline)")
     p.add_argument("--out", default=None, help="output directory (default: RUN_ROOT/analysis)")
     p.add_argument("--window", type=int, default=3, help="moving-average window over evaluation points (default 3)")
@@ -43,13 +59,26 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="step times above this multiple of the run's median count as the median (compilation "
                         "spikes); 0 = raw wall-clock (default 5)")
     p.add_argument("--no-figures", action="store_true", help="tables and results.json only")
+    p.add_argument("--readme", default=None, help="page whose decisive-experiment section is (re)written")
+    p.add_argument("--sim-grid", default=None, help="experiments.sim_grid output directory to cite on the page")
+    p.add_argument("--no-decisive", action="store_true", help="skip the decisive-experiment analysis")
+    p.add_argument("--gap-k", type=int, default=3, help="decisive: final level = mean of the baseline's last K "
+                   "evaluations (default 3)")
+    p.add_argument("--gap-k-start", type=int, default=None, help="decisive: start level = mean of its first K "
+                   "evaluations (default --gap-k)")
+    p.add_argument("--decisive-only", action="store_true",
+                   help="only the decisive-experiment analysis (no tables.md / results.json / fig1-4)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    root = pathlib.Path(args.run_root)
+    roots = [pathlib.Path(r) for r in args.run_root]
+    root = roots[0]
     out = pathlib.Path(args.out) if args.out else root / "analysis"
+    if args.decisive_only:
+        out.mkdir(parents=True, exist_ok=True)
+        return decisive_section(roots, out, args, argv)
     runs = an.load_runs(root)
     if not runs:
         raise SystemExit(f"no run directories (metrics.jsonl or summary.json) under {root}")
@@ -76,8 +105,81 @@ def main(argv=None) -> dict:
     (out / "results.json").write_text(json.dumps(an.to_jsonable(payload), indent=2, allow_nan=False))
     if not args.no_figures:
         write_figures(runs, results, out, time_clip=args.time_clip or None)
+    if not args.no_decisive:
+        decisive_section(roots, out, args, argv)
     print(f"wrote {out}/results.json, tables.md" + ("" if args.no_figures else " and figures"), file=sys.stderr)
     return results
+
+
+def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
+    """The decisive experiment for every root and task variant: decisive.json, figures, the page section."""
+    from prs.analysis import decisive as dc
+    from prs.rl.provenance import code_state
+
+    cs = code_state()  # before anything is written, so the page's own outputs do not count as dirty
+    payload, parts = {}, []
+    multi = len(roots) > 1
+    for root in roots:
+        runs = an.load_runs(root) if root.is_dir() else []
+        if not runs:
+            parts += [f"### {root}", "", "No run directories here (yet).", ""]
+            continue
+        for variant, vruns in dc.task_variants(runs).items():
+            name = f"{root}: {variant}" if multi else variant
+            res = dc.lm_variant(vruns, baseline=args.baseline, k=args.gap_k, k_start=args.gap_k_start,
+                                n_boot=args.n_boot, seed=args.seed,
+                                time_clip=args.time_clip or None)
+            figs = []
+            if "error" not in res and not args.no_figures:
+                figs = write_decisive_figures(res, out, dc._slug(f"{root}_{variant}".replace("/", "_")), name)
+            base_runs = [r for r in vruns if r.method == args.baseline]
+            try:
+                kh = dc.k_histogram(base_runs)
+            except ValueError:
+                kh = None
+            page_dir = pathlib.Path(args.readme).parent if args.readme else out
+            rel = [os.path.relpath(f, page_dir) for f in figs]
+            parts.append(dc.variant_markdown(name, res, figures=rel, k_hist=kh))
+            payload[name] = res
+    if args.sim_grid:
+        parts.append(sim_grid_markdown(pathlib.Path(args.sim_grid)))
+    (out / "decisive.json").write_text(json.dumps(an.to_jsonable(payload), indent=1, allow_nan=False))
+    if args.readme:
+        cmd = "python -m experiments.analyze " + " ".join(argv if argv is not None else sys.argv[1:])
+        sec = dc.section_markdown(parts, commit=cs["commit"], dirty=cs["dirty"], dirty_files=cs["dirty_files"],
+                                  command=cmd, k=args.gap_k, k_start=args.gap_k_start)
+        page = pathlib.Path(args.readme)
+        page.write_text(dc.replace_section(page.read_text() if page.exists() else "", sec))
+        print(f"wrote the decisive section into {page}", file=sys.stderr)
+    return payload
+
+
+def sim_grid_markdown(grid: pathlib.Path) -> str:
+    """One line per simulator regime: its verdict (experiments.sim_grid's summary.json)."""
+    path = grid / "summary.json"
+    if not path.exists():
+        return f"### Simulator grid\n\nNo `{path}` (run `python -m experiments.sim_grid --out {grid}`).\n"
+    res = json.loads(path.read_text())
+    lines = ["### Simulator grid (`experiments.sim_grid`, noise-limited learner; tables in "
+             f"`{grid}/summary.md`)", "", "| regime | base pass rate | verdict |", "|---|---|---|"]
+    for regime, r in res["regimes"].items():
+        lines.append(f"| {regime} | {r['success0']:.3f} | {r['verdict']['text'].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_decisive_figures(res: dict, out: pathlib.Path, slug: str, name: str) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for fig, suffix in ((an.plot_gap_curves(res, title=f"{name}: seed-mean held-out pass@1, gap levels"), ""),
+                        (an.plot_gap_speedups(res, title=f"{name}: speed-up to 80% of the baseline's gap"), "_speedup")):
+        paths.append(out / f"decisive_{slug}{suffix}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
 
 
 def write_figures(runs, results: dict, out: pathlib.Path, *, time_clip: float | None = 5.0) -> list[pathlib.Path]:

@@ -29,11 +29,12 @@ from omegaconf import OmegaConf
 from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
 from prs.analysis.gap import gap_compare
+from prs.analysis.runs import PAPER_ABLATION_SPEEDUP
 from prs.core import prefix as px
 
 log = logging.getLogger(__name__)
 
-PAPER_ABLATION = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada": 1.92}  # Zhu et al. 2026, ablation table
+PAPER_ABLATION = PAPER_ABLATION_SPEEDUP  # Zhu et al. 2026, ablation table (one source: prs.analysis.runs)
 ADAPTIVE = ("ps_ada", "ps_ada_hard")
 # The controls of issue #15 in the simulator (sweep.control): "reroll_only" = reroll_noprefix (ps_ada's
 # groups re-rolled from scratch; with learner.reroll=add these are extra from-scratch rollouts for the

@@ -336,3 +336,56 @@ def test_shared_dim_moves_every_task_within_the_feature_span():
 def test_bad_noise_limited_config_raises(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         sim.SimConfig(**kwargs)
+
+
+# ------------------------------------------------------------------ issue #16: crux, next_visit, extra_share
+
+
+@pytest.mark.parametrize("crux", ["early", "late", "uniform"])
+def test_crux_puts_its_share_on_one_step_and_keeps_the_task_success(crux):
+    cfg = sim.SimConfig(n_tasks=500, chain_len=6, groups=8)
+    init = jax.jit(sim.initial_theta, static_argnums=2)
+    base = np.asarray(init(jax.random.key(0), sim.SimParams.make("hard_heavy"), cfg))
+    th = np.asarray(init(jax.random.key(0), sim.SimParams.make("hard_heavy", crux=crux, crux_share=0.7), cfg))
+    p0 = np.prod(_np_sigmoid(base), axis=1)
+    np.testing.assert_allclose(np.prod(_np_sigmoid(th), axis=1), p0, rtol=1e-4)  # same P0 per task
+    log_q = np.log(_np_sigmoid(th))                                               # [M, L]
+    pos = log_q.argmin(1)
+    np.testing.assert_allclose(log_q[np.arange(500), pos] / np.log(p0), 0.7, rtol=1e-3)
+    if crux == "early":
+        assert (pos == 0).all()
+    elif crux == "late":
+        assert (pos == 5).all()
+    else:  # a uniform position per task
+        assert np.bincount(pos, minlength=6).min() > 500 / 6 * 0.6
+
+
+def test_next_visit_without_prefix_and_extra_share_zero_are_the_baseline():
+    params = sim.SimParams.make("uniform")
+    base = sim.simulate(sim.SimConfig(mode="baseline", **TINY), params, seeds=3)
+    nv = sim.simulate(sim.SimConfig(mode="ps_ada", schedule="next_visit", reroll_prefix=False, **TINY), params, seeds=3)
+    np.testing.assert_array_equal(nv["success"], base["success"])   # same keys, same rollouts, one group per task
+    np.testing.assert_array_equal(nv["decisions"], base["decisions"])
+    none = sim.simulate(sim.SimConfig(mode="ps_ada", **TINY), sim.SimParams.make("uniform", extra_share=0.0), seeds=3)
+    np.testing.assert_allclose(none["success"], base["success"], rtol=1e-6)
+    assert (none["rerolled"] == 0).all()
+    half = sim.simulate(sim.SimConfig(mode="ps_ada", **TINY), sim.SimParams.make("uniform", extra_share=0.5), seeds=3)
+    full = sim.simulate(sim.SimConfig(mode="ps_ada", **TINY), params, seeds=3)
+    assert 0.3 < half["rerolled"].mean() / full["rerolled"].mean() < 0.7
+
+
+def test_next_visit_steers_at_the_next_visit_without_extra_groups():
+    cfg = sim.SimConfig(mode="ps_ada", schedule="next_visit", **TINY)
+    m = sim.simulate(cfg, sim.SimParams.make("uniform"), seeds=4)
+    B, N, L = TINY["groups"], 8, TINY["chain_len"]
+    assert (m["rerolled"][:, 0] == 0).all()           # nothing is planned before a task's first visit
+    assert m["rerolled"][:, 5:].mean() > 0.1          # later visits are steered
+    assert (m["decisions"] <= B * N * L).all()        # one group of N per task and step: no re-roll on top
+    steered = m["rerolled"] > 0
+    assert 0.2 < m["reroll_pass"][steered].mean() < 0.85  # the controller pulls steered groups towards 0.5
+    for k in ("success", "rho", "ema", "energy", "reroll_pass"):
+        assert np.isfinite(m[k]).all(), k
+    with pytest.raises(ValueError, match="schedule"):
+        sim.SimConfig(schedule="later")
+    with pytest.raises(ValueError, match="crux"):
+        sim.SimParams.make("uniform", crux="middle")

@@ -1,6 +1,6 @@
-"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap
-statistics with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC),
-tables (``tables``), figures (``figures``), and a tiny run set for notebooks (``notebook``).
+"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap statistics
+with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC), the decisive
+experiment's comparisons and verdict rules (``decisive``), tables, figures, a tiny run set (``notebook``).
 
 May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
 no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
@@ -9,6 +9,7 @@ from prs.analysis.runs import (  # noqa: F401
     PAPER_ABLATION_SPEEDUP,
     PAPER_SETTLED_REROLL,
     PAPER_HEADLINE_14B,
+    PAPER_EQUAL_STEP_PP,
     METHOD_ORDER,
     STATUSES,
     Run,
@@ -48,11 +49,23 @@ from prs.analysis.figures import (  # noqa: F401
     plot_ablation,
     plot_controller,
     plot_fig2,
+    plot_gap_curves,
+    plot_gap_speedups,
 )
 from prs.analysis.notebook import (  # noqa: F401
     make_tiny_runs,
     tiny_run_dir,
     find_run_root,
+)
+from prs.analysis.decisive import (  # noqa: F401
+    arm_label,
+    arm_stats,
+    head_to_head,
+    verdict,
+    arms_table,
+    lm_arms,
+    lm_variant,
+    task_variants,
 )
 from prs.analysis.gap import (  # noqa: F401
     gap_levels,

@@ -133,3 +133,60 @@ def plot_fig2(n: int = 8):
     from theory.figure import plot_fig2 as _fig2
 
     return _fig2(n)
+
+
+def plot_gap_curves(res: dict[str, Any], *, title: str = "", xlabel: str = "training step",
+                    ylabel: str = "held-out pass@1"):
+    """The decisive experiment's learning curves: every arm's seed-mean curve, the baseline's start /
+    final levels and its 50% / 80%-gap levels (``prs.analysis.decisive.arm_stats`` result with "steps"
+    and "curves": {arm: {"mean": [E]}})."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    steps = np.asarray(res["steps"], float)
+    for arm in res["order"]:
+        c = res["curves"].get(arm)
+        if c is None:
+            continue
+        ls = "--" if "next_visit" in arm else "-"
+        ax.plot(steps, c["mean"], ls, lw=2.2 if arm in ("baseline", res.get("ps")) else 1.2,
+                label=f"{arm} (n={len(c['seeds'])})")
+    ps = res.get("ps")
+    lv = res["arms"].get(ps, {}).get("levels") if ps else None
+    if lv and not lv["degenerate"]:
+        for f, L in lv["levels"].items():
+            ax.axhline(L, color="k", ls=":", lw=0.8)
+            ax.text(steps[-1], L, f" {int(round(100 * float(f)))}% of {res['arms'][ps]['vs']}'s gap", va="center",
+                    fontsize=7)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "seed-mean learning curves; dotted: the gap levels of PS's baseline")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gap_speedups(res: dict[str, Any], *, cost: str = "tokens", title: str = ""):
+    """Speed-up to 80% of the baseline's gap per arm, in steps and in ``cost``, with paired 95% CIs;
+    the paper's ablation speed-ups (PAPER_ABLATION_SPEEDUP) as black diamonds."""
+    plt = _plt()
+    arms = [a for a in res["order"] if a in res["arms"] and "error" not in res["arms"][a]]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(arms) + 2), 4.2))
+    x = np.arange(len(arms))
+    for j, (key, lab) in enumerate((("speedup_steps", "steps"), (f"speedup_{cost}", cost))):
+        vals, lo, hi = [], [], []
+        for a in arms:
+            r = res["arms"][a]
+            d = r.get(r["fractions"][-1], {}).get(key) or {"value": np.nan, "lo": np.nan, "hi": np.nan}
+            v = d["value"]
+            vals.append(v)
+            lo.append(v - d["lo"] if np.isfinite(d["lo"]) else 0.0)
+            hi.append(d["hi"] - v if np.isfinite(d["hi"]) else 0.0)
+        ax.bar(x + (j - 0.5) * 0.38, vals, width=0.38, yerr=[lo, hi], capsize=3, label=f"in {lab} (95% paired CI)")
+    paper = [PAPER_ABLATION_SPEEDUP.get(a.split("-")[0], np.nan) for a in arms]
+    ax.plot(x, paper, "D", color="k", ms=6, label="paper (ablation, steps to converge)")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(x, [a.replace("-", "\n") for a in arms], fontsize=8)
+    ax.set_ylabel("speed-up vs baseline to 80% of its gap (x)")
+    ax.set_title(title or "speed-up to 80% of the baseline's gap")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -16,11 +16,16 @@ import numpy as np
 # not results of this code base.
 PAPER_ABLATION_STEPS = {"baseline": 211, "ps_fix": 131, "ps_ada_hard": 186, "ps_ada": 110}  # steps to converge
 PAPER_ABLATION_SPEEDUP = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada": 1.92}  # as printed
+PAPER_EQUAL_STEP_PP = {"Qwen3-4B": 7.3, "Qwen3-8B": 10.8}  # AIME 2025, PS-ada vs baseline at equal steps (pp)
 PAPER_SETTLED_REROLL = {1: 0.485, 2: 0.489, 6: 0.504, 7: 0.515}  # re-rollout pass rate per bucket k (N = 8)
 PAPER_HEADLINE_14B = {"base_step": 300, "ps_step": 170, "base_step_s": 1597.0, "ps_step_s": 1405.0,
                       "step_speedup": 1.76, "time_speedup": 1.14, "end_to_end": 2.01}  # Qwen3-14B, SWE-bench
 METHOD_ORDER = ("baseline", "ps_fix", "ps_ada_hard", "ps_ada")
 STATUSES = ("complete", "partial", "empty", "failed")
+SCHEDULES = ("same_step", "next_visit")
+# per-step train metrics kept in Run.series (the decisive experiment's mechanism measurements, #16)
+SERIES = ("pq_trained", "groups_kept", "groups_mixed", "groups_steered", "steered_mixed_share", "pq_steered",
+          "tokens_replayed", "rollouts_sampled", "pass_rate")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,8 +37,8 @@ class Run:
     """One run directory, as arrays.
 
     Attributes:
-      name, path: directory name and path.  task, method, seed: from ``summary.json``'s config,
-        else from the directory name (``<task>-<method><tag>-s<seed>`` or ``<method>_s<seed>``).
+      name, path: directory name and path.  task, method, seed: from ``summary.json``'s config
+        (``config.json``, the config a run was started with, while it has no summary), else from the directory name (``<task>-<method><tag>-s<seed>`` or ``<method>_s<seed>``).
         A Hydra ``tag`` is appended to the task (``arith`` + ``_acc`` -> ``arith_acc``), so runs of
         one tag are compared with the baseline of the same tag.
       planned_steps: ``config["steps"]`` (None if unknown).  status: ``complete`` (summary written,
@@ -67,6 +72,11 @@ class Run:
     rho: np.ndarray
     ema: np.ndarray
     error: str | None = None
+    schedule: str = "same_step"
+    task_params: dict = dataclasses.field(default_factory=dict)
+    series: dict = dataclasses.field(default_factory=dict)
+    k_hist0: tuple = ()
+    method_params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def steps_done(self) -> int:
@@ -175,12 +185,21 @@ def load_run(path) -> Run:
             config = summary.get("config") or {}
         except json.JSONDecodeError:
             problems.append("summary.json unparsable")
+    if not config:  # a running or killed run has no summary yet: the config it was started with
+        from prs.rl.rundir import recorded_config
+        config = recorded_config(path) or {}
     try:
         from_name = parse_run_name(path.name)
     except ValueError:
         from_name = {"task": "unknown", "method": path.name, "seed": -1}
         problems.append("directory name not parsed; method = directory name")
-    method = (config.get("method") or {}).get("name", from_name["method"])
+    name_method, name_schedule = from_name["method"], None
+    for sch in SCHEDULES:  # <task>-<method>-<schedule>-s<seed>
+        if name_method.endswith("-" + sch):
+            name_method, name_schedule = name_method[: -len(sch) - 1], sch
+    method = (config.get("method") or {}).get("name", name_method)
+    schedule = str((config.get("method") or {}).get("schedule") or name_schedule or "same_step")
+    task_params = dict((config.get("task") or {}).get("params") or {})
     task = (config.get("task") or {}).get("name", from_name["task"]) + str(config.get("tag") or "")
     seed = int(config.get("seed", from_name["seed"]))
     planned = config.get("steps", summary.get("steps") if summary else None)
@@ -222,7 +241,9 @@ def load_run(path) -> Run:
                             for r in train], float),
         step_tokens=np.array([_f(r.get("tokens_generated", 0)) for r in train], float),
         ks=ks, n=n, reroll_rate=table("reroll_pass_rate"), count=table("count"), rho=table("rho"), ema=table("ema"),
-        error=error)
+        error=error, schedule=schedule, task_params=task_params, method_params=dict(config.get("method") or {}),
+        k_hist0=tuple(int(v) for v in (train[0].get("k_hist") or ())) if train else (),
+        series={k: np.array([_f(r.get(k)) for r in train], float) for k in SERIES if any(k in r for r in train)})
 
 
 def find_run_dirs(root) -> list[pathlib.Path]:

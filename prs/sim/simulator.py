@@ -62,6 +62,31 @@ whose gradient is averaged with its group's (`reroll_combine="mean"`) buys less 
 larger step. The features use their own key, so the task population and the sampling keys of a
 seed are those of D = 0.
 
+Where the hard step sits (``SimParams.crux``, issue #16). With ``crux = "none"`` a task's
+difficulty is spread evenly (or Dirichlet-shared) over its steps. ``"early"`` / ``"late"`` /
+``"uniform"`` put a share ``crux_share`` of log P0_m on ONE step (index 0, index L-1, or a uniform
+random index per task) and spread the rest evenly over the other L-1 steps, so prod_l q_ml = P0_m
+still. That is the smallest model of "a success prefix can only teach what comes after the cut":
+a success prefix cut at c >= 1 replays an early crux (no decision, no gradient on it) but always
+leaves a late one (c <= L-1) in the continuation; a failure prefix handicaps the steps before its
+cut, which the agent must redo, wherever the crux is (its source stops at its first failure, so a
+failure at an early crux, length 1, has no proper prefix and is not steered: an honest limit).
+
+Schedules (``SimConfig.schedule``). ``same_step`` (above): a skewed group is re-rolled in the step
+that saw it. ``next_visit`` (as ``prs.rl.schedule``): the population is the finite pool, revisited
+(B of M drawn per step); a task whose last *unprefixed* group fell in a PS bucket stores that
+bucket and the length of one source of the right outcome (uniform among its successes / failures),
+and its next visit samples all N rollouts from that source's prefix at the controller's current
+cut: **no extra rollouts**, one group per task and step, as the baseline. A prefixed visit keeps the
+plan unless it overshot (a success-prefixed group came back N/N or a failure-prefixed one 0/N), and
+then the next visit is unprefixed and re-measures k. ``reroll_prefix=False`` with next_visit is
+the baseline (the LM's ``reroll_noprefix`` on next_visit is the baseline on the same pool).
+
+``SimParams.extra_share`` (same_step, traced): each group the mode would re-roll is re-rolled with
+this probability (uniform, its own key, so the other draws of a seed are unchanged); with
+``reroll_prefix=False`` and ``reroll="add"`` it is the LM's ``extra_rollouts`` control (an extra
+from-scratch group for a share of the skewed groups), the share matched to PS's decisions.
+
 Training (`make_train`) is purejaxrl-shaped: `train(key, params)` is pure, `lax.scan` over steps,
 and `simulate` `vmap`s it over seeds under one `jit`, compiled once per static `SimConfig`
 (mode, N, sizes); the difficulty mixture and the controller target are traced `SimParams`, so a
@@ -134,6 +159,8 @@ class SimConfig:
       shared_common: c in [0, 1], with shared_dim > 0: the share of |u_ml|^2 along one common
         direction e_0 (a skill every step of every task uses: u_ml = sqrt(c) e_0 + sqrt(1 - c) xi_ml,
         xi_ml ~ N(0, I_D / D)); c = 0 = purely random features (tasks interfere but nothing transfers).
+      schedule: "same_step" (re-roll in the step that saw the group) or "next_visit" (the prefix at the
+        task's next visit, no extra rollouts; module docstring "Schedules").
       ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.core.prefix).
     """
 
@@ -154,6 +181,7 @@ class SimConfig:
     reroll_combine: str = "sum"
     shared_dim: int = 0
     shared_common: float = 0.5
+    schedule: str = "same_step"
     ema_decay: float = 0.8
     gain: float = 2.0
     rho_init: float = 0.5
@@ -184,6 +212,8 @@ class SimConfig:
             raise ValueError(f"shared_dim must be an integer >= 0, got {self.shared_dim!r}")
         if not 0.0 <= self.shared_common <= 1.0:
             raise ValueError(f"shared_common must lie in [0, 1], got {self.shared_common!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         self.prefix_config()  # validates mode, n and the controller constants
 
     def prefix_config(self, mode: str | None = None) -> px.PrefixConfig:
@@ -219,6 +249,9 @@ DIFFICULTIES = {
     "bimodal": Difficulty((0.5, 0.5), (1.0, 6.0), (6.0, 1.0)),
 }
 
+SCHEDULES = ("same_step", "next_visit")
+CRUX = ("none", "early", "late", "uniform")  # where the hard step sits (SimParams.crux)
+
 _MAX_COMPONENTS = 4  # mixtures are padded to this many components so that they share one compile
 
 
@@ -229,22 +262,34 @@ class SimParams(NamedTuple):
     log_weight: jax.Array  # [C] log mixture weights (-inf = unused component)
     alpha: jax.Array       # [C]
     beta: jax.Array        # [C]
+    crux: jax.Array = jnp.int32(0)            # [] index into CRUX: none / early / late / uniform
+    crux_share: jax.Array = jnp.float32(0.0)  # [] share of log P0 on the crux step
+    extra_share: jax.Array = jnp.float32(1.0)  # [] probability that a would-be re-rolled group is re-rolled
 
     @staticmethod
-    def make(difficulty: Difficulty | str, target: float = 0.5) -> "SimParams":
+    def make(difficulty: Difficulty | str, target: float = 0.5, *, crux: str = "none", crux_share: float = 0.7,
+             extra_share: float = 1.0) -> "SimParams":
         d = DIFFICULTIES[difficulty] if isinstance(difficulty, str) else difficulty
         C = len(d.weight)
         if C > _MAX_COMPONENTS:
             raise ValueError(f"difficulty has {C} components, at most {_MAX_COMPONENTS} supported")
         if not 0.0 < target < 1.0:
             raise ValueError(f"target must lie in (0, 1), got {target!r}")
+        if crux not in CRUX:
+            raise ValueError(f"crux must be one of {CRUX}, got {crux!r}")
+        if not 0.0 <= crux_share < 1.0:
+            raise ValueError(f"crux_share must lie in [0, 1), got {crux_share!r}")
+        if not 0.0 <= extra_share <= 1.0:
+            raise ValueError(f"extra_share must lie in [0, 1], got {extra_share!r}")
         pad = _MAX_COMPONENTS - C
         w = np.asarray(d.weight, np.float64) / np.sum(d.weight)
         with np.errstate(divide="ignore"):
             lw = np.log(np.concatenate([w, np.zeros(pad)]))
         return SimParams(target=jnp.float32(target), log_weight=jnp.asarray(lw, jnp.float32),
                          alpha=jnp.asarray(list(d.alpha) + [1.0] * pad, jnp.float32),
-                         beta=jnp.asarray(list(d.beta) + [1.0] * pad, jnp.float32))
+                         beta=jnp.asarray(list(d.beta) + [1.0] * pad, jnp.float32),
+                         crux=jnp.int32(CRUX.index(crux)), crux_share=jnp.float32(crux_share if crux != "none" else 0.0),
+                         extra_share=jnp.float32(extra_share))
 
 
 class Rollouts(NamedTuple):
@@ -314,8 +359,9 @@ def policy_gradient(theta: jax.Array, ro: Rollouts, adv: jax.Array) -> jax.Array
 
 def initial_theta(key: jax.Array, params: SimParams, cfg: SimConfig) -> jax.Array:
     """[M, L] logits: P0_m ~ the Beta mixture, clipped to [p_lo, p_hi]; log q_ml = w_ml log P0_m with
-    w_ml = 1/L (step_concentration = 0) or w_m ~ Dirichlet(c 1_L); theta_ml = logit(q_ml). So
-    prod_l q_ml = P0_m exactly."""
+    w_ml = 1/L (step_concentration = 0) or w_m ~ Dirichlet(c 1_L), or with a crux (params.crux > 0)
+    w_ml = crux_share at the crux step and (1 - crux_share) / (L - 1) elsewhere; theta_ml = logit(q_ml).
+    So prod_l q_ml = P0_m exactly."""
     kc, kb, kd = jax.random.split(key, 3)
     M, L = cfg.n_tasks, cfg.chain_len
     comp = jax.random.categorical(kc, params.log_weight, shape=(M,))  # [M]
@@ -325,6 +371,12 @@ def initial_theta(key: jax.Array, params: SimParams, cfg: SimConfig) -> jax.Arra
         w = jax.random.dirichlet(kd, jnp.full((L,), cfg.step_concentration), shape=(M,))  # [M, L]
     else:
         w = jnp.full((M, L), 1.0 / L)
+    # the crux (SimParams.crux): share c of log P0 on one step, (1 - c) / (L - 1) on each other step
+    pos = jnp.select([params.crux == 1, params.crux == 2], [jnp.zeros((M,), jnp.int32), jnp.full((M,), L - 1, jnp.int32)],
+                     jax.random.randint(jax.random.fold_in(kd, 3), (M,), 0, L))  # [M]
+    c = params.crux_share
+    w_crux = jnp.where(jnp.arange(L)[None, :] == pos[:, None], c, (1.0 - c) / (L - 1))  # [M, L]
+    w = jnp.where(params.crux > 0, w_crux, w)
     log_q = jnp.minimum(jnp.log(p0)[:, None] * w, -1e-7)  # [M, L] (< 0: q < 1, finite logit)
     theta = log_q - jnp.log(-jnp.expm1(log_q))  # logit(q) = log q - log(1 - q)
     return theta.astype(jnp.float32)
@@ -368,8 +420,54 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             return w  # w [M, L]: the independent logits themselves (started at theta0), as before
         return theta0 + jnp.einsum("mld,d->ml", feats, w)  # [M, L]
 
-    def step(carry, key):
-        theta0, w, feats, ctrl, target = carry
+    def prefixed(cut, hard):
+        """cut [B], hard [B] -> (replay [B, L], offset [B, L]) of the re-rollouts (module docstring)."""
+        before = steps_l[None, :] < cut[:, None]  # [B, L] the prefix's steps
+        if not cfg.reroll_prefix:
+            before = jnp.zeros_like(before)  # control: same groups, fresh rollouts
+        return before & hard[:, None], jnp.where(before & ~hard[:, None], -delta, 0.0)
+
+    def visit_step(carry, key):
+        """next_visit: the stored plan of each visited task decides its prefix; one group per task."""
+        theta0, w, feats, ctrl, target, plan, src_len_m = carry
+        theta = logits(theta0, w, feats)  # [M, L]
+        k_task, k_roll, k_src, _ = jax.random.split(key, 4)
+        tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
+        th = theta[tasks]  # [B, L]
+        pl, sl = plan[tasks], src_len_m[tasks]  # [B]
+        cut = px.cut_points(ctrl, pl, jnp.where(pl >= 0, sl, 0), pcfg)  # [B]
+        steer = cut > 0  # [B]
+        hard = _gather(direction, pl, 0) > 0  # [B]
+        replay, offset = prefixed(cut, hard)
+        ro = sample_rollouts(k_roll, th, offset, replay, n=N)
+        k = jnp.sum(ro.reward, axis=1).astype(jnp.int32)  # [B]
+        rate = jnp.mean(ro.reward, axis=1)  # [B]
+        ctrl = px.update(ctrl, jnp.where(steer, pl, -1), rate, pcfg, target=target)
+        # memory: an unprefixed group re-plans from its k and stores a source; a prefixed one keeps its
+        # plan and source unless it overshot (hard -> N/N, easy -> 0/N): then the next visit re-measures
+        new_b = px.assign_buckets(k, pcfg)  # [B]
+        src = px.choose_sources(k_src, ro.reward, new_b, pcfg)  # [B]
+        new_len = jnp.take_along_axis(ro.length, jnp.maximum(src, 0)[:, None], axis=1)[:, 0]  # [B]
+        overshot = jnp.where(hard, k == N, k == 0)
+        pl_next = jnp.where(steer, jnp.where(overshot, -1, pl), jnp.where(src >= 0, new_b, -1))
+        sl_next = jnp.where(steer, sl, new_len)
+        plan, src_len_m = plan.at[tasks].set(pl_next), src_len_m.at[tasks].set(sl_next)
+        adv = group_advantages(ro.reward, estimator=cfg.estimator)  # [B, N]
+        g = policy_gradient(th, ro, adv)  # [B, L]
+        if D == 0:
+            w = w.at[tasks].add(cfg.lr * g)
+        else:
+            w = w + (cfg.lr / B) * jnp.einsum("bld,bl->d", feats[tasks], g)
+        theta = logits(theta0, w, feats)
+        n_st = jnp.sum(steer)
+        out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward),
+                   skewed=jnp.mean((px.assign_buckets(k, full) >= 0).astype(jnp.float32)),
+                   rerolled=n_st / B, reroll_pass=jnp.sum(jnp.where(steer, rate, 0.0)) / jnp.maximum(n_st, 1),
+                   energy=jnp.mean(rate * (1.0 - rate)), decisions=jnp.sum(ro.policy), rho=ctrl.rho, ema=ctrl.ema)
+        return (theta0, w, feats, ctrl, target, plan, src_len_m), out
+
+    def step(carry, key, *, extra_share):
+        theta0, w, feats, ctrl, target, plan, src_len_m = carry
         theta = logits(theta0, w, feats)  # [M, L]
         k_task, k_roll, k_src, k_re = jax.random.split(key, 4)
         tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
@@ -383,13 +481,12 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             src = px.choose_sources(k_src, ro.reward, bucket, pcfg)  # [B]
             src_len = jnp.take_along_axis(ro.length, jnp.maximum(src, 0)[:, None], axis=1)[:, 0]  # [B]
             cut = px.cut_points(ctrl, bucket, jnp.where(src >= 0, src_len, 0), pcfg)  # [B]
-            reroll = cut > 0  # [B]
+            # SimParams.extra_share: each would-be re-roll happens with this probability (own key)
+            keep = jax.random.uniform(jax.random.fold_in(key, 11), (B,)) < extra_share
+            reroll = (cut > 0) & keep  # [B]
             hard = _gather(direction, bucket, 0) > 0  # [B]
-            before = steps_l[None, :] < cut[:, None]  # [B, L] the prefix's steps
-            if not cfg.reroll_prefix:
-                before = jnp.zeros_like(before)  # control: same groups, fresh rollouts
-            replay = before & hard[:, None]  # success prefix: steps done, not policy decisions
-            offset = jnp.where(before & ~hard[:, None], -delta, 0.0)  # failure prefix: handicapped redo
+            # success prefix: steps done, not policy decisions; failure prefix: handicapped redo
+            replay, offset = prefixed(cut, hard)
             re = sample_rollouts(k_re, th, offset, replay, n=N)
             if cfg.reroll == "replace":
                 pick = lambda a, b: jnp.where(reroll.reshape((B,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
@@ -426,7 +523,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
         out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward), skewed=skewed,
                    rerolled=jnp.asarray(rerolled, jnp.float32), reroll_pass=jnp.asarray(reroll_pass, jnp.float32),
                    energy=jnp.nanmean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
-        return (theta0, w, feats, ctrl, target), out
+        return (theta0, w, feats, ctrl, target, plan, src_len_m), out
 
     def train(key: jax.Array, params: SimParams) -> dict:
         k_init, k_steps = jax.random.split(key)
@@ -438,8 +535,11 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             xi = jax.random.normal(jax.random.fold_in(k_init, 7), (M, L, D), jnp.float32) / np.sqrt(D)
             common = jnp.zeros((1, 1, D), jnp.float32).at[..., 0].set(1.0)  # e_0, [1, 1, D]
             feats = np.sqrt(cfg.shared_common) * common + np.sqrt(1.0 - cfg.shared_common) * xi  # [M, L, D]
-        carry = (theta0, w0, feats, px.init(pcfg), params.target)
-        (_, w, feats, _, _), metrics = jax.lax.scan(step, carry, jax.random.split(k_steps, cfg.steps))
+        carry = (theta0, w0, feats, px.init(pcfg), params.target,
+                 jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), jnp.int32))  # next_visit: plan, source length
+        body = visit_step if (cfg.schedule == "next_visit" and do_reroll) else functools.partial(
+            step, extra_share=params.extra_share)
+        (_, w, feats, *_), metrics = jax.lax.scan(body, carry, jax.random.split(k_steps, cfg.steps))
         metrics["success0"] = pop_success(theta0)
         metrics["theta"] = logits(theta0, w, feats)
         return metrics
