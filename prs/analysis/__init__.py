@@ -1,6 +1,6 @@
 """Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap
-statistics with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC),
-tables (``tables``), figures (``figures``), and a tiny run set for notebooks (``notebook``).
+statistics with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC), tables
+(``tables``), figures (``figures``), the partial-pass trap (``trap``, #18), a tiny run set for notebooks (``notebook``).
 
 May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
 no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
@@ -53,6 +53,19 @@ from prs.analysis.notebook import (  # noqa: F401
     make_tiny_runs,
     tiny_run_dir,
     find_run_root,
+)
+from prs.analysis.trap import (  # noqa: F401
+    TrapRun,
+    load_trap_run,
+    load_trap_runs,
+    trap_cells,
+    analyze_trap,
+    budget_cuts,
+    theory_predictions,
+    trap_section,
+    plot_trap_curves,
+    plot_trap_theory,
+    collect_trap_records,
 )
 from prs.analysis.gap import (  # noqa: F401
     gap_levels,
