@@ -25,7 +25,8 @@ The partial-pass trap (issue #18; ``prs.analysis.trap``), instead of the tables 
 copies the complete runs' records into ``--copy-records`` (then analyses those), and writes into
 ``--out`` ``trap.md`` (the results-page section: provenance, plain-language answers with paired CIs,
 tables, what was cut), ``trap.json``, ``trap_p<p_A>.png`` (the four arms over training) and
-``trap_theory.png``; ``--page`` replaces the section between its markers in that page (appended if absent).
+``trap_theory.png``; ``--page`` replaces the section between its markers in that page (appended if absent);
+``--notebook`` then re-executes ``notebooks/trap.ipynb``, which reads ``results/trap/runs``.
 """
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--page", default=None, help="--trap: results page whose trap section is replaced (e.g. results/README.md)")
     p.add_argument("--copy-records", default=None,
                    help="--trap: copy the complete runs' records (metrics.jsonl.gz, summary/config/provenance) here first")
+    p.add_argument("--notebook", action="store_true",
+                   help="--trap: re-execute notebooks/trap.ipynb afterwards (it reads results/trap/runs)")
     return p.parse_args(argv)
 
 
@@ -187,6 +190,13 @@ def trap_main(args, root: pathlib.Path, out: pathlib.Path) -> dict:
         text = page.read_text() if page.exists() else ""
         page.write_text(replace_section(text, trap.trap_section(result, figures=rel, **kw)))
     print(section)
+    if args.notebook:
+        from experiments import notebooks
+
+        if root.resolve() != (notebooks.ROOT / "results" / "trap" / "runs").resolve():
+            print(f"warning: notebooks/trap.ipynb reads results/trap/runs, not {root}; pass --copy-records "
+                  "results/trap/runs to show these runs there", file=sys.stderr)
+        notebooks.regenerate(["trap"])
     print(f"wrote {out}/trap.md, trap.json" + ("" if args.no_figures else ", figures")
           + (f" and the section of {args.page}" if args.page else ""), file=sys.stderr)
     return result
