@@ -142,6 +142,18 @@ def replace_section(page: str, section: str, *, begin: str = TRAP_BEGIN, end: st
     return page[:i] + block + page[j + len(end):]
 
 
+def _git_dirty(paths: list[str]) -> bool | None:
+    """Whether ``git status`` lists changes under ``paths`` of this checkout (None outside git)."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=pathlib.Path(__file__).resolve().parent.parent,
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return bool(r.stdout.strip()) if r.returncode == 0 else None
+
+
 def trap_main(args, root: pathlib.Path, out: pathlib.Path) -> dict:
     """``--trap``: the partial-pass trap section, its figures and ``trap.json`` (module docstring)."""
     import os
@@ -160,6 +172,10 @@ def trap_main(args, root: pathlib.Path, out: pathlib.Path) -> dict:
     result = trap.analyze_trap(runs, n_boot=args.n_boot, seed=args.seed)
     out.mkdir(parents=True, exist_ok=True)
     state = code_state()
+    # the code that computes the page: uncommitted records/results/notebooks do not change the numbers
+    code_dirty = _git_dirty(["prs", "experiments", "theory"])
+    if code_dirty is not None:
+        state["dirty"] = code_dirty
     figures: dict[str, str] = {}
     if not args.no_figures:
         import matplotlib
