@@ -668,8 +668,9 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                      f"{_f(s['contrast']['last']['value'], 2)} | {_f(s['tokens_generated']['per_step']['value'], 0)} |")
     L += ["", "### Paired differences (a − b, same seeds)", "",
           "Final and AUC of the held-out true resolution; steps / generated tokens to reach 50% and 80% of b's gap "
-          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's, > 1: a is faster; "
-          "censored seeds enter with their last step: `<=` upper / `>=` lower bound); tokens per step a / b.", ""]
+          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's, > 1: a is faster, then the "
+          "mean interpolated steps of a vs b; censored seeds enter with their last step: `<=` upper / `>=` lower bound); "
+          "tokens per step a / b (sampled includes the agent path's discarded fresh rows of steered tasks).", ""]
     L += ["| target p_A | a − b | seeds | at step | Δ final true resolution | Δ AUC | Δ final hack rate | Δ contrast share "
           "| speed-up steps to 50% | to 80% | speed-up tokens to 50% | generated tok/step a/b | sampled tok/step a/b |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -686,7 +687,12 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                 if g["levels"]["degenerate"]:
                     return "– (b has no gap)"
                 b = {"upper": " <=", "lower": " >=", "both": " (both censored)"}.get(r["bound"], "")
-                return _ci(r[key], 2) + b
+                undefined = (math.isfinite(r[key].get("value", math.nan)) and not math.isfinite(r[key].get("lo", math.nan))
+                             and r[key].get("n_a", 0) >= 2)
+                steps = (f"; steps {_f(r['steps_method']['value'], 1)} vs {_f(r['steps_base']['value'], 1)}"
+                         if key == "speedup_steps" and r.get("steps_method") else "")
+                return _ci(r[key], 2) + b + (" (no CI: 0/0 or inf in most resamples)"
+                                             if undefined else "") + steps
             L.append(f"| {pk} | {name} | {d['n']} | {d['at_step']} | {_ci(d['true_resolution_final'], sign=True)} | "
                      f"{_ci(d.get('true_resolution_auc'), sign=True)} | {_ci(d['hack_final'], sign=True)} | "
                      f"{_ci(d['contrast_all'], 2, sign=True)} | {sp(0.5)} | {sp(0.8)} | {sp(0.5, 'speedup_tokens')} | "
