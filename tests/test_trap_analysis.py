@@ -173,6 +173,10 @@ def test_analysis_recovers_the_synthetic_drifts_and_pairs_by_seed(tmp_path):
     g = d["gap"]["0.5"]
     assert g["speedup_steps"]["value"] > 1.0
     json.dumps(to_jsonable(res), allow_nan=False)  # strict JSON
+    # the full design of this synthetic sweep has no gap; the design (3 p_A x 8 seeds) has
+    assert trap.design_gaps(res, {"p": (0.1,), "arms": trap.ARMS, "seeds": 6}) == []
+    assert "Incomplete sweep" not in trap.trap_section(res, design={"p": (0.1,), "arms": trap.ARMS, "seeds": 6})
+    assert "fraction at p_A 0.3: 0/8" in trap.trap_section(res)
 
 
 def test_partial_sweep_reports_n_and_pairs_only_common_seeds(tmp_path):
@@ -207,6 +211,7 @@ def test_partial_sweep_reports_n_and_pairs_only_common_seeds(tmp_path):
     assert "trap_binary_ps-pa0.1-s2 (partial (in progress or killed): 25/60 steps)" in text
     assert "no complete binary run yet" in text and "| 0.5 | fraction | 1 |" in text
     assert "60 RL steps" in text and "64 problems x 2 samples" in text
+    assert "binary_ps at p_A 0.1: 3/8" in text and "Incomplete sweep: a partial result" in text
     json.dumps(to_jsonable(res), allow_nan=False)
 
 

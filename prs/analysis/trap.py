@@ -67,7 +67,7 @@ from prs.analysis.stats import bootstrap_band, bootstrap_diff_of_means, bootstra
 
 __all__ = ["ARMS", "EVAL_METRICS", "TrapRun", "arm_of", "load_trap_run", "load_trap_runs", "trap_cells",
            "common_seeds", "curve_matrix", "paired_curves", "drift", "ols_slope", "paired_diff", "window_mean",
-           "analyze_trap", "budget_cuts", "theory_predictions", "trap_section", "plot_trap_curves", "plot_trap_theory",
+           "analyze_trap", "budget_cuts", "design_gaps", "theory_predictions", "trap_section", "plot_trap_curves", "plot_trap_theory",
            "collect_trap_records"]
 
 ARMS = ("fraction", "binary", "binary_ps", "fraction_ps")
@@ -612,10 +612,27 @@ def _n(d: Mapping[str, Any] | None) -> str:
     return str(d.get("n", d.get("n_a", len(d.get("seeds", [])))))
 
 
+DESIGN = {"p": (0.1, 0.3, 0.5), "arms": ARMS, "seeds": 8}  # issue #18's sweep
+
+
+def design_gaps(result: Mapping[str, Any], design: Mapping[str, Any] = DESIGN) -> list[str]:
+    """The cells of ``design`` ({"p", "arms", "seeds"}) with fewer complete seeds than planned, in words."""
+    gaps = []
+    for p in design["p"]:
+        c = result["cells"].get(f"{p:g}")
+        for a in design["arms"]:
+            n = len(c["seeds"].get(a, [])) if c else 0
+            if n < design["seeds"]:
+                gaps.append(f"{a} at p_A {p:g}: {n}/{design['seeds']}")
+    return gaps
+
+
 def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | None = None, dirty: bool | None = None,
-                 figures: Mapping[str, str] | None = None, cuts: Sequence[str] = ()) -> str:
+                 figures: Mapping[str, str] | None = None, cuts: Sequence[str] = (),
+                 design: Mapping[str, Any] | None = DESIGN) -> str:
     """Markdown of the results-page section: provenance, the plain-language answers with numbers and
-    CIs, the tables, what was cut. ``figures``: {"p<p>" or "theory": relative image path}."""
+    CIs, the tables, what was cut. ``figures``: {"p<p>" or "theory": relative image path}; ``design``:
+    the planned sweep, whose missing cells are listed (None: not checked)."""
     cells = result["cells"]
     lvl = int(round(100 * result["options"]["level"]))
     figures = dict(figures or {})
@@ -636,6 +653,12 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
           "schedule with cut_spread + sources=all); every arm on the same next_visit pool.", ""]
     if cuts:
         L += ["**What was cut to fit the budget:** " + "; ".join(cuts) + ".", ""]
+    gaps = design_gaps(result, design) if design else []
+    if gaps:
+        planned = len(design["p"]) * len(design["arms"]) * design["seeds"]
+        L += [f"**Incomplete sweep: a partial result.** The design is {len(design['arms'])} arms x {len(design['p'])} target "
+              f"p_A x {design['seeds']} seeds = {planned} runs; {n_complete} complete runs are analysed here. Complete "
+              "seeds / planned: " + "; ".join(gaps) + ". Every number below is over the seeds present (n given).", ""]
     bad0 = {pk: c["warm_start"]["max_step0_mismatch"] for pk, c in cells.items() if c["warm_start"]["max_step0_mismatch"] > 0}
     if bad0:
         L += ["**Warning: the step-0 evaluations differ between arms of one seed** (max |Δ hack rate| "
