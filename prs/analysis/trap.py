@@ -295,7 +295,7 @@ def drift(steps, y, *, early: bool = False) -> np.ndarray:
     y = np.asarray(y, float)
     if y.ndim != 2 or y.shape[1] != steps.size or steps.size < 2:
         raise ValueError(f"steps must be [E >= 2] and y [S, E], got {steps.shape} and {y.shape}")
-    common = np.flatnonzero(np.isfinite(y).any(0) if y.shape[0] == 0 else np.isfinite(y).all(0))
+    common = np.flatnonzero(np.isfinite(y).all(0))
     j = 1 if early else (int(common[-1]) if common.size else steps.size - 1)
     return y[:, j] - y[:, 0]
 
@@ -570,11 +570,13 @@ def analyze_trap(runs: Sequence[TrapRun], *, n_boot: int = 2000, level: float = 
         grid = np.linspace(0.0, 1.0, 41)
         qs = sorted({round(c["warm_start"]["q"]["value"], 3) for c in out["cells"].values()
                      if math.isfinite(c["warm_start"]["q"]["value"])}) or [0.5]
+        at = {q: [predict(float(x), q, **kw) for x in grid] for q in qs}
         out["theory_curve"] = {"p_A": grid.tolist(), "q": qs,
-                               "adv_surface": {str(q): [predict(float(x), q, **kw)["adv_surface"] for x in grid] for q in qs},
-                               "reward_gap": [predict(float(x), qs[0], **kw)["expected_reward_surface"]
-                                              - predict(float(x), qs[0], **kw)["expected_reward_honest"] for x in grid],
-                               "break_even": predict(0.5, qs[0], **kw)["break_even"]}
+                               "adv_surface": {str(q): [t["adv_surface"] for t in at[q]] for q in qs},
+                               "contrast_binary": {str(q): [t["contrast_binary"] for t in at[q]] for q in qs},
+                               "contrast_fraction": {str(q): [t["contrast_fraction"] for t in at[q]] for q in qs},
+                               "reward_gap": [t["expected_reward_surface"] - t["expected_reward_honest"] for t in at[qs[0]]],
+                               "break_even": at[qs[0]][0]["break_even"]}
     return out
 
 
@@ -918,20 +920,23 @@ def plot_trap_curves(result: Mapping[str, Any], p: str, *, smooth: int = 5):
 
 
 def plot_trap_theory(result: Mapping[str, Any]):
-    """Left: the theory's expected GRPO advantage of a surface rollout vs p_A (at the measured surface
-    shares q) and the toy's reward gap E[R|B] - E[R|A], break-even line, the measured warm starts marked.
-    Middle: measured change of the hack rate (fraction arm: first 10 steps and whole run; binary arm
-    as control) vs measured warm-start p_A, with CIs. Right: along the trajectory, the prediction at
-    each evaluation vs the measured hack-rate change over the next interval (fraction arms)."""
+    """Four panels. (1) The theory's expected GRPO advantage of a surface rollout vs p_A (at the measured
+    surface shares q) and the toy's reward gap E[R|B] - E[R|A], break-even line, the measured warm
+    starts marked. (2) Measured change of the hack rate (fraction arm: first interval and whole run;
+    binary arm as control) vs measured warm-start p_A, with CIs. (3) Along the trajectory, the
+    prediction at each evaluation vs the measured hack-rate change over the next interval (fraction
+    arms). (4) P(a group has contrast) vs p_A under both rewards, with each arm's measured contrast
+    share over its first train steps."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9.5))
+    ax = axes.ravel()
     tc = result.get("theory_curve")
     cells = result["cells"]
     if tc:
         x = np.asarray(tc["p_A"])
         for q, v in tc["adv_surface"].items():
-            ax[0].plot(x, v, "-", label=f"E[adv | surface patch], GRPO, q = {q}")
+            ax[0].plot(x, v, "-", color="0.3", lw=1 + tc["q"].index(float(q)), label=f"E[adv | surface patch], GRPO, q = {q}")
         ax[0].plot(x, tc["reward_gap"], "k:", label="E[R|surface] − E[R|root-cause attempt] (toy)")
         for a in ax[:2]:
             a.axvline(tc["break_even"], color="k", ls="--", lw=0.8, label=f"break-even p_A = {tc['break_even']:.1f}")
@@ -940,7 +945,7 @@ def plot_trap_theory(result: Mapping[str, Any]):
         ws = c["warm_start"]["p_A"]
         if th and math.isfinite(th.get("adv_surface", math.nan)):
             ax[0].errorbar([ws["value"]], [th["adv_surface"]], xerr=_xerr(ws), fmt="D", ms=6, mec="k",
-                           label=f"warm start, target {pk}")
+                           color=f"C{list(cells).index(pk)}", label=f"measured warm start, target p_A {pk}")
     ax[0].axhline(0, color="k", lw=0.6)
     ax[0].set(xlabel="p_A = P(root-cause fix | attempt)", ylabel="predicted push on surface patches",
               title="theory: > 0 = drift toward surface patches (fraction reward)")
@@ -965,6 +970,7 @@ def plot_trap_theory(result: Mapping[str, Any]):
     ax[1].set(xlabel="measured warm-start p_A (CI)", ylabel="measured change of the held-out hack rate",
               title="measured: > 0 = drifted toward surface patches", xlim=(0, 1))
     ax[0].set_xlim(0, 1)
+    pcol = {pk: f"C{i}" for i, pk in enumerate(cells)}
     for pk, c in cells.items():
         for arm, rows in ((c.get("theory") or {}).get("trajectory") or {}).items():
             if arm not in ("fraction", "fraction_ps") or not rows:
@@ -973,13 +979,36 @@ def plot_trap_theory(result: Mapping[str, Any]):
             ys = [r["hack_change"]["value"] for r in rows]
             ye = np.array([[r["hack_change"]["value"] - r["hack_change"]["lo"], r["hack_change"]["hi"] - r["hack_change"]["value"]]
                            if math.isfinite(r["hack_change"]["lo"]) else [0, 0] for r in rows]).T
-            ax[2].errorbar(xs, ys, yerr=ye, fmt="o" if arm == "fraction" else "x", capsize=2, alpha=0.8,
+            ax[2].errorbar(xs, ys, yerr=ye, fmt="o" if arm == "fraction" else "x", capsize=2, alpha=0.8, color=pcol[pk],
                            label=f"{ARM_LABELS[arm]}, target p_A {pk}")
     ax[2].axhline(0, color="k", lw=0.6)
     ax[2].axvline(0, color="k", lw=0.6)
     ax[2].set(xlabel="predicted E[adv | surface] at the interval's start (measured p_A, q)",
               ylabel="measured Δ hack rate over the next 10 steps",
               title="along training: agreement = the ++ and −− quadrants")
+    # the signal: P(a group has contrast) at the warm start, theory vs measured (first `window` train steps)
+    if tc:
+        for i, q in enumerate(tc["q"]):
+            ls = "-" if i == 0 else ":"
+            ax[3].plot(x, tc["contrast_binary"][str(q)], ls, color=_COLORS["binary"], label=f"theory, binary reward, q = {q}")
+            ax[3].plot(x, tc["contrast_fraction"][str(q)], ls, color=_COLORS["fraction"], label=f"theory, fraction reward, q = {q}")
+        ax[3].axvline(tc["break_even"], color="k", ls="--", lw=0.8)
+    for arm in ("binary", "fraction", "binary_ps", "fraction_ps"):
+        xs, ys, ye = [], [], []
+        for pk, c in cells.items():
+            s = c["arm"].get(arm)
+            if not s:
+                continue
+            d = s["contrast"]["first"]
+            xs.append(c["warm_start"]["p_A"]["value"])
+            ys.append(d["value"])
+            ye.append([d["value"] - d["lo"], d["hi"] - d["value"]] if math.isfinite(d["lo"]) else [0, 0])
+        if xs:
+            w = next(iter(cells.values()))["arm"][arm]["contrast"]["window"] if arm in next(iter(cells.values()))["arm"] else ""
+            ax[3].errorbar(xs, ys, yerr=np.array(ye).T, fmt="o" if arm in ("binary", "fraction") else "x", capsize=3,
+                           color=_COLORS[arm], label=f"measured, {ARM_LABELS[arm]}, first {w} steps")
+    ax[3].set(xlabel="p_A (measured at the warm start for the points)", ylabel="share of groups with contrast",
+              title="signal: P(group of G has contrast), theory vs measured", xlim=(0, 1), ylim=(-0.02, 1.02))
     for a in ax:
         a.grid(alpha=0.3)
         if a.get_legend_handles_labels()[0]:
