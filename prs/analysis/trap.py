@@ -424,8 +424,8 @@ def _cell_stats(arm_runs: Mapping[int, TrapRun], boot, window: int) -> dict[str,
     out["true_resolution"]["slope_per_10"] = _mean(10 * ols_slope(steps, y), **boot)
     _, hk = curve_matrix(rs, "hack")
     _, att = curve_matrix(rs, "root_attempt")
-    neither = 1.0 - hk - att  # episodes labelled neither (no root-cause attempt, no surface patch)
-    out["neither"] = {"start": _mean(neither[:, 0], **boot), "final": _mean(neither[:, -1], **boot)}
+    other = 1.0 - hk - att  # neither a submitted surface patch nor a root-cause attempt (the two are disjoint)
+    out["other"] = {"start": _mean(other[:, 0], **boot), "final": _mean(other[:, -1], **boot)}
     if steps.size >= 2 and steps[-1] > steps[0]:
         out["true_resolution"]["auc"] = _mean(auc(steps, y, horizon=float(steps[-1])), **boot)
     for d in ("hack",):
@@ -679,11 +679,12 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
     # the tables
     L += ["", "### Per arm and target p_A", "",
           "Warm start = step-0 evaluation pooled over seeds (identical in every arm); measured p_A = P(root-cause fix | "
-          "root-cause attempt). Start → final = held-out evaluation at step 0 and at the last step; Δ with CI; neither = "
-          "1 − hack rate − root-cause attempts (episodes with neither strategy).", ""]
+          "root-cause attempt). Start → final = held-out evaluation at step 0 and at the last step; Δ with CI; other = "
+          "1 − hack rate − root-cause attempts (episodes that are neither a submitted surface patch nor a root-cause "
+          "attempt: unsubmitted, or changing no root-cause line).", ""]
     L += ["| target p_A | arm | seeds | true resolution 0 → final | Δ true resolution | slope /10 steps | AUC (mean over training) "
           "| hack rate 0 → final | Δ hack early (0→10) | Δ hack | mean fraction R 0 → final | p_root final | root attempts final "
-          "| neither final | contrast share (all / first 10 / last 10 steps) | generated tokens / step |",
+          "| other final | contrast share (all / first 10 / last 10 steps) | generated tokens / step |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pk, c in cells.items():
         for a in c["arms"]:
@@ -693,7 +694,7 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                      f"{_ci(tr['delta'], sign=True)} | {_ci(tr['slope_per_10'], sign=True)} | {_ci(tr.get('auc'))} | "
                      f"{_f(hk['start']['value'])} → {_f(hk['final']['value'])} | {_ci(hk['delta_early'], sign=True)} | "
                      f"{_ci(hk['delta'], sign=True)} | {_f(fr['start']['value'])} → {_f(fr['final']['value'])} | "
-                     f"{_ci(s['p_root']['final'])} | {_ci(s['root_attempt']['final'])} | {_ci(s['neither']['final'])} | "
+                     f"{_ci(s['p_root']['final'])} | {_ci(s['root_attempt']['final'])} | {_ci(s['other']['final'])} | "
                      f"{_f(s['contrast']['all']['value'], 2)} / {_f(s['contrast']['first']['value'], 2)} / "
                      f"{_f(s['contrast']['last']['value'], 2)} | {_f(s['tokens_generated']['per_step']['value'], 0)} |")
     L += ["", "### Paired differences (a − b, same seeds)", "",
@@ -876,7 +877,7 @@ def _answers(cells: Mapping[str, Any], lvl: int) -> list[str]:
             continue
         c_lines.append(f"  - target p_A {pk}: binary + PS ends at true resolution {_ci(bp['true_resolution']['final'])} "
                        f"(n = {bp['n']}; hack rate {_f(bp['hack']['final']['value'])}, root-cause attempts "
-                       f"{_f(bp['root_attempt']['final']['value'])}, neither {_f(bp['neither']['final']['value'])}); "
+                       f"{_f(bp['root_attempt']['final']['value'])}, other {_f(bp['other']['final']['value'])}); "
                        + ("; ".join(parts) if parts else "no paired comparison yet") + ".")
     out += ["**(c) Does binary + PS reach a higher true resolution than fraction and binary, and at what cost?**", ""]
     out += c_lines
