@@ -672,7 +672,8 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
               + "): the arms did not start from the same warm start, and the pairing by seed is weaker than assumed.", ""]
     missing = [r for r in runs if r["status"] != "complete"]
     if missing:
-        L += [f"**Not complete (left out of every statistic):** " + ", ".join(f"{r['name']} ({r['describe']})" for r in missing), ""]
+        L += ["**Not complete (left out of every statistic):** "
+              + ", ".join(f"{r['name']} ({r['describe']})" for r in missing), ""]
     # the answers
     L += ["### Answers", ""]
     L += _answers(cells, lvl)
@@ -682,8 +683,9 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
           "root-cause attempt). Start → final = held-out evaluation at step 0 and at the last step; Δ with CI; other = "
           "1 − hack rate − root-cause attempts (episodes that are neither a submitted surface patch nor a root-cause "
           "attempt: unsubmitted, or changing no root-cause line).", ""]
-    L += ["| target p_A | arm | seeds | true resolution 0 → final | Δ true resolution | slope /10 steps | AUC (mean over training) "
-          "| hack rate 0 → final | Δ hack early (0→10) | Δ hack | mean fraction R 0 → final | p_root final | root attempts final "
+    L += ["| target p_A | arm | seeds | true resolution 0 → final | Δ true resolution | slope /10 steps "
+          "| AUC (mean over training) | hack rate 0 → final | Δ hack early (0→10) | Δ hack | mean fraction R 0 → final "
+          "| p_root final | root attempts final "
           "| other final | contrast share (all / first 10 / last 10 steps) | generated tokens / step |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pk, c in cells.items():
@@ -734,8 +736,9 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
               "strategies: E[R | root-cause attempt] vs E[R | surface patch] = 0.7 (break-even p_A = 0.4), the expected "
               "GRPO advantage of a surface rollout (the runs' estimator and group size; > 0 predicts a drift toward surface "
               "patches under the fraction reward) and P(a group has contrast).", ""]
-        L += ["| target p_A | measured p_A | q | E[R\\|A] | E[R\\|B] | E[adv \\| surface] | predicted drift | measured Δ hack early (fraction) "
-              "| measured Δ hack (fraction) | P(contrast) binary / fraction, theory | measured contrast binary / fraction, first 10 steps |",
+        L += ["| target p_A | measured p_A | q | E[R\\|A] | E[R\\|B] | E[adv \\| surface] | predicted drift "
+              "| measured Δ hack early (fraction) | measured Δ hack (fraction) | P(contrast) binary / fraction, theory "
+              "| measured contrast binary / fraction, first 10 steps |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for pk, c in cells.items():
             if "theory" not in c:
@@ -751,7 +754,8 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
             cf = fa.get("contrast", {}).get("first")
             L.append(f"| {pk} | {_ci(ws['p_A'])} | {_ci(ws['q'], 2)} | {_f(m['expected_reward_honest'])} | "
                      f"{_f(m['expected_reward_surface'])} | {adv} | {_pred(m['adv_surface'])} | "
-                     f"{_ci((fa.get('hack') or {}).get('delta_early'), sign=True)} | {_ci((fa.get('hack') or {}).get('delta'), sign=True)} | "
+                     f"{_ci((fa.get('hack') or {}).get('delta_early'), sign=True)} | "
+                     f"{_ci((fa.get('hack') or {}).get('delta'), sign=True)} | "
                      f"{_f(m['contrast_binary'], 2)} / {_f(m['contrast_fraction'], 2)} | "
                      f"{_f((cb or {}).get('value'), 2)} / {_f((cf or {}).get('value'), 2)} |")
         rows = [(pk, a, r) for pk, c in cells.items() if "theory" in c for a, rs in c["theory"]["trajectory"].items()
