@@ -293,3 +293,27 @@ def test_replace_section_and_collect_records(tmp_path):
     for m in trap.EVAL_METRICS:
         assert np.array_equal(a.evals[m], b.evals[m], equal_nan=True)
     assert np.array_equal(a.contrast, b.contrast)
+
+
+def test_the_sign_flip_is_read_across_the_break_even(tmp_path):
+    """Fraction arm drifting up at a warm start below 0.4 and down above: the section says the flip holds;
+    drifting up on both sides: it says there is no clean flip."""
+    f = STEPS / 60.0
+    def evals(p0, hack_end, s):
+        hack = 0.5 + (hack_end - 0.5) * f + 0.01 * s
+        att = 1.0 - hack
+        return {"hack": hack, "root_attempt": att, "true_resolution": p0 * att, "p_root": np.full(f.size, p0),
+                "fraction_reward": 0.6 + 0 * f}
+    for s in range(3):
+        for p, p0, end in ((0.1, 0.1, 0.9), (0.5, 0.6, 0.1)):
+            write_trap_run(tmp_path / "flip", "fraction", p, s, evals=evals(p0, end, s), contrast=np.full(T, 0.5),
+                           tokens=np.full(T, 1.0))
+            write_trap_run(tmp_path / "noflip", "fraction", p, s, evals=evals(p0, 0.9, s), contrast=np.full(T, 0.5),
+                           tokens=np.full(T, 1.0))
+    flip = trap.analyze_trap(trap.load_trap_runs(tmp_path / "flip"), n_boot=200, theory=False)
+    assert flip["cells"]["0.5"]["warm_start"]["p_A"]["value"] == pytest.approx(0.6)
+    text = trap.trap_section(flip)
+    assert "up at measured p_A 0.10 (target 0.1), down at measured p_A 0.60 (target 0.5)" in text
+    assert "**yes**: it drifts up below and down above the break-even" in text
+    noflip = trap.trap_section(trap.analyze_trap(trap.load_trap_runs(tmp_path / "noflip"), n_boot=200, theory=False))
+    assert "**no clean flip at the break-even**" in noflip
