@@ -916,7 +916,8 @@ def plot_trap_curves(result: Mapping[str, Any], p: str, *, smooth: int = 5):
             mean, lo, hi = (np.asarray(cur[a][k], float) for k in ("mean", "lo", "hi"))
             if m == "contrast":
                 mean, lo, hi = (moving_average(v, window=smooth) for v in (mean, lo, hi))
-            ax.plot(x, mean, "-" if m == "contrast" else "o-", ms=3, color=_COLORS.get(a), label=ARM_LABELS.get(a, a))
+            ax.plot(x, mean, ("--" if a.endswith("_ps") else "-") + ("" if m == "contrast" else ("s" if a.endswith("_ps") else "o")),
+                    ms=3, color=_COLORS.get(a), label=ARM_LABELS.get(a, a))
             ax.fill_between(x, lo, hi, color=_COLORS.get(a), alpha=0.15)
         if m == "p_root":
             ax.axhline(0.4, color="k", ls="--", lw=0.8, label="break-even p_A = 0.4")
