@@ -806,6 +806,21 @@ def _flip_summary(cells: Mapping[str, Any]) -> list[str]:
             f"p_A = {be:.2f}: {flip}.", ""]
 
 
+def _trajectory_summary(cells: Mapping[str, Any]) -> list[str]:
+    """The local test: the prediction at each evaluation's measured (p_A, q) vs the next interval's change."""
+    rows = [(pk, r) for pk, c in cells.items() for r in ((c.get("theory") or {}).get("trajectory") or {}).get("fraction", [])]
+    if not rows:
+        return []
+    yes = sum(r["agree"] == "yes" for _, r in rows)
+    no = sum(r["agree"] == "no" for _, r in rows)
+    per = "; ".join(f"target {pk}: p_A {_f(rs[0]['p_A'], 2)} → {_f(rs[-1]['p_A'], 2)} by step {rs[-1]['step']}"
+                    for pk, rs in ((pk, [r for q, r in rows if q == pk]) for pk in cells) if rs)
+    return [f"  Locally (the prediction re-evaluated at each evaluation's measured p_A and q of the fraction arm, against the "
+            f"hack-rate change over the next interval): {yes} of {len(rows)} intervals agree, {no} contradict, "
+            f"{len(rows) - yes - no} show no change distinguishable from 0. The measured p_A itself moves during training "
+            f"({per}), so a warm start's p_A alone does not fix the direction.", ""]
+
+
 def _answers(cells: Mapping[str, Any], lvl: int) -> list[str]:
     """The plain-language answers, written from the numbers (every claim carries its CI and n)."""
     out: list[str] = []
@@ -825,14 +840,18 @@ def _answers(cells: Mapping[str, Any], lvl: int) -> list[str]:
         meas = hk["drift"]
         verdict = ""
         if th and math.isfinite(th.get("adv_surface", math.nan)) and meas in ("up", "down"):
-            verdict = " — **agrees**" if (meas == "up") == (th["adv_surface"] > 0) else " — **contradicts the theory**"
+            verdict = (" — **agrees** with the prediction at the warm start" if (meas == "up") == (th["adv_surface"] > 0)
+                       else " — **contradicts the prediction at the warm start**")
+            early = hk["drift_early"]
+            if early != meas:
+                verdict += f" (over the first interval: {early})"
         elif th:
             verdict = " — not distinguishable from 0"
         a_lines.append(f"  - target p_A {pk} ({pred_txt}): hack rate {_f(hk['start']['value'])} → {_f(hk['final']['value'])} "
                        f"(Δ {_ci(hk['delta'], sign=True)}, first 10 steps {_ci(hk['delta_early'], sign=True)}, "
                        f"n = {fa['n']}): drift **{meas}**{verdict}.")
     out += ["**(a) Does the fraction reward drift to surface patches below the break-even p_A = 0.4 and not above?**", ""]
-    out += _flip_summary(cells) + a_lines + [""]
+    out += _flip_summary(cells) + a_lines + [""] + _trajectory_summary(cells)
     # (b) binary stall
     b_lines = []
     for pk, c in cells.items():
