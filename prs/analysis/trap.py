@@ -572,7 +572,7 @@ def analyze_trap(runs: Sequence[TrapRun], *, n_boot: int = 2000, level: float = 
         kw = dict(group_size=s0["group_size"], estimator=s0["estimator"], n_surface=s0["n_surface"],
                   n_semantic=s0["n_semantic"])
         grid = np.linspace(0.0, 1.0, 41)
-        qs = sorted({round(c["warm_start"]["q"]["value"], 3) for c in out["cells"].values()
+        qs = sorted({round(c["warm_start"]["q"]["value"], 2) for c in out["cells"].values()
                      if math.isfinite(c["warm_start"]["q"]["value"])}) or [0.5]
         at = {q: [predict(float(x), q, **kw) for x in grid] for q in qs}
         out["theory_curve"] = {"p_A": grid.tolist(), "q": qs,
