@@ -6,7 +6,8 @@ their outputs, so a reader sees every figure and table without running anything:
     python -m experiments.notebooks --check          # exit 1 if a committed notebook no longer matches
 
 The run notebooks read ``PRS_RUN_ROOT`` (set here to ``results/runs``: the committed ablation, so no
-training happens); ``fig2_pass_rate_metrics`` and ``simulator`` compute their own data. ``--check``
+training happens); ``fig2_pass_rate_metrics`` and ``simulator`` compute their own data; ``trap``
+reads ``PRS_TRAP_ROOT``, else the committed trap sweep ``results/trap/runs`` (else the test fixture). ``--check``
 re-executes into memory and compares each cell's outputs with the committed ones (``outputs_digest``:
 markdown and text verbatim, minus lines with timings or temporary paths; figures by presence, since
 PNG bytes vary between matplotlib builds). ``tests/test_notebooks.py`` runs the same check and also

@@ -1,6 +1,7 @@
 """Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap statistics
 with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC), the decisive
-experiment's comparisons and verdict rules (``decisive``), tables, figures, a tiny run set (``notebook``).
+experiment's comparisons and verdict rules (``decisive``), the partial-pass trap (``trap``, #18), tables,
+figures, a tiny run set for notebooks (``notebook``).
 
 May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
 no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
@@ -66,6 +67,19 @@ from prs.analysis.decisive import (  # noqa: F401
     lm_arms,
     lm_variant,
     task_variants,
+)
+from prs.analysis.trap import (  # noqa: F401
+    TrapRun,
+    load_trap_run,
+    load_trap_runs,
+    trap_cells,
+    analyze_trap,
+    budget_cuts,
+    theory_predictions,
+    trap_section,
+    plot_trap_curves,
+    plot_trap_theory,
+    collect_trap_records,
 )
 from prs.analysis.gap import (  # noqa: F401
     gap_levels,

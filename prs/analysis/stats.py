@@ -218,20 +218,27 @@ def bootstrap_diff_of_means(a, b, *, paired: bool = False, n_boot: int = 2000, l
 
 
 def bootstrap_band(y, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Seed-mean curve of y [S, E] and its pointwise bootstrap CI band (lo [E], hi [E]); NaN-skipping."""
+    """Seed-mean curve of y [S, E] and its pointwise bootstrap CI band (lo [E], hi [E]); NaN-skipping.
+
+    y may carry leading axes, [..., S, E] -> ([..., E], [..., E], [..., E]): every leading row is
+    resampled with the *same* seed indices (a paired band: row a and row b of one resample hold the
+    same seeds), so arms measured on the same seeds share their resampling noise.
+    """
     y = np.asarray(y, float)
-    if y.ndim != 2:
-        raise ValueError(f"y must be [S, E], got shape {y.shape}")
+    if y.ndim < 2:
+        raise ValueError(f"y must be [S, E] or [..., S, E], got shape {y.shape}")
     _check_boot(n_boot, level)
-    mean = seed_mean(y)
-    if y.shape[0] < 2:
+    mean = seed_mean(np.moveaxis(y, -2, 0))
+    S = y.shape[-2]
+    if S < 2:
         return mean, mean.copy(), mean.copy()
-    idx = np.random.default_rng(seed).integers(0, y.shape[0], size=(n_boot, y.shape[0]))  # [n_boot, S]
-    yb = y[idx]                                                                              # [n_boot, S, E]
+    idx = np.random.default_rng(seed).integers(0, S, size=(n_boot, S))                     # [n_boot, S]
+    yb = np.take(y, idx, axis=-2)                                                          # [..., n_boot, S, E]
     ok = np.isfinite(yb)
-    mb = np.where(ok.any(1), np.where(ok, yb, 0.0).sum(1) / np.maximum(ok.sum(1), 1), np.nan)  # [n_boot, E]
+    mb = np.where(ok.any(-2), np.where(ok, yb, 0.0).sum(-2) / np.maximum(ok.sum(-2), 1), np.nan)  # [..., n_boot, E]
     with np.errstate(all="ignore"):
-        lo, hi = np.nanquantile(mb, [(1 - level) / 2, (1 + level) / 2], axis=0) if np.isfinite(mb).any() else (mean, mean)
+        lo, hi = (np.nanquantile(mb, [(1 - level) / 2, (1 + level) / 2], axis=-2) if np.isfinite(mb).any()
+                  else (mean, mean))
     return mean, np.asarray(lo), np.asarray(hi)
 
 
