@@ -1,7 +1,6 @@
 """Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap statistics
-with paired CIs (``gap``: steps/tokens/wall-clock to 50%/80% of the baseline's gap, AUC), the decisive
-experiment's comparisons and verdict rules (``decisive``), the partial-pass trap (``trap``, #18), tables,
-figures, a tiny run set for notebooks (``notebook``).
+with paired CIs (``gap``), the decisive experiment's comparisons and verdict rules (``decisive``), the
+partial-pass trap (``trap``, #18), tables, figures, a tiny run set for notebooks (``notebook``).
 
 May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
 no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
