@@ -44,7 +44,8 @@ from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_lo
 from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
-from prs.rl import schedule
+from prs.parallel.sharding import place, shard_rows
+from prs.rl import multihost, schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -260,6 +261,7 @@ class Trainer:
             raise ValueError(f"RLConfig.algorithm='rft' runs without Prefix Sampling; got prefix mode {prefix.mode!r}")
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
+        multihost.multi_process(mesh)  # several processes need a mesh over all of them (ValueError)
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
         make = getattr(task, "make_rollouts", None)
         self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
@@ -299,7 +301,7 @@ class Trainer:
         if self.mesh is None:
             opt_state = self.tx.init(params)
         else:
-            params = jax.device_put(params, self.param_shardings)
+            params = place(params, self.param_shardings)  # several processes: each places its own slices
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
             self.ref_params = jax.tree.map(jnp.copy, params)
@@ -337,7 +339,7 @@ class Trainer:
             raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
         if self.mesh is None:
             return self._update(params, opt_state, batch, *ref)
-        batch = jax.device_put(batch, self._rows)  # rows over the batch axes (a no-op when already there)
+        batch = shard_rows(batch, self._rows)  # rows over the batch axes; each process feeds its own rows
         with jax.set_mesh(self.mesh):
             return self._update(params, opt_state, batch, *ref)
 
