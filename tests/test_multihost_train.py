@@ -49,7 +49,8 @@ def _same(a, b, where):
         assert a == b, where
 
 
-@pytest.mark.parametrize("schedule", ["same_step"])
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["same_step", "next_visit"])
 def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, schedule):
     base_dir = tmp_path / "base"
     runner.base_params(TASK, MODEL, run_cfg(base_dir), base_dir, log=lambda *a: None)  # the shared warm start
@@ -85,7 +86,8 @@ def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, s
     want, got = _records(tmp_path / "ref" / "metrics.jsonl"), _records(tmp_path / "p0" / "metrics.jsonl")
     assert [m["kind"] for m in got] == [m["kind"] for m in want] == ["eval"] + ["train"] * STEPS + ["eval"]
     assert sum(m.get("groups_kept", 0) for m in want) > 0  # the steps trained (mixed groups)
-    assert sum(m.get("groups_rerolled", 0) for m in want) > 0  # and Prefix Sampling re-rolled
+    if schedule == "same_step":  # Prefix Sampling re-rolled (next_visit in 3 steps: revisits, rarely steered)
+        assert sum(m.get("groups_rerolled", 0) for m in want) > 0
     for i, (w, g) in enumerate(zip(want, got)):
         assert sorted(g) == sorted(w)
         for key in w:

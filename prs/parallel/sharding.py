@@ -140,6 +140,37 @@ def param_shardings(cfg: Any, mesh: Mesh, rules: dict[str, str | None] | None = 
                         names, shapes, is_leaf=lambda x: isinstance(x, tuple))
 
 
+# The sampler's layout: its rows are split over the batch axes (data, fsdp), so every device
+# needs whole weights along those axes (no per-token FSDP all-gather inside the decode loop);
+# Megatron's tensor split stays. Same logical names, the batch axes dropped from the rules.
+SAMPLING_RULES: dict[str, str | None] = {k: (None if v in (DATA_AXIS, FSDP_AXIS) else v)
+                                         for k, v in LOGICAL_RULES.items()}
+
+
+def sampling_shardings(cfg: Any, mesh: Mesh) -> Any:
+    """A ``NamedSharding`` per parameter for the sampler's copy (``Trainer.sampling_params``):
+    ``param_shardings`` under ``SAMPLING_RULES``, i.e. replicated over ``data`` and ``fsdp``,
+    q/k/v/gate/up split by output columns and o/down by input rows over ``tensor``, the vocabulary
+    over ``tensor``. On a mesh without a ``tensor`` axis > 1 this is fully replicated."""
+    return param_shardings(cfg, mesh, SAMPLING_RULES)
+
+
+def sampler_placement(params: Any, mesh: Mesh) -> Any:
+    """The sampler's parameters on ``mesh``: a leaf already laid out on this mesh without using the
+    batch axes (e.g. by ``sampling_shardings``) keeps its layout; any other leaf (host, another
+    device, FSDP-split training parameters) is replicated, as the sampler always did."""
+    batch = {DATA_AXIS, FSDP_AXIS}
+
+    def keep(x):
+        sh = getattr(x, "sharding", None)
+        if not (isinstance(sh, NamedSharding) and sh.mesh == mesh):
+            return False
+        used = {a for entry in sh.spec if entry is not None for a in (entry if isinstance(entry, tuple) else (entry,))}
+        return not (used & batch)
+
+    return jax.tree.map(lambda x: x if keep(x) else jax.device_put(x, replicated(mesh)), params)
+
+
 def opt_state_shardings(tx, params_abstract: Any, param_sh: Any, mesh: Mesh) -> Any:
     """Shardings of ``tx.init(params)``: every leaf shaped like a parameter (Adam's moments) is
     sharded like that parameter; the rest (counts, scalars) is replicated."""

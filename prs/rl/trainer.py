@@ -346,18 +346,19 @@ class Trainer:
     def sampling_params(self, params):
         """The parameters the sampler runs on: ``params`` themselves (``sampling_dtype="param"``) or
         a copy cast to ``rl.sampling_dtype`` (e.g. bf16: half the bytes of fp32 masters), laid out
-        replicated over the mesh as the sampler uses it; made from the current parameters at every
-        step, i.e. refreshed after each update."""
+        for the sampler (``prs.parallel.sharding.sampling_shardings``: replicated over the batch
+        axes, split over ``tensor``); made from the current parameters at every step, i.e.
+        refreshed after each update."""
         if self.rl.sampling_dtype == "param":
             return params
         if self._cast is None:
             dt = jnp.dtype(self.rl.sampling_dtype)
             cast = lambda p: jax.tree.map(lambda x: x.astype(dt), p)  # noqa: E731
             out = None
-            if self.mesh is not None:
-                from prs.parallel.sharding import replicated
+            if self.mesh is not None:  # laid out for the sampler: whole over the batch axes, split over tensor
+                from prs.parallel.sharding import sampling_shardings
 
-                out = replicated(self.mesh)
+                out = sampling_shardings(self.model_cfg, self.mesh)
             self._cast = jax.jit(cast, out_shardings=out)
         return self._cast(params)
 
