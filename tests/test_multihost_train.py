@@ -78,7 +78,7 @@ def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, s
     procs = [subprocess.Popen([sys.executable, worker, str(tmp_path / f"p{i}"), str(base_dir), str(result), schedule],
                               env={**env, "PRS_PROCESS_ID": str(i)}, cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=400)[0] for p in procs]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-6000:]
 
     assert not (tmp_path / "p1").exists() or not any((tmp_path / "p1").iterdir())  # process 1 wrote nothing
