@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
-from prs.parallel.sharding import batch_axes, replicate, shard_batch
+from prs.parallel.sharding import batch_axes, sampler_placement, shard_batch
 
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -376,7 +376,7 @@ def _validate_rows(name, tokens, lengths, cfg: ModelConfig, *, allow_empty: bool
 def _place(mesh, params, *arrays):
     if mesh is None:
         return (params, *arrays)
-    return (replicate(params, mesh), *shard_batch(tuple(arrays), mesh))
+    return (sampler_placement(params, mesh), *shard_batch(tuple(arrays), mesh))
 
 
 def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,

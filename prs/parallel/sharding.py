@@ -140,6 +140,37 @@ def param_shardings(cfg: Any, mesh: Mesh, rules: dict[str, str | None] | None = 
                         names, shapes, is_leaf=lambda x: isinstance(x, tuple))
 
 
+# The sampler's layout: its rows are split over the batch axes (data, fsdp), so every device
+# needs whole weights along those axes (no per-token FSDP all-gather inside the decode loop);
+# Megatron's tensor split stays. Same logical names, the batch axes dropped from the rules.
+SAMPLING_RULES: dict[str, str | None] = {k: (None if v in (DATA_AXIS, FSDP_AXIS) else v)
+                                         for k, v in LOGICAL_RULES.items()}
+
+
+def sampling_shardings(cfg: Any, mesh: Mesh) -> Any:
+    """A ``NamedSharding`` per parameter for the sampler's copy (``Trainer.sampling_params``):
+    ``param_shardings`` under ``SAMPLING_RULES``, i.e. replicated over ``data`` and ``fsdp``,
+    q/k/v/gate/up split by output columns and o/down by input rows over ``tensor``, the vocabulary
+    over ``tensor``. On a mesh without a ``tensor`` axis > 1 this is fully replicated."""
+    return param_shardings(cfg, mesh, SAMPLING_RULES)
+
+
+def sampler_placement(params: Any, mesh: Mesh) -> Any:
+    """The sampler's parameters on ``mesh``: a leaf already laid out on this mesh without using the
+    batch axes (e.g. by ``sampling_shardings``) keeps its layout; any other leaf (host, another
+    device, FSDP-split training parameters) is replicated, as the sampler always did."""
+    batch = {DATA_AXIS, FSDP_AXIS}
+
+    def keep(x):
+        sh = getattr(x, "sharding", None)
+        if not (isinstance(sh, NamedSharding) and sh.mesh == mesh):
+            return False
+        used = {a for entry in sh.spec if entry is not None for a in (entry if isinstance(entry, tuple) else (entry,))}
+        return not (used & batch)
+
+    return jax.tree.map(lambda x: x if keep(x) else jax.device_put(x, replicated(mesh)), params)
+
+
 def opt_state_shardings(tx, params_abstract: Any, param_sh: Any, mesh: Mesh) -> Any:
     """Shardings of ``tx.init(params)``: every leaf shaped like a parameter (Adam's moments) is
     sharded like that parameter; the rest (counts, scalars) is replicated."""
@@ -181,3 +212,63 @@ def shard_batch(tree, mesh: Mesh):
 def replicate(tree, mesh: Mesh):
     """Places a full copy of every leaf of ``tree`` (parameters, optimiser state) on every device."""
     return jax.device_put(tree, replicated(mesh))
+
+
+# ---------------------------------------------------------------------- several processes
+
+
+def process_rows(mesh: Mesh, rows: int) -> slice:
+    """The rows ``[start, stop)`` of a ``[rows, ...]`` batch split over the batch axes that this
+    process's devices hold (all rows with one process). Raises ``ValueError`` when they are not
+    one contiguous block (a mesh whose devices interleave the processes along the batch axes)."""
+    if jax.process_count() == 1:
+        return slice(0, rows)
+    idx = data_sharding(mesh, 1).addressable_devices_indices_map((rows,))
+    got = sorted({(s.start or 0, rows if s.stop is None else s.stop) for (s,) in idx.values()})
+    start, stop = got[0][0], got[-1][1]
+    covered = np.zeros((rows,), bool)
+    for a, b in got:
+        covered[a:b] = True
+    if not covered[start:stop].all():
+        raise ValueError(f"process_rows: process {jax.process_index()} holds rows {got} of {rows}, not one block; "
+                         "build the mesh with each process's devices adjacent along (data, fsdp) (make_mesh's default)")
+    return slice(start, stop)
+
+
+def place(tree, shardings):
+    """``jax.device_put(tree, shardings)`` that also builds arrays spanning several processes from
+    values every process holds in full (host arrays or process-local ``jax.Array``; e.g. parameters
+    initialised or loaded identically everywhere): each process transfers only the slices its
+    devices hold (``jax.make_array_from_callback``). Global arrays (not fully addressable) are
+    resharded as ``device_put`` does. ``shardings``: one sharding or a tree matching ``tree``."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def one(x, sh):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return jax.device_put(x, sh)
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx])
+
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: one(x, shardings), tree)
+    return jax.tree.map(one, tree, shardings)
+
+
+def shard_rows(tree, shardings):
+    """Places a batch every process holds in full (``[R, ...]`` leaves, the same values on every
+    process) row-split by ``shardings`` (a tree of batch shardings, e.g. ``data_sharding``): with
+    several processes each one feeds only its own rows, ``x[process_rows]``, through
+    ``jax.make_array_from_process_local_data`` (global shape ``[R, ...]``). One process:
+    ``jax.device_put``. ``None`` leaves stay ``None``."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def one(x, sh):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return jax.device_put(x, sh)
+        host = np.asarray(x)
+        rows = process_rows(sh.mesh, host.shape[0])
+        return jax.make_array_from_process_local_data(sh, host[rows], host.shape)
+
+    return jax.tree.map(one, tree, shardings)

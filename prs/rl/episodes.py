@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models.sampler import Rollout, SamplerConfig, sample
+from prs.rl import multihost
 
 
 def _pad_width(x: np.ndarray | jax.Array, width: int, fill) -> jax.Array:
@@ -95,13 +96,22 @@ class SingleTurnRollouts:
 
     def _sample(self, params, rows, rows_len, key, scfg, budget=None):
         tr = self.trainer
+        if multihost.multi_process(tr.mesh):  # each process feeds its own rows; all get the whole rollout
+            return multihost.sample_rows(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
+                                         budget=budget)
         return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, budget=budget)
+
+    def _score(self, problems, ro, group_size: int):
+        if multihost.multi_process(self.trainer.mesh):  # each process scores its own rows
+            return multihost.score_rows(self._rewards, self.task, problems, ro, group_size=group_size,
+                                        mesh=self.trainer.mesh)
+        return self._rewards(problems, ro, group_size=group_size)
 
     def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
         prompt, plen = self.task.prompts(problems)
         ro = self._sample(params, np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size), key,
                           self.eval_scfg if evaluation else self.scfg)
-        r = self._rewards(problems, ro, group_size=group_size)
+        r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id)
 
     def reroll(self, params, problems, source: Episodes, cut: np.ndarray, key, *, group_size: int) -> Episodes:
@@ -119,5 +129,5 @@ class SingleTurnRollouts:
                                  f"(max_new_tokens={self.scfg.max_new_tokens})")
         ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg,
                           budget=budget)
-        r = self._rewards(problems, ro, group_size=group_size)
+        r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))

@@ -133,17 +133,23 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
 
 
-def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print):
-    """Warm-start parameters, trained once and cached under ``base_dir/<hash>``."""
+def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print,
+                shardings=None):
+    """Warm-start parameters, trained once and cached under ``base_dir/<hash>``. With ``shardings``
+    (``Trainer.param_shardings``) a checkpoint or cached warm start is read straight into that
+    layout, each device reading only its slice (no whole copy on one device), and a fresh
+    initialisation is created sharded (``prs.rl.multihost.sharded_params``)."""
     import orbax.checkpoint as ocp
+
+    from prs.rl.multihost import sharded_params
 
     if run.init_checkpoint:
         from prs.models import hf
 
         log(f"[base] loading {run.init_checkpoint} (replaces the warm start)")
-        return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg)
+        return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg, shardings=shardings)
     if run.sft_steps == 0:
-        return init_params(model_cfg, jax.random.PRNGKey(run.sft_seed))
+        return sharded_params(lambda: init_params(model_cfg, jax.random.PRNGKey(run.sft_seed)), shardings)
     # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
     key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
     path = (base_dir / f"base-{key}").resolve()
@@ -152,11 +158,19 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     def load():
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
                                 jax.eval_shape(lambda k: init_params(model_cfg, k), jax.random.PRNGKey(0)))
+        if shardings is not None:  # restored straight into the trainer's layout
+            abstract = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+                                    abstract, shardings)
         log(f"[base] reusing warm-start parameters {path}")
         return ckptr.restore(path, abstract)
 
     if path.exists():
         return load()
+    if jax.process_count() > 1:  # orbax saves are collective and the cache is one process's: not cached
+        log(f"[base] supervised warm start on every process ({jax.process_count()}), not cached: build {path} "
+            "with one process first to reuse it")
+        return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
+                                     seed=run.sft_seed, log=log)
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -217,19 +231,21 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     import orbax.checkpoint as ocp
 
     out = pathlib.Path(out_dir).resolve()
-    rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
-    rundir.check_config(out, config_dict)
+    writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
+    if writer:
+        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
+        rundir.check_config(out, config_dict)
     done = _already_complete(out, run_cfg, log)
     if done is not None:
         log(f"[run] already complete (step {run_cfg.steps}): final held-out pass@1 {done['eval_final']:.3f} "
             f"(peak {done['eval_peak']:.3f}); summary.json, metrics and curves.png in {out}")
         return done
-    rundir.clear_failure(out)
+    if writer:
+        rundir.clear_failure(out)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
-    params = base_params(task, model_cfg, run_cfg, base_dir, log=log)
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
+    params = base_params(task, model_cfg, run_cfg, base_dir, log=log, shardings=trainer.param_shardings)
     state = trainer.init_state(params)
-    writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
 
     metrics_path = out / "metrics.jsonl"
     mngr = None
@@ -308,7 +324,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         ev = trainer.evaluate(state.params, run_cfg.steps)
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
     except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
-        rundir.record_failure(out, step=s, error=e)
+        if writer:
+            rundir.record_failure(out, step=s, error=e)
         if wb is not None:
             wb.finish(exit_code=1)
         raise

@@ -44,7 +44,8 @@ from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_lo
 from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
-from prs.rl import schedule
+from prs.parallel.sharding import place, shard_rows
+from prs.rl import multihost, schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -260,6 +261,7 @@ class Trainer:
             raise ValueError(f"RLConfig.algorithm='rft' runs without Prefix Sampling; got prefix mode {prefix.mode!r}")
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
+        multihost.multi_process(mesh)  # several processes need a mesh over all of them (ValueError)
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
         make = getattr(task, "make_rollouts", None)
         self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
@@ -299,7 +301,7 @@ class Trainer:
         if self.mesh is None:
             opt_state = self.tx.init(params)
         else:
-            params = jax.device_put(params, self.param_shardings)
+            params = place(params, self.param_shardings)  # several processes: each places its own slices
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
             self.ref_params = jax.tree.map(jnp.copy, params)
@@ -337,25 +339,26 @@ class Trainer:
             raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
         if self.mesh is None:
             return self._update(params, opt_state, batch, *ref)
-        batch = jax.device_put(batch, self._rows)  # rows over the batch axes (a no-op when already there)
+        batch = shard_rows(batch, self._rows)  # rows over the batch axes; each process feeds its own rows
         with jax.set_mesh(self.mesh):
             return self._update(params, opt_state, batch, *ref)
 
     def sampling_params(self, params):
         """The parameters the sampler runs on: ``params`` themselves (``sampling_dtype="param"``) or
         a copy cast to ``rl.sampling_dtype`` (e.g. bf16: half the bytes of fp32 masters), laid out
-        replicated over the mesh as the sampler uses it; made from the current parameters at every
-        step, i.e. refreshed after each update."""
+        for the sampler (``prs.parallel.sharding.sampling_shardings``: replicated over the batch
+        axes, split over ``tensor``); made from the current parameters at every step, i.e.
+        refreshed after each update."""
         if self.rl.sampling_dtype == "param":
             return params
         if self._cast is None:
             dt = jnp.dtype(self.rl.sampling_dtype)
             cast = lambda p: jax.tree.map(lambda x: x.astype(dt), p)  # noqa: E731
             out = None
-            if self.mesh is not None:
-                from prs.parallel.sharding import replicated
+            if self.mesh is not None:  # laid out for the sampler: whole over the batch axes, split over tensor
+                from prs.parallel.sharding import sampling_shardings
 
-                out = replicated(self.mesh)
+                out = sampling_shardings(self.model_cfg, self.mesh)
             self._cast = jax.jit(cast, out_shardings=out)
         return self._cast(params)
 

@@ -1,0 +1,92 @@
+"""Rollout collection across several processes (``jax.distributed``): sample and score each
+process's own rows, then give every process the same host view of the whole step.
+
+One process: nothing here changes anything (both functions are the plain calls).
+
+Several processes (the trainer's mesh spans every process's devices), one step:
+
+1. every process builds the same B problems and the same ``[R, P]`` input rows (problems are a
+   function of (seed, step), re-roll sources come from step 3's host view);
+2. ``sample_rows``: each process hands the sampler only its own rows ``x[process_rows]`` (the rows
+   its devices hold, ``prs.parallel.sharding.process_rows``); the sampler assembles them into one
+   global ``[R, ...]`` batch (``jax.make_array_from_process_local_data``) and decodes it as one
+   SPMD program, so the tokens are those of a single-process run with the same key (threefry
+   draws do not depend on the sharding). All processes pad the rows to the *same* width: the
+   prompt bucket of the longest row of the whole batch, not of their own rows;
+3. the rollout (tokens, masks, log-probs: ``[R, L]``, small next to the model) is gathered to
+   every host (``process_allgather``);
+4. ``score_rows``: each process scores only its own rows (its slice of the problems; a
+   code-executing verifier runs once per row, not once per process), and the ``[R]`` rewards are
+   gathered so every process holds all of them.
+
+After this every process holds the same rollouts and rewards, so the host glue that follows
+(buckets, sources, cut points, the controller, the task memory, advantages and every logged
+metric) is computed identically on every process from global numbers; the update's batch is then
+placed with each process feeding its own rows (``prs.parallel.sharding.shard_rows``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs.models.sampler import bucket_length, sample
+from prs.parallel.sharding import process_rows
+
+
+def multi_process(mesh) -> bool:
+    """True when the rollouts must be collected across processes (``mesh`` spans them)."""
+    if jax.process_count() == 1:
+        return False
+    if mesh is None:
+        raise ValueError(f"{jax.process_count()} processes but no mesh: the trainer needs a mesh over every "
+                         "process's devices (experiments.train: mesh=fsdp or dp_fsdp, not mesh=single)")
+    return True
+
+
+def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
+    """``prs.models.sampler.sample`` on the full ``rows [R, P]`` (the same on every process) with
+    each process feeding only its own rows; returns the whole ``Rollout`` as host arrays, the same
+    on every process (module docstring, steps 2-3)."""
+    from jax.experimental import multihost_utils as mhu
+
+    rows, rows_len = np.asarray(rows), np.asarray(rows_len)
+    need = int(rows_len.max()) if rows_len.size else 0
+    width = need if scfg.buckets is None else bucket_length(need, scfg.buckets)
+    scfg = dataclasses.replace(scfg, buckets=(max(width, 1),))  # one width on every process
+    mine = process_rows(mesh, rows.shape[0])
+    ro = sample(params, rows[mine], rows_len[mine], key, cfg=cfg, scfg=scfg, mesh=mesh,
+                budget=None if budget is None else np.asarray(budget)[mine])
+    return jax.tree.map(np.asarray, mhu.process_allgather(ro, tiled=True))
+
+
+def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
+    """``rewards_fn(problems, ro, group_size=)`` -> [R], each process scoring only its own rows of
+    the host rollout ``ro`` (its problems: whole groups when its rows are group-aligned, else one
+    problem per row with ``group_size=1``); the rewards of all rows are gathered to every process."""
+    from jax.experimental import multihost_utils as mhu
+
+    r_all = ro.tokens.shape[0]
+    mine = process_rows(mesh, r_all)
+    local = jax.tree.map(lambda x: x[mine], ro)
+    if mine.start % group_size == 0 and mine.stop % group_size == 0:
+        probs, gs = task.take(problems, np.arange(mine.start // group_size, mine.stop // group_size)), group_size
+    else:
+        probs, gs = task.take(problems, np.arange(mine.start, mine.stop) // group_size), 1
+    r_mine = np.asarray(rewards_fn(probs, local, group_size=gs), np.float32).reshape(-1)
+    full, has = np.zeros((r_all,), np.float32), np.zeros((r_all,), bool)
+    full[mine], has[mine] = r_mine, True
+    vals, held = mhu.process_allgather((full, has))                           # [P, R] each
+    if not held.any(0).all():
+        raise RuntimeError(f"score_rows: rows {np.flatnonzero(~held.any(0))[:8].tolist()} held by no process")
+    return jnp.asarray(vals[np.argmax(held, axis=0), np.arange(r_all)])       # the first holder's reward
+
+
+def sharded_params(init, shardings):
+    """``init()`` (a parameter initialiser) built directly in ``shardings`` (each device computes
+    only its slices; no whole copy on one device), or plainly when ``shardings`` is None."""
+    if shardings is None:
+        return init()
+    return jax.jit(init, out_shardings=shardings)()
