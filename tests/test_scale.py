@@ -151,7 +151,7 @@ def test_scan_unroll_gives_the_same_loss_and_gradients():
     vg = jax.jit(jax.value_and_grad(_model_loss), static_argnums=3)
     want = vg(params, tokens, valid, cfg)
     for unroll in (2, 3):
-        assert _max_rel(vg(params, tokens, valid, dataclasses.replace(cfg, scan_unroll=unroll)), want) < 1e-6
+        assert _max_rel(vg(params, tokens, valid, dataclasses.replace(cfg, scan_unroll=unroll)), want) < 1e-5
     with pytest.raises(ValueError, match="scan_unroll"):
         M.ModelConfig.preset("tiny", scan_unroll=0)
 
