@@ -6,7 +6,9 @@ seq-mean-token-sum, clip 0.2 / 0.28), backward, global-norm clip 1.0, AdamW (lr 
 ``Qwen3ForCausalLM`` (fp32, default SDPA attention) with the same weights, loss written in torch,
 ``clip_grad_norm_`` and ``torch.optim.AdamW``. Rows are full (no padding), the first 16 tokens are
 "prompt" (no loss), advantages ~ N(0, 1), ``old_logp`` = the current log-probs + N(0, 0.3²) noise so
-the clip is active. The first-step losses are compared (relative difference printed).
+the clip is active. The first-step losses are compared (relative difference printed). prs runs
+with the layer scan fully unrolled (``ModelConfig.scan_unroll = n_layers``; ``--unroll 1`` for the
+rolled loop, the library default, which compiles faster).
 
 Timing: best of ``--repeats`` after one warm-up call (compile excluded), wall clock and process
 CPU time, in the same process; the load average is printed. Roofline fraction = model FLOPs
@@ -113,6 +115,7 @@ def main():
     ap.add_argument("--len", type=int, default=256, help="T, tokens per row")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--unroll", default="full", help="ModelConfig.scan_unroll for prs: an int, or 'full' (= n_layers)")
     a = ap.parse_args()
     rl = RLConfig()
     peak = C.matmul_flops()
@@ -121,10 +124,11 @@ def main():
     for size in a.size:
         cfg = M.ModelConfig.preset(size)
         params = M.init_params(cfg, jax.random.key(0))
+        cfg = M.ModelConfig.preset(size, scan_unroll=cfg.n_layers if a.unroll == "full" else int(a.unroll))
         b = make_batch(cfg, params, a.rows, a.len)
         flops = 3 * C.forward_flops_per_token(cfg, a.len - 1) * a.rows * (a.len - 1)
         l_p, w_p, c_p = prs_update(cfg, params, b, rl, a.repeats)
-        row = dict(size=size, R=a.rows, T=a.len, prs_s=f"{w_p:.3f}", prs_cpu_s=f"{c_p:.3f}",
+        row = dict(size=size, R=a.rows, T=a.len, unroll=cfg.scan_unroll, prs_s=f"{w_p:.3f}", prs_cpu_s=f"{c_p:.3f}",
                    prs_roofline=f"{flops / w_p / peak:.1%}")
         if not a.no_torch:
             l_t, w_t, c_t, tv, nt = torch_update(cfg, params, b, rl, a.repeats)
@@ -134,7 +138,7 @@ def main():
             row["torch"] = f"{tv} ({nt} thr)"
         rows.append(row)
         print(f"{size}: done ({C.load()})", flush=True)
-    cols = ["size", "R", "T", "prs_s", "torch_s", "speedup", "prs_cpu_s", "torch_cpu_s", "speedup_cpu",
+    cols = ["size", "R", "T", "unroll", "prs_s", "torch_s", "speedup", "prs_cpu_s", "torch_cpu_s", "speedup_cpu",
             "prs_roofline", "torch_roofline", "loss_rel_diff", "torch"]
     print(f"\nOne GRPO update (fwd + log-probs + clipped loss + bwd + AdamW), best of {a.repeats}; {C.load()}")
     print(C.table(rows, [c for c in cols if any(c in r for r in rows)]))

@@ -111,13 +111,49 @@ def test_remat_and_attention_impls_give_the_same_gradients():
     valid = jnp.arange(9)[None, :] < jnp.asarray([9, 5, 2, 1])[:, None]
     vg = jax.jit(jax.value_and_grad(_model_loss), static_argnums=3)
     want = vg(params, tokens, valid, cfg)
-    for remat, impl in (("none", "xla"), ("full", "xla"), ("dots_saveable", "reference")):
+    for remat, impl in (("none", "xla"), ("full", "xla"), ("dots_saveable", "reference"), ("none", "einsum")):
         got = vg(params, tokens, valid, dataclasses.replace(cfg, remat=remat, attention_impl=impl))
         assert _max_rel(got, want) < 1e-5, (remat, impl)
     with pytest.raises(ValueError, match="remat"):
         M.ModelConfig.preset("tiny", remat="everything")
     with pytest.raises(ValueError, match="attention_impl"):
         M.ModelConfig.preset("tiny", attention_impl="flash")
+
+
+def test_reference_attention_backward_equals_autodiff_of_the_einsum_form():
+    """The hand-written backward of the heads-major attention (``_attention_hm_bwd``) against
+    plain autodiff of the einsum equation: grouped-query heads (K=4, Kv=2), right padding, a
+    fully masked row (uniform average, zero q/k gradient) and a non-causal cross mask."""
+    cfg = M.ModelConfig.preset("tiny")
+    R, T_, S, K, Kv, H = 3, 7, 9, 4, 2, 8
+    ks = jax.random.split(jax.random.PRNGKey(3), 4)
+    q = jax.random.normal(ks[0], (R, T_, K, H))
+    k, v = jax.random.normal(ks[1], (R, S, Kv, H)), jax.random.normal(ks[2], (R, S, Kv, H))
+    valid = jnp.arange(S)[None] < jnp.asarray([9, 4, 0])[:, None]
+    mask = (jnp.arange(T_)[:, None] + 2 >= jnp.arange(S)[None])[None] & valid[:, None, :]  # [R, T, S]
+    w = jax.random.normal(ks[3], (R, T_, K * H))
+
+    def loss(impl, q, k, v):
+        return jnp.sum(jnp.sin(M._ATTENTION_IMPLS[impl](q, k, v, mask, cfg)) * w)
+
+    got = jax.jit(jax.value_and_grad(functools.partial(loss, "reference"), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.value_and_grad(functools.partial(loss, "einsum"), argnums=(0, 1, 2)))(q, k, v)
+    assert _max_rel(got, want) < 1e-5, _max_rel(got, want)
+    assert float(jnp.max(jnp.abs(got[1][0][2]))) == 0.0  # the fully masked row: no query gradient
+    assert np.isfinite(np.asarray(got[0]))
+
+
+def test_scan_unroll_gives_the_same_loss_and_gradients():
+    cfg = M.ModelConfig.preset("tiny", n_layers=3)
+    params = M.init_params(cfg, jax.random.PRNGKey(0), std=0.2)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 6), 0, cfg.vocab_size)
+    valid = jnp.arange(6)[None, :] < jnp.asarray([6, 3])[:, None]
+    vg = jax.jit(jax.value_and_grad(_model_loss), static_argnums=3)
+    want = vg(params, tokens, valid, cfg)
+    for unroll in (2, 3):
+        assert _max_rel(vg(params, tokens, valid, dataclasses.replace(cfg, scan_unroll=unroll)), want) < 1e-5
+    with pytest.raises(ValueError, match="scan_unroll"):
+        M.ModelConfig.preset("tiny", scan_unroll=0)
 
 
 def test_remat_cuts_backward_temp_bytes():
