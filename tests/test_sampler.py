@@ -326,6 +326,7 @@ def test_segments_cover_every_slot_a_step_can_touch():
     assert S._segments(16, 64, S.DEFAULT_BUCKETS) == ((16, 32), (48, 64), (64, 80))
     assert S._segments(8, 6, S.DEFAULT_BUCKETS) == ((6, 14),)
     assert S._segments(16, 64, None) == ((64, 80),)
+    assert S.SamplerConfig(max_new_tokens=1).attend_buckets is None  # default: one segment
     for P, T in ((1, 1), (7, 30), (16, 17), (33, 200)):
         seg = S._segments(P, T, S.DEFAULT_BUCKETS)
         assert seg[-1] == (T, P + T)
@@ -340,14 +341,14 @@ def test_segmented_decode_equals_full_attention_and_stepwise_forward(params, row
     full-forward reference, the logprobs equal forward's, and temperature-1 tokens equal the
     one-segment (all slots every step) loop for the same key."""
     T = 30
-    greedy = S.SamplerConfig(max_new_tokens=T, temperature=0.0, buckets=(8,))
+    greedy = S.SamplerConfig(max_new_tokens=T, temperature=0.0, buckets=(8,), attend_buckets=S.DEFAULT_BUCKETS)
     assert len(S._segments(8, T, greedy.attend_buckets)) == 3
     ro = S.sample(params, rows, LENGTHS, jax.random.key(5), cfg=CFG, scfg=greedy)
     ref, _ = _reference_greedy(params, rows, LENGTHS, T, 8 + T)
     for r in range(4):
         np.testing.assert_array_equal(np.asarray(ro.tokens)[r, : LENGTHS[r] + T], ref[r])
     _check_logprobs_against_forward(params, ro)
-    warm = S.SamplerConfig(max_new_tokens=T, temperature=1.0, buckets=(8,))
+    warm = S.SamplerConfig(max_new_tokens=T, temperature=1.0, buckets=(8,), attend_buckets=S.DEFAULT_BUCKETS)
     a = S.sample(params, rows, LENGTHS, jax.random.key(7), cfg=CFG, scfg=warm)
     b = S.sample(params, rows, LENGTHS, jax.random.key(7), cfg=CFG,
                  scfg=dataclasses.replace(warm, attend_buckets=None))

@@ -77,7 +77,10 @@ class SamplerConfig:
       attend_buckets: attended-length buckets of the decode loop: the loop runs in segments, and a
         segment attends only the first ``A`` cache slots, ``A`` the smallest bucket (or ``P + T``)
         that holds every slot the segment can fill (``_segments``); one compiled body per segment,
-        all in the same jit. None = attend all ``S = P + T`` slots at every step (one segment).
+        all in the same jit. None (the default) = attend all ``S = P + T`` slots at every step
+        (one segment). Off by default because it measured slower at the 10m shape (P=16, T=64:
+        3.4-3.6 vs 2.0-2.1 CPU-s per call; XLA:CPU fuses the multi-block attention worse than the
+        single-block one, see #20's note); it is meant for T >> P, where attention dominates.
       row_chunk: ``sample`` runs R rows as ceil(R / row_chunk) calls of ``row_chunk`` rows each
         (the last padded with dummy rows), so the KV cache of only ``row_chunk`` rows is live;
         the output equals one call over all rows (per-row keys; tested). None = one call.
@@ -92,7 +95,7 @@ class SamplerConfig:
     pad_id: int = 0
     buckets: tuple[int, ...] | None = DEFAULT_BUCKETS
     max_len: int | None = None
-    attend_buckets: tuple[int, ...] | None = DEFAULT_BUCKETS
+    attend_buckets: tuple[int, ...] | None = None
     row_chunk: int | None = None
 
     def __post_init__(self):
@@ -296,28 +299,34 @@ def _decode_weights(params: Params, cfg: ModelConfig) -> dict:
 
 def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelConfig) -> jax.Array:
     """``qwen3._decode_attention`` over the slot blocks ``ks, vs`` [R, S_b, Kv, H] (slots
-    ``[bounds[b], bounds[b+1])``), without joining them: scores per block, one softmax over all
-    blocks (shared max, summed denominators: softmax(x)_s = exp(x_s - max x) / sum exp(x - max x)),
-    then the probability-weighted sum of v per block, summed. With one block this is exactly
-    ``_decode_attention``'s ops. q: [R, 1, K, H]; pos [R]: a query attends slots <= pos -> [R, 1, K·H]."""
+    ``[bounds[b], bounds[b+1])``), without joining them. Each block is attended on its own, exactly
+    as ``_decode_attention`` (o_b = softmax_b(x_b) v_b, with m_b = max x_b, l_b = sum exp(x_b - m_b)),
+    and the blocks are merged as in flash attention (Dao et al. 2022, arXiv:2205.14135):
+    o = sum_b o_b l_b exp(m_b - m) / sum_b l_b exp(m_b - m), m = max_b m_b; this equals the softmax
+    over all slots. A block with no attendable slot has m_b = -1e30 and weight exactly 0 (slot 0,
+    in block 0, is always attendable). With one block this is exactly ``_decode_attention``.
+    q: [R, 1, K, H]; pos [R]: a query attends slots <= pos -> [R, 1, K·H]."""
     R, _, K, H = q.shape
     Kv = ks[0].shape[2]
     G = K // Kv
     qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
-    scores = []
-    for kb, a, b in zip(ks, bounds[:-1], bounds[1:]):
+    outs, ms, ls = [], [], []
+    for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
         sc = jnp.sum(qg * kb.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S_b, Kv, G]
         ok = (a + jnp.arange(b - a))[None, :] <= pos[:, None]  # [R, S_b]
-        scores.append(jnp.where(ok[:, :, None, None], sc, model_lib._NEG))
-    if len(scores) == 1:
-        probs = [jax.nn.softmax(scores[0], axis=1)]
+        sc = jnp.where(ok[:, :, None, None], sc, model_lib._NEG)
+        probs = jax.nn.softmax(sc, axis=1).astype(vb.dtype)
+        outs.append(jnp.sum(probs[..., None] * vb[:, :, :, None, :], axis=1).astype(jnp.float32))  # [R, Kv, G, H]
+        if len(ks) > 1:
+            ms.append(jnp.max(sc, axis=1))  # [R, Kv, G]
+            ls.append(jnp.sum(jnp.exp(sc - ms[-1][:, None]), axis=1))
+    if len(ks) == 1:
+        out = outs[0]
     else:
-        mx = functools.reduce(jnp.maximum, [jnp.max(sc, axis=1, keepdims=True) for sc in scores])  # [R, 1, Kv, G]
-        ex = [jnp.exp(sc - mx) for sc in scores]
-        z = functools.reduce(jnp.add, [jnp.sum(e, axis=1, keepdims=True) for e in ex])
-        probs = [e / z for e in ex]
-    out = functools.reduce(jnp.add, [jnp.sum(p.astype(vb.dtype)[..., None] * vb[:, :, :, None, :], axis=1)
-                                     for p, vb in zip(probs, vs)])  # [R, Kv, G, H]
+        m = functools.reduce(jnp.maximum, ms)
+        wts = [l * jnp.exp(mb - m) for l, mb in zip(ls, ms)]  # [R, Kv, G]
+        z = functools.reduce(jnp.add, wts)
+        out = functools.reduce(jnp.add, [o * (wt / z)[..., None] for o, wt in zip(outs, wts)])
     return out.reshape(R, 1, K * H).astype(vs[0].dtype)
 
 
