@@ -317,3 +317,69 @@ def test_decode_loop_exits_when_every_row_has_stopped(params):
     state = jax.jit(lambda p, t, n, k: S._sample_state(p, t, n, k, jnp.full((R,), T, jnp.int32), cfg=CFG, scfg=full, mesh=None))(
         params, tokens, lengths, jax.random.key(6))
     assert int(state.step) == T
+
+
+# ---------------------------------------------------------------- decode segments, row chunks
+
+
+def test_segments_cover_every_slot_a_step_can_touch():
+    assert S._segments(16, 64, S.DEFAULT_BUCKETS) == ((16, 32), (48, 64), (64, 80))
+    assert S._segments(8, 6, S.DEFAULT_BUCKETS) == ((6, 14),)
+    assert S._segments(16, 64, None) == ((64, 80),)
+    assert S.SamplerConfig(max_new_tokens=1).attend_buckets is None  # default: one segment
+    for P, T in ((1, 1), (7, 30), (16, 17), (33, 200)):
+        seg = S._segments(P, T, S.DEFAULT_BUCKETS)
+        assert seg[-1] == (T, P + T)
+        start = 0
+        for end, A in seg:  # step t writes/attends slots <= P + t < A for every t in [start, end)
+            assert start < end and P + end - 1 < A <= P + T
+            start = end
+
+
+def test_segmented_decode_equals_full_attention_and_stepwise_forward(params, rows):
+    """P=8, T=30: decode attends 16, 32, then 38 slots in three segments (blocks); greedy equals the
+    full-forward reference, the logprobs equal forward's, and temperature-1 tokens equal the
+    one-segment (all slots every step) loop for the same key."""
+    T = 30
+    greedy = S.SamplerConfig(max_new_tokens=T, temperature=0.0, buckets=(8,), attend_buckets=S.DEFAULT_BUCKETS)
+    assert len(S._segments(8, T, greedy.attend_buckets)) == 3
+    ro = S.sample(params, rows, LENGTHS, jax.random.key(5), cfg=CFG, scfg=greedy)
+    ref, _ = _reference_greedy(params, rows, LENGTHS, T, 8 + T)
+    for r in range(4):
+        np.testing.assert_array_equal(np.asarray(ro.tokens)[r, : LENGTHS[r] + T], ref[r])
+    _check_logprobs_against_forward(params, ro)
+    warm = S.SamplerConfig(max_new_tokens=T, temperature=1.0, buckets=(8,), attend_buckets=S.DEFAULT_BUCKETS)
+    a = S.sample(params, rows, LENGTHS, jax.random.key(7), cfg=CFG, scfg=warm)
+    b = S.sample(params, rows, LENGTHS, jax.random.key(7), cfg=CFG,
+                 scfg=dataclasses.replace(warm, attend_buckets=None))
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    _check_logprobs_against_forward(params, a)
+
+
+def test_row_chunk_equals_one_call(params):
+    """R=7 rows in chunks of 3 (the last chunk padded with 2 dummy rows) give the same rollout and
+    cache as one call with the same key (per-row streams), with no extra compile for the chunks."""
+    R, T = 7, 5
+    toks = np.asarray(jax.random.randint(jax.random.key(31), (R, 8), 1, CFG.vocab_size), np.int32)
+    lengths = np.array([8, 1, 3, 5, 2, 7, 4])
+    budget = np.array([5, 2, 5, 1, 3, 5, 4])
+    scfg = S.SamplerConfig(max_new_tokens=T, temperature=1.0, top_k=20, buckets=(8,), eos_id=5)
+    one, c1 = S.sample(params, toks, lengths, jax.random.key(32), cfg=CFG, scfg=scfg, budget=budget,
+                       return_cache=True)
+    chunked = dataclasses.replace(scfg, row_chunk=3)
+    S.sample(params, toks, lengths, jax.random.key(32), cfg=CFG, scfg=chunked, budget=budget)  # compile R=3
+    n0 = S._sample_jit._cache_size()
+    three, c3 = S.sample(params, toks, lengths, jax.random.key(32), cfg=CFG, scfg=chunked, budget=budget,
+                         return_cache=True)
+    assert three.tokens.shape == one.tokens.shape == (R, 8 + T)
+    for f in ("tokens", "policy_mask", "lengths", "finished", "truncated", "stop_token", "positions", "valid"):
+        np.testing.assert_array_equal(getattr(three, f), getattr(one, f), err_msg=f)
+    np.testing.assert_allclose(three.logprobs, one.logprobs, atol=1e-6)
+    np.testing.assert_allclose(three.sampling_logprobs, one.sampling_logprobs, atol=1e-6)
+    np.testing.assert_allclose(c3["k"], c1["k"], atol=1e-5)  # R changes the matmul blocking: ~1e-6
+    # the temperature-1 draws differ between rows (not one stream copied) and the chunk keeps its rows
+    assert len({tuple(np.asarray(one.tokens)[r, 8:]) for r in range(R)}) > 1
+    assert S._sample_jit._cache_size() == n0 + 1  # only the return_cache=True variant of R=3 was new
+    with pytest.raises(ValueError, match="row_chunk"):
+        S.SamplerConfig(max_new_tokens=1, row_chunk=0)

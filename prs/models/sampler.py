@@ -38,12 +38,17 @@ Two paths, same result (same tokens for the same key; tested):
     O(S²) attention), then the same path. Nothing to hold between turns; the extra cost is one
     prefill per turn, small next to T sequential decode steps for short conversations.
 Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
-place. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
+place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``),
+the decode step's layers are unrolled and the weights are split per layer once per call, so a
+step copies neither cache nor weights (``_split_cache``, ``_decode_weights``); the model's stacked
+``[L, R, S, Kv, H]`` layout is restored only for ``return_cache``. Row r draws from its own key
+stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 import flax.struct
@@ -73,6 +78,16 @@ class SamplerConfig:
       pad_id: written after each row's end.
       buckets: prompt-width buckets; None = use the given width as is.
       max_len: optional cache capacity; ``P_bucket + T > max_len`` raises ValueError.
+      attend_buckets: attended-length buckets of the decode loop: the loop runs in segments, and a
+        segment attends only the first ``A`` cache slots, ``A`` the smallest bucket (or ``P + T``)
+        that holds every slot the segment can fill (``_segments``); one compiled body per segment,
+        all in the same jit. None (the default) = attend all ``S = P + T`` slots at every step
+        (one segment). Off by default because it measured slower at the 10m shape (P=16, T=64:
+        3.4-3.6 vs 2.0-2.1 CPU-s per call; XLA:CPU fuses the multi-block attention worse than the
+        single-block one, see #20's note); it is meant for T >> P, where attention dominates.
+      row_chunk: ``sample`` runs R rows as ceil(R / row_chunk) calls of ``row_chunk`` rows each
+        (the last padded with dummy rows), so the KV cache of only ``row_chunk`` rows is live;
+        the output equals one call over all rows (per-row keys; tested). None = one call.
     """
 
     max_new_tokens: int
@@ -84,6 +99,8 @@ class SamplerConfig:
     pad_id: int = 0
     buckets: tuple[int, ...] | None = DEFAULT_BUCKETS
     max_len: int | None = None
+    attend_buckets: tuple[int, ...] | None = None
+    row_chunk: int | None = None
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -97,6 +114,10 @@ class SamplerConfig:
         object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
         if self.buckets is not None:
             object.__setattr__(self, "buckets", tuple(sorted(int(b) for b in self.buckets)))
+        if self.attend_buckets is not None:
+            object.__setattr__(self, "attend_buckets", tuple(sorted(int(b) for b in self.attend_buckets)))
+        if self.row_chunk is not None and int(self.row_chunk) < 1:
+            raise ValueError(f"SamplerConfig.row_chunk must be >= 1 or None, got {self.row_chunk}")
 
     @property
     def all_stop_ids(self) -> tuple[int, ...]:
@@ -185,22 +206,41 @@ def adjust_logits(logits: jax.Array, *, temperature: float, top_k: int = 0, top_
     return x
 
 
+def _categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
+    """One draw per row of ``logits [R, V]``: with one key, a single [R, V] Gumbel draw; with per-row
+    keys ``[R]`` (typed), row r's draw depends only on its own key (so it does not depend on R, the
+    chunking or the sharding of the batch)."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 1:
+        return jax.vmap(lambda k, z: jax.random.categorical(k, z))(key, logits)
+    return jax.random.categorical(key, logits, axis=-1)
+
+
 def choose_tokens(logits: jax.Array, key: jax.Array, scfg: SamplerConfig):
-    """logits [R, V] -> (tokens [R], raw log p [R], sampling log q [R])."""
+    """logits [R, V] -> (tokens [R], raw log p [R], sampling log q [R]). ``key``: one PRNG key, or
+    typed per-row keys [R] (what the decode loop passes)."""
     raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [R, V]
     if scfg.temperature == 0:
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         samp = jnp.zeros(tok.shape, jnp.float32)
     elif scfg.temperature == 1 and scfg.top_k in (0, logits.shape[-1]) and scfg.top_p == 1:
-        tok = jax.random.categorical(key, raw, axis=-1).astype(jnp.int32)  # q = p: one softmax
+        tok = _categorical(key, raw).astype(jnp.int32)  # q = p: one softmax
     else:
         adj = adjust_logits(logits, temperature=scfg.temperature, top_k=scfg.top_k, top_p=scfg.top_p)
-        tok = jax.random.categorical(key, adj, axis=-1).astype(jnp.int32)
+        tok = _categorical(key, adj).astype(jnp.int32)
         samp = jnp.take_along_axis(jax.nn.log_softmax(adj, axis=-1), tok[:, None], axis=-1)[:, 0]
     lp = jnp.take_along_axis(raw, tok[:, None], axis=-1)[:, 0]
     if scfg.temperature == 1 and scfg.top_k in (0, logits.shape[-1]) and scfg.top_p == 1:
         samp = lp
     return tok, lp, samp
+
+
+def _row_keys(key: jax.Array, row0: jax.Array, R: int) -> jax.Array:
+    """Per-row keys ``fold_in(key, row0 + r)`` [R] (typed). Row r of a batch always gets the same
+    stream, whatever the batch's size, chunking (``row_chunk``: ``row0`` = the chunk's first row)
+    or sharding."""
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # a raw uint32 PRNGKey: same bits as fold_in on it
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row0 + jnp.arange(R, dtype=jnp.int32))
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -219,7 +259,7 @@ class _LoopState:
     stop_token: jax.Array  # [R]
     limit: jax.Array  # [R] tokens this row may generate this turn (<= T)
     logits: jax.Array  # [R, V] next-token logits
-    cache: Cache
+    cache: tuple  # (k, v): per layer, per slot block b: [R, S_b, Kv, H] (``_split_cache``)
 
 
 def _constrain(x, mesh: Mesh | None, axis: int = 0):
@@ -230,46 +270,156 @@ def _constrain(x, mesh: Mesh | None, axis: int = 0):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
-def _decode_loop(params, state: _LoopState, key, *, cfg: ModelConfig, scfg: SamplerConfig,
+def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh) -> tuple:
+    """The model's stacked cache {"k", "v": [L, R, S, Kv, H]} -> ``(k, v)``, each a tuple over layers
+    of a tuple over slot blocks ``[bounds[b], bounds[b+1])`` of [R, S_b, Kv, H] (one copy per call).
+
+    In the decode loop every (layer, block) is its own loop-carried buffer, written in place by a
+    one-slot scatter, and a segment attends whole blocks (no slicing: a slice of a loop-carried
+    cache is a copy on XLA:CPU, measured). With the stacked layout the layer scan sliced (copied)
+    every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20)."""
+    return tuple(tuple(tuple(_constrain(c[l, :, a:b], mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+                       for l in range(c.shape[0])) for c in (cache["k"], cache["v"]))
+
+
+def _stack_cache(cache: tuple) -> Cache:
+    return {n: jnp.stack([jnp.concatenate(blocks, axis=1) for blocks in c]) for n, c in zip(("k", "v"), cache)}
+
+
+_MATS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _decode_weights(params: Params, cfg: ModelConfig) -> dict:
+    """Per-layer weights for the unrolled decode step, split from the [L, ...] stacks (and the
+    matmul weights cast to ``cfg.dtype``) once per call, outside the loop: a layer ``scan`` over
+    the stacks inside the loop copied every layer's weights out of the stack at every step (8-10%
+    of the 10m sampler's op time). Same numbers: ``dense`` casts to ``cfg.dtype`` anyway."""
+    layers = tuple({n: (w[l].astype(cfg.dtype) if n in _MATS else w[l]) for n, w in params["layers"].items()}
+                   for l in range(cfg.n_layers))
+    head = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
+    return {"layers": layers, "embed": params["embed_tokens"], "norm": params["norm"],
+            "head": head.astype(cfg.dtype)}
+
+
+def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelConfig) -> jax.Array:
+    """``qwen3._decode_attention`` over the slot blocks ``ks, vs`` [R, S_b, Kv, H] (slots
+    ``[bounds[b], bounds[b+1])``), without joining them. Each block is attended on its own, exactly
+    as ``_decode_attention`` (o_b = softmax_b(x_b) v_b, with m_b = max x_b, l_b = sum exp(x_b - m_b)),
+    and the blocks are merged as in flash attention (Dao et al. 2022, arXiv:2205.14135):
+    o = sum_b o_b l_b exp(m_b - m) / sum_b l_b exp(m_b - m), m = max_b m_b; this equals the softmax
+    over all slots. A block with no attendable slot has m_b = -1e30 and weight exactly 0 (slot 0,
+    in block 0, is always attendable). With one block this is exactly ``_decode_attention``.
+    q: [R, 1, K, H]; pos [R]: a query attends slots <= pos -> [R, 1, K·H]."""
+    R, _, K, H = q.shape
+    Kv = ks[0].shape[2]
+    G = K // Kv
+    qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
+    outs, ms, ls = [], [], []
+    for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
+        sc = jnp.sum(qg * kb.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S_b, Kv, G]
+        ok = (a + jnp.arange(b - a))[None, :] <= pos[:, None]  # [R, S_b]
+        sc = jnp.where(ok[:, :, None, None], sc, model_lib._NEG)
+        probs = jax.nn.softmax(sc, axis=1).astype(vb.dtype)
+        outs.append(jnp.sum(probs[..., None] * vb[:, :, :, None, :], axis=1).astype(jnp.float32))  # [R, Kv, G, H]
+        if len(ks) > 1:
+            ms.append(jnp.max(sc, axis=1))  # [R, Kv, G]
+            ls.append(jnp.sum(jnp.exp(sc - ms[-1][:, None]), axis=1))
+    if len(ks) == 1:
+        out = outs[0]
+    else:
+        m = functools.reduce(jnp.maximum, ms)
+        wts = [l * jnp.exp(mb - m) for l, mb in zip(ls, ms)]  # [R, Kv, G]
+        z = functools.reduce(jnp.add, wts)
+        out = functools.reduce(jnp.add, [o * (wt / z)[..., None] for o, wt in zip(outs, wts)])
+    return out.reshape(R, 1, K * H).astype(vs[0].dtype)
+
+
+def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
+    """One decode step of every row, layers unrolled, against per-layer block caches: writes the
+    token's k/v at slot ``pos`` (active rows only) into the block holding it, and attends the
+    blocks ``[bounds[0], bounds[-1])`` only (the caller guarantees ``pos < bounds[-1]``; later
+    blocks pass through untouched). Same equations as ``qwen3.extend`` with C = 1 (masked slots
+    add exact zeros there, so leaving them out changes nothing but float summation order).
+    tok, pos, active: [R] -> (float32 logits [R, V], cache)."""
+    eps = cfg.rms_norm_eps
+    nb = len(bounds) - 1  # blocks attended
+    R = tok.shape[0]
+    rows = jnp.arange(R)[:, None]  # [R, 1]
+    slots = []  # per block: [R, 1] index within the block, out of range (dropped) if not there
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        inside = active & (pos >= a) & (pos < b)
+        slots.append(jnp.where(inside, pos - a, b - a)[:, None])
+    positions = pos[:, None]  # [R, 1]
+    h = jnp.take(w["embed"], tok[:, None], axis=0).astype(cfg.dtype)  # [R, 1, D]
+    new_k, new_v = [], []
+    for lp, ck, cv in zip(w["layers"], *cache):
+        a = model_lib.rms_norm(h, lp["input_layernorm"], eps=eps)
+        q, k, v = model_lib._project_qkv(lp, a, positions, cfg)
+        ck = tuple(c.at[rows, sl].set(k.astype(c.dtype), mode="drop") for c, sl in zip(ck[:nb], slots)) + ck[nb:]
+        cv = tuple(c.at[rows, sl].set(v.astype(c.dtype), mode="drop") for c, sl in zip(cv[:nb], slots)) + cv[nb:]
+        att = _block_attention(q, [c.astype(cfg.dtype) for c in ck[:nb]], [c.astype(cfg.dtype) for c in cv[:nb]],
+                               pos, bounds, cfg)
+        h = h + model_lib.dense(att, lp["o_proj"], dtype=cfg.dtype)
+        m = model_lib.rms_norm(h, lp["post_attention_layernorm"], eps=eps)
+        h = h + model_lib._mlp(lp, m, cfg)
+        new_k.append(ck)
+        new_v.append(cv)
+    hn = model_lib.rms_norm(h[:, 0], w["norm"], eps=eps)
+    logits = model_lib.dense(hn, w["head"], dtype=cfg.dtype, preferred_element_type=jnp.float32)  # [R, V]
+    return logits, (tuple(new_k), tuple(new_v))
+
+
+def _segments(P: int, T: int, attend_buckets) -> tuple[tuple[int, int], ...]:
+    """Static decode segments ``(end_step, A)``: steps ``[prev_end, end_step)`` attend ``A = P +
+    end_step`` slots. At step t a row writes and attends slot ``<= P + t`` (rows start at <= P and
+    grow by one per step), so ``A`` holds every slot the segment can touch. Segment ends are where
+    ``P + t`` crosses a bucket of ``attend_buckets``, and T; e.g. P=16, T=64 with the power-of-two
+    buckets -> ((16, 32), (48, 64), (64, 80))."""
+    if attend_buckets is None:
+        return ((T, P + T),)
+    ends = sorted({b - P for b in attend_buckets if P < b < P + T} | {T})
+    return tuple((e, P + e) for e in ends)
+
+
+def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
                  mesh: Mesh | None) -> _LoopState:
+    """The decode ``while_loop``, in ``_segments`` (each its own loop over a static attended length);
+    each segment exits early when every row has stopped, and the next one then runs no step."""
     T = scfg.max_new_tokens
-    L = state.tokens.shape[1]
+    R, L = state.tokens.shape
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
-    idx = jnp.arange(L)[None, :]  # [1, L]
+    ar = jnp.arange(R)
+    keys = _row_keys(key, row0, R)  # [R]
+    w = _decode_weights(params, cfg)
+    bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
-    def cond(s: _LoopState):
-        return (s.step < T) & ~jnp.all(s.done)
-
-    def body(s: _LoopState):
-        tok, lp, samp = choose_tokens(s.logits, jax.random.fold_in(key, s.step), scfg)
+    def body(s: _LoopState, nb: int):
+        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, s.step)
+        tok, lp, samp = choose_tokens(s.logits, step_keys, scfg)
         active = ~s.done  # [R]
-        at = (idx == s.cur[:, None]) & active[:, None]  # [R, L]
-        tokens = jnp.where(at, tok[:, None], s.tokens)
+        wi = jnp.where(active, s.cur, L)  # [R]; L is out of range -> dropped
         hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
         n_new = s.n_new + active.astype(jnp.int32)
         cur = s.cur + active.astype(jnp.int32)
         done = s.done | hit | (n_new >= s.limit) | (cur >= L)
-        logits, cache = _decode_masked(params, s.cache, tok, s.cur, active, cfg)
-        cache = jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
+        logits, cache = _decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
+        cache = jax.tree.map(lambda c: _constrain(c, mesh, 0), cache)
         return _LoopState(
             step=s.step + 1,
-            tokens=_constrain(tokens, mesh),
-            policy_mask=s.policy_mask | at,
-            logprobs=jnp.where(at, lp[:, None], s.logprobs),
-            sampling_logprobs=jnp.where(at, samp[:, None], s.sampling_logprobs),
+            tokens=_constrain(s.tokens.at[ar, wi].set(tok, mode="drop"), mesh),
+            policy_mask=s.policy_mask.at[ar, wi].set(True, mode="drop"),
+            logprobs=s.logprobs.at[ar, wi].set(lp, mode="drop"),
+            sampling_logprobs=s.sampling_logprobs.at[ar, wi].set(samp, mode="drop"),
             cur=cur, n_new=n_new, done=done,
             stop_token=jnp.where(hit, tok, s.stop_token), limit=s.limit,
             logits=logits,  # rows already done get junk logits, never used
             cache=cache,
         )
 
-    return jax.lax.while_loop(cond, body, state)
-
-
-def _decode_masked(params, cache, tok, pos, active, cfg):
-    """decode_step that writes the cache only for active rows (done rows keep their cache)."""
-    h, cache = model_lib.extend(params, cache, tok[:, None], pos[:, None], active[:, None], cfg=cfg)
-    return model_lib.logits_from_hidden(params, h[:, 0], cfg=cfg), cache
+    for nb, (end, _) in enumerate(_segments(L - T, T, scfg.attend_buckets), start=1):
+        state = jax.lax.while_loop(lambda s, end=end: (s.step < end) & ~jnp.all(s.done),
+                                   functools.partial(body, nb=nb), state)
+    return state
 
 
 def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: SamplerConfig) -> Rollout:
@@ -293,20 +443,21 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
     )
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
-def _sample_jit(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg: SamplerConfig, mesh):
-    s = _sample_state(params, tokens, lengths, key, budget, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), s.cache
+@functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh", "return_cache"))
+def _sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
+                return_cache: bool = True):
+    s = _sample_state(params, tokens, lengths, key, budget, row0, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_cache(s.cache) if return_cache else None)
 
 
-def _sample_state(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scfg: SamplerConfig,
+def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig,
                   mesh) -> _LoopState:
     """Prefill and the decode loop; the final loop state (``step`` = decode steps run: the loop
-    exits as soon as every row has stopped, tested). ``budget [R]``: tokens each row may generate."""
+    exits as soon as every row has stopped, tested). ``budget [R]``: tokens each row may generate;
+    ``row0``: index of the first row in the whole batch (per-row keys, ``row_chunk``)."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
-    cache = jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
     zeros = jnp.zeros((R, L), jnp.float32)
     state = _LoopState(
@@ -314,9 +465,14 @@ def _sample_state(params, tokens, lengths, key, budget, *, cfg: ModelConfig, scf
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
         done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
-        logits=logits, cache=cache,
+        logits=logits, cache=_split_cache(cache, _blocks(P, scfg), mesh),
     )
-    return _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh)
+
+
+def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
+    """Slot-block bounds of the decode cache: 0 and each segment's attended length (``_segments``)."""
+    return (0,) + tuple(A for _, A in _segments(P, scfg.max_new_tokens, scfg.attend_buckets))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
@@ -344,10 +500,11 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
         policy_mask=grow(prev.policy_mask, False), logprobs=grow(prev.logprobs, 0.0),
         sampling_logprobs=grow(prev.sampling_logprobs, 0.0),
         cur=cur, n_new=jnp.zeros((R,), jnp.int32), done=~resumed,
-        stop_token=jnp.full((R,), -1, jnp.int32), limit=jnp.full((R,), T, jnp.int32), logits=logits, cache=cache,
+        stop_token=jnp.full((R,), -1, jnp.int32), limit=jnp.full((R,), T, jnp.int32), logits=logits,
+        cache=_split_cache(cache, _blocks(L0 + O, scfg), mesh),
     )
-    s = _decode_loop(params, state, key, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), s.cache
+    s = _decode_loop(params, state, key, 0, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_cache(s.cache)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -386,8 +543,10 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
     Args:
       params: model parameters (replicated on ``mesh`` if given).
       tokens: [R, P] int, prompt + replayed prefix, right-padded. lengths: [R] int in [1, P].
-      key: PRNG key; the same key gives the same tokens for any sharding of the batch.
-      cfg, scfg: model and sampler configs (static).
+      key: PRNG key. Row r samples from its own stream ``fold_in(key, r)`` (then ``fold_in(., step)``),
+        so the same key gives the same tokens for any sharding or ``scfg.row_chunk`` of the batch.
+      cfg, scfg: model and sampler configs (static). With ``scfg.row_chunk`` the rows are sampled
+        in chunks of that many rows (see ``SamplerConfig``); ``append_and_resume`` does not chunk.
       mesh: if given, the batch is split over its ``data`` axis (R divisible by its size).
       return_cache: also return the KV cache for ``append_and_resume``.
       budget: optional [R] int in [1, T]: row r stops after ``budget[r]`` generated tokens (a
@@ -416,9 +575,33 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
         if budget_np.size and (budget_np.min() < 1 or budget_np.max() > T):
             raise ValueError(f"sample: budget must lie in [1, max_new_tokens={T}], got "
                              f"[{budget_np.min()}, {budget_np.max()}]")
-    params, padded, lengths_j, budget_j = _place(mesh, params, padded, lengths_np.astype(np.int32),
-                                                 budget_np.astype(np.int32))
-    rollout, cache = _sample_jit(params, padded, lengths_j, key, budget_j, cfg=cfg, scfg=scfg, mesh=mesh)
+    R = lengths_np.shape[0]
+    chunk = R if scfg.row_chunk is None else min(int(scfg.row_chunk), R)
+    core = dataclasses.replace(scfg, row_chunk=None)  # chunked and whole calls share one compile
+    if mesh is not None and scfg.row_chunk is not None:
+        ax = batch_axes(mesh)
+        n_dev = int(np.prod([mesh.shape[a] for a in ((ax,) if isinstance(ax, str) else ax or ())]))
+        if chunk % n_dev:
+            raise ValueError(f"sample: row_chunk={scfg.row_chunk} must be divisible by the mesh's batch size {n_dev}")
+    lengths_np, budget_np = lengths_np.astype(np.int32), budget_np.astype(np.int32)
+    n_chunks = -(-R // chunk)
+    if n_chunks > 1 and R % chunk:  # pad with dummy rows (length 1, budget 1) to whole chunks
+        extra = n_chunks * chunk - R
+        padded = np.concatenate([padded, np.full((extra, padded.shape[1]), scfg.pad_id, np.int32)])
+        lengths_np = np.concatenate([lengths_np, np.ones(extra, np.int32)])
+        budget_np = np.concatenate([budget_np, np.ones(extra, np.int32)])
+    parts = []
+    for c in range(n_chunks):
+        sl = slice(c * chunk, (c + 1) * chunk)
+        p_j, tok_j, len_j, bud_j = _place(mesh, params, padded[sl], lengths_np[sl], budget_np[sl])
+        parts.append(_sample_jit(p_j, tok_j, len_j, key, bud_j, np.int32(c * chunk), cfg=cfg, scfg=core,
+                                 mesh=mesh, return_cache=return_cache))
+    if n_chunks == 1:
+        rollout, cache = parts[0]
+    else:  # rows back in order; the dummy rows dropped
+        rollout = jax.tree.map(lambda *xs: jnp.concatenate(xs)[:R], *[r for r, _ in parts])
+        cache = (jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1)[:, :R], *[c for _, c in parts])
+                 if return_cache else None)
     return (rollout, cache) if return_cache else rollout
 
 
