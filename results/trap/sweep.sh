@@ -4,7 +4,9 @@
 # (the runner resumes only the same configuration). Runs a detached clean worktree of commit $SHA
 # (OUT/code-<sha>), so edits to the tree during the sweep cannot leak in and every run's
 # provenance records that commit with a clean tree.
-#   SHA=<commit> results/trap/sweep.sh [OUT]      # then: python -m experiments.trap_summary OUT
+#   SHA=<commit> results/trap/sweep.sh [OUT]
+# then: python -m experiments.analyze OUT/runs --trap --out results/trap --copy-records results/trap/runs \
+#           --page results/README.md --notebook
 REPO=${REPO:-$(git rev-parse --show-toplevel)}
 SHA=${SHA:-$(git -C $REPO rev-parse HEAD)}
 OUT=${1:-$REPO/runs/trap_sweep}
