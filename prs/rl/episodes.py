@@ -86,7 +86,7 @@ class SingleTurnRollouts:
         prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
         self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
                                   top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
-                                  buckets=(prompt_w, prompt_w + t_new))
+                                  buckets=(prompt_w, prompt_w + t_new), row_chunk=rl.row_chunk)
         self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
         self.width = prompt_w + 2 * t_new  # L: fixed training width
         if getattr(task, "rewards_jittable", True):

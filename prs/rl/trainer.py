@@ -92,6 +92,9 @@ class RLConfig:
         and raise a ValueError otherwise (evaluation has its own ``eval_temperature``).
       max_new_tokens: generation budget per rollout (and per re-rollout response, see
         ``reroll_budget``).
+      row_chunk: sample the R rollout rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``:
+        only that many rows' KV cache is live; tokens identical to one call, per-row key streams);
+        ``None``: one call.
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
       loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
@@ -156,6 +159,7 @@ class RLConfig:
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int | None = None
+    row_chunk: int | None = None
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
@@ -193,6 +197,8 @@ class RLConfig:
             raise ValueError(f"RLConfig.group_size (N) must be >= 2, got {self.group_size}")
         if self.tasks_per_step < 1:
             raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
+        if self.row_chunk is not None and (isinstance(self.row_chunk, bool) or int(self.row_chunk) < 1):
+            raise ValueError(f"RLConfig.row_chunk (sampler.row_chunk) must be None or an integer >= 1, got {self.row_chunk}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"RLConfig.estimator={self.estimator!r}; choose from {ESTIMATORS}")
         if self.algorithm not in ALGORITHMS:
