@@ -43,7 +43,11 @@ GIB = 2 ** 30
 # R·W = 2048 tokens, two (R, W, M) shapes: full 69.4 / 86.1 MiB measured vs 71.5 / 85.3 planned;
 # none 226 / 271 vs 196 / 241; dots_saveable 84.9 / 103.5 vs 79.5 / 93.3): floats per token per layer of one layer's working set,
 # attention score copies, optimizer temporaries and live LM-head blocks.
-C_D, C_Q, C_F, C_S = 6.0, 3.0, 3.0, 2.0
+C_D, C_Q, C_F = 6.0, 3.0, 3.0
+# score-sized fp32 copies one layer keeps for its backward: the reference attention's hand-written
+# backward keeps the probabilities only; autodiff of the einsum form (and XLA's dot_product_attention)
+# keeps scores and probabilities; a flash kernel (cudnn) none.
+C_S = {"reference": 1.0, "einsum": 2.0, "xla": 2.0, "cudnn": 0.0}
 C_OPT = 1.0
 C_LG = 3.0
 
@@ -138,7 +142,7 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
                             cfg.vocab_size)
     Q = (K + 2 * Kv) * H / t
-    scores = 0 if cfg.attention_impl == "cudnn" else C_S * r * (K / t) * W * W * 4
+    scores = C_S.get(cfg.attention_impl, 2.0) * r * (K / t) * W * W * 4
     a1 = r * W * (C_D * D + C_Q * Q + C_F * F / t) * 4 + scores
     if cfg.remat == "none":
         act = (L + 1) * a1

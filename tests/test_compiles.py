@@ -71,21 +71,40 @@ METHODS = {  # name -> (PrefixConfig kwargs, RLConfig kwargs)
 }
 
 
-def test_training_steps_3_to_6_compile_nothing(base_params):
+NEW_WIDTH_OK = {"jit(_update_fn)", "jit(dynamic_slice)", "jit(broadcast_in_dim)", "jit(_longest_row)"}
+
+
+def test_training_steps_3_to_6_compile_nothing(base_params, monkeypatch):
+    """After steps 0-2 a step compiles nothing, unless its update width is a bucket (``update_width``:
+    a quarter of the run's width, at most 4 per run) no earlier step had: that step may compile the
+    update once for the new bucket, and a later step with that bucket again compiles nothing."""
+    import prs.rl.trainer as trainer_module
+
+    widths = []
+    orig = trainer_module.update_width
+    monkeypatch.setattr(trainer_module, "update_width", lambda valid, width: widths.append(orig(valid, width)) or widths[-1])
     new_shapes = 0
     for name, (pkw, rkw) in METHODS.items():
         rl = RLConfig(tasks_per_step=8, group_size=8, eval_count=16, eval_samples=1, lr=1e-5, **rkw)
         trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(n=8, **pkw), seed=1)
         state = trainer.init_state(base_params)
-        seen = set()
+        seen, seen_w, new_width_steps = set(), set(), 0
         for i in range(7):
             with count_compiles() as names:
                 state, m = trainer.step(state)
-            shape = (m["groups_rerolled"], m["groups_replaced"])
+            shape, w = (m["groups_rerolled"], m["groups_replaced"]), widths[-1]
             if i >= 3:
-                assert not names, f"{name}: step {i} compiled {dict(names)} (re-rolled, replaced = {shape})"
+                if w in seen_w:
+                    assert not names, f"{name}: step {i} compiled {dict(names)} (re-rolled, replaced = {shape}, width {w})"
+                else:  # a new width bucket: its update, the batch's cut to it and their eager glue compile once
+                    new_width_steps += 1
+                    assert "jit(_update_fn)" in names and set(names) <= NEW_WIDTH_OK, \
+                        f"{name}: step {i} (new width {w}) compiled {dict(names)}"
+            if i >= 3 and w in seen_w:
                 new_shapes += shape not in seen
             seen.add(shape)
+            seen_w.add(w)
+        assert new_width_steps <= 3, f"{name}: {new_width_steps} new width buckets in steps 3-6"  # at most 4 per run
     # the test has teeth: some method met a (re-rolled, replaced) count in steps 3-6 that steps 0-2
     # never had, which compiled new programs before the host glue went numpy / fixed-shape
     assert new_shapes >= 1

@@ -94,5 +94,7 @@ def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, s
             _same(g[key], w[key], f"record {i} ({w['kind']}, step {w['step']}) key {key}: {g[key]} vs {w[key]}")
     res = np.load(result)
     for key, leaf in jax.tree_util.tree_leaves_with_path(want_params):
-        np.testing.assert_allclose(res[jax.tree_util.keystr(key)], np.asarray(leaf), rtol=1e-5, atol=1e-6,
+        # atol 1e-5: after 3 Adam steps a near-zero gradient element's m/sqrt(v) amplifies the sharded
+        # reductions' rounding (measured: 1 of 4096 down_proj elements off by 2.5e-6)
+        np.testing.assert_allclose(res[jax.tree_util.keystr(key)], np.asarray(leaf), rtol=1e-5, atol=1e-5,
                                    err_msg=jax.tree_util.keystr(key))

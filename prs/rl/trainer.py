@@ -447,8 +447,11 @@ class Trainer:
         t2 = time.perf_counter()
         if rl.reroll == "append" and train_rewards.shape[0] == b:
             # no re-roll this step: pad with empty groups so that the update sees one shape
-            train = Episodes(*(jnp.concatenate([v, jnp.zeros_like(v)]) for v in train))
-            train_rewards = jnp.concatenate([train_rewards, jnp.zeros_like(train_rewards)])
+            # (zeros put from the host: an eager jnp.zeros_like compiles a broadcast per shape the first
+            # time a step takes this branch; the concatenation is the re-roll branch's program)
+            empty = lambda v: jax.device_put(np.zeros(v.shape, v.dtype))  # noqa: E731
+            train = Episodes(*(jnp.concatenate([v, empty(v)]) for v in train))
+            train_rewards = jnp.concatenate([train_rewards, empty(train_rewards)])
         groups = train_rewards.shape[0]
         if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
             chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
