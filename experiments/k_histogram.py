@@ -146,8 +146,9 @@ def main(argv=None) -> dict:
     if args.out:
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(rep, indent=2) + "\n")
-        out.with_suffix(".md").write_text(md)
+        # OUT + suffix, not with_suffix: a name such as "late_h0.6" must not become "late_h0.json"
+        pathlib.Path(f"{out}.json").write_text(json.dumps(rep, indent=2) + "\n")
+        pathlib.Path(f"{out}.md").write_text(md)
     return rep
 
 

@@ -35,12 +35,12 @@ def test_tool_matches_the_runs_first_step(tmp_path):
     from prs.rl.trainer import Trainer
 
     ov = [*TINY, f"sft.base_dir={tmp_path / 'base'}"]
-    rep = kh.main(["--problems", "6", "--out", str(tmp_path / "h"), *ov])
+    rep = kh.main(["--problems", "6", "--out", str(tmp_path / "h0.6"), *ov])  # a dot in the name is kept
     h = rep["histogram"]
     assert h["groups"] == 6 and sum(h["counts"]) == 6 and len(h["counts"]) == 9
     assert len(rep["step_pass_rates"]) == 2  # ceil(6 / 4) drawn steps
-    assert json.loads((tmp_path / "h.json").read_text())["histogram"] == h
-    assert "share of k in {1, 2}" in (tmp_path / "h.md").read_text()
+    assert json.loads((tmp_path / "h0.6.json").read_text())["histogram"] == h
+    assert "share of k in {1, 2}" in (tmp_path / "h0.6.md").read_text()
     # the run's step 0, from the cached warm start the tool built (same key as experiments.train)
     with initialize_config_dir(config_dir=str(kh.pathlib.Path(kh.__file__).resolve().parent.parent / "conf"),
                                version_base=None):
