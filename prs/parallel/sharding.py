@@ -235,24 +235,31 @@ def process_rows(mesh: Mesh, rows: int) -> slice:
     return slice(start, stop)
 
 
-def place(tree, shardings):
-    """``jax.device_put(tree, shardings)`` that also builds arrays spanning several processes from
-    values every process holds in full (host arrays or process-local ``jax.Array``; e.g. parameters
-    initialised or loaded identically everywhere): each process transfers only the slices its
-    devices hold (``jax.make_array_from_callback``). Global arrays (not fully addressable) are
-    resharded as ``device_put`` does. ``shardings``: one sharding or a tree matching ``tree``."""
+def _per_process(tree, shardings, make):
+    """``jax.device_put`` on one process; with several, ``make(host_array, sharding)`` for every leaf
+    each process holds in full, and ``device_put`` (a reshard) for global arrays. ``shardings``: one
+    sharding or a tree matching ``tree``."""
     if jax.process_count() == 1:
         return jax.device_put(tree, shardings)
 
     def one(x, sh):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
             return jax.device_put(x, sh)
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx])
+        return make(np.asarray(x), sh)
 
     if isinstance(shardings, jax.sharding.Sharding):
         return jax.tree.map(lambda x: one(x, shardings), tree)
     return jax.tree.map(one, tree, shardings)
+
+
+def place(tree, shardings):
+    """``jax.device_put(tree, shardings)`` that also builds arrays spanning several processes from
+    values every process holds in full (host arrays or process-local ``jax.Array``; e.g. parameters
+    initialised or loaded identically everywhere): each process transfers only the slices its
+    devices hold (``jax.make_array_from_callback``). Global arrays (not fully addressable) are
+    resharded as ``device_put`` does. ``shardings``: one sharding or a tree matching ``tree``."""
+    return _per_process(tree, shardings,
+                        lambda host, sh: jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx]))
 
 
 def shard_rows(tree, shardings):
@@ -261,14 +268,7 @@ def shard_rows(tree, shardings):
     several processes each one feeds only its own rows, ``x[process_rows]``, through
     ``jax.make_array_from_process_local_data`` (global shape ``[R, ...]``). One process:
     ``jax.device_put``. ``None`` leaves stay ``None``."""
-    if jax.process_count() == 1:
-        return jax.device_put(tree, shardings)
+    def rows(host, sh):
+        return jax.make_array_from_process_local_data(sh, host[process_rows(sh.mesh, host.shape[0])], host.shape)
 
-    def one(x, sh):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return jax.device_put(x, sh)
-        host = np.asarray(x)
-        rows = process_rows(sh.mesh, host.shape[0])
-        return jax.make_array_from_process_local_data(sh, host[rows], host.shape)
-
-    return jax.tree.map(one, tree, shardings)
+    return _per_process(tree, shardings, rows)
