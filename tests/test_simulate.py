@@ -135,7 +135,9 @@ def test_no_recompile_across_difficulty_and_target():
     n0 = runner._cache_size()
     for d, t in [("bimodal", 0.3), ("hard_heavy", 0.7)]:
         sim.simulate(cfg, sim.SimParams.make(d, t), seeds=4)
-    assert runner._cache_size() == n0 == 1
+    # (the runner is cached per config and shared with other tests in this process, which may have
+    # compiled it for other seed counts: count the compiles this test adds, not the total)
+    assert runner._cache_size() == n0 >= 1
 
 
 def test_easy_case_converges_and_controller_tracks_target():
