@@ -238,12 +238,9 @@ def take(problems: Problems, index) -> Problems:
     return Problems(*(np.asarray(x)[np.asarray(index)] for x in problems))
 
 
-def prompts(problems: Problems) -> tuple[np.ndarray, np.ndarray]:
-    """``^`` + program digits + ``#`` -> tokens [B, P], lengths [B] (all P)."""
-    prog = np.asarray(problems.program)
-    b, k = prog.shape
-    tok = np.concatenate([np.full((b, 1), BOS), prog + DIGIT0, np.full((b, 1), PROMPT_END)], axis=1)
-    return tok.astype(np.int32), np.full((b,), k + 2, np.int32)
+# ``^`` + program digits + ``#`` -> tokens [B, P], lengths [B]: repair's, since the vocabulary extends
+# repair's (same BOS, digit and ``#`` ids) and both problem types carry ``program [B, K]``.
+prompts = _repair.prompts
 
 
 # ----------------------------------------------------------------------------- environment
