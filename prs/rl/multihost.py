@@ -90,3 +90,54 @@ def sharded_params(init, shardings):
     if shardings is None:
         return init()
     return jax.jit(init, out_shardings=shardings)()
+
+
+# ---------------------------------------------------------------------- checkpoints and run-level decisions
+
+
+def checkpointable(state, mesh):
+    """The train state as orbax saves it collectively: ``state`` itself with one process; with
+    several, every process-local leaf (step, controller ρ/EMA, task memory: values each process
+    computed identically from the gathered rollouts) becomes one array replicated over ``mesh``,
+    after checking that the processes really agree (``multihost_utils.assert_equal``: a divergence
+    would otherwise be hidden by saving process 0's copy). Global leaves (parameters, optimiser
+    state) are left as they are (each process writes its own shards)."""
+    if jax.process_count() == 1:
+        return state
+    from jax.experimental import multihost_utils as mhu
+
+    from prs.parallel.sharding import place, replicated
+
+    local = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array) and x.is_fully_addressable]
+    mhu.assert_equal([np.asarray(x) for x in local], "checkpointable: the processes' step / controller / task "
+                     "memory differ (they must be computed identically on every process)")
+    return jax.tree.map(lambda x: place(x, replicated(mesh))
+                        if isinstance(x, jax.Array) and x.is_fully_addressable else x, state)
+
+
+def host_local(restored, like):
+    """Inverse of ``checkpointable`` after a restore: the leaves that are process-local in ``like``
+    (a fresh ``Trainer.init_state``) come back as process-local arrays (each process's full copy);
+    the rest (sharded parameters, optimiser state) as restored. Identity with one process."""
+    if jax.process_count() == 1:
+        return restored
+    return jax.tree.map(lambda r, x: jnp.asarray(np.asarray(r.addressable_data(0)))
+                        if isinstance(x, jax.Array) and x.is_fully_addressable else r, restored, like)
+
+
+def broadcast_json(obj):
+    """Process 0's ``obj`` (anything ``json.dumps`` writes, with ``default=str``) on every process,
+    so that run-level decisions read from files (is the run complete? the summary) are process 0's
+    everywhere. ``obj`` itself with one process."""
+    if jax.process_count() == 1:
+        return obj
+    import json
+
+    from jax.experimental import multihost_utils as mhu
+
+    data = np.frombuffer(json.dumps(obj, default=str).encode(), np.uint8)
+    n = int(mhu.broadcast_one_to_all(np.int32(data.size)))
+    buf = np.zeros((n,), np.uint8)
+    if jax.process_index() == 0:
+        buf[:] = data
+    return json.loads(bytes(np.asarray(mhu.broadcast_one_to_all(buf))).decode())
