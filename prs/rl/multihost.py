@@ -26,13 +26,12 @@ placed with each process feeding its own rows (``prs.parallel.sharding.shard_row
 """
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.models.sampler import bucket_length, sample
+from prs.models.sampler import sample_all_rows
 from prs.parallel.sharding import process_rows
 
 
@@ -46,20 +45,19 @@ def multi_process(mesh) -> bool:
     return True
 
 
-def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
-    """``prs.models.sampler.sample`` on the full ``rows [R, P]`` (the same on every process) with
-    each process feeding only its own rows; returns the whole ``Rollout`` as host arrays, the same
-    on every process (module docstring, steps 2-3)."""
+def host_view(tree):
+    """Global arrays (a ``Rollout`` row-split over the processes) -> host numpy arrays of all rows,
+    the same on every process (``process_allgather``; module docstring, step 3)."""
     from jax.experimental import multihost_utils as mhu
 
-    rows, rows_len = np.asarray(rows), np.asarray(rows_len)
-    need = int(rows_len.max()) if rows_len.size else 0
-    width = need if scfg.buckets is None else bucket_length(need, scfg.buckets)
-    scfg = dataclasses.replace(scfg, buckets=(max(width, 1),))  # one width on every process
-    mine = process_rows(mesh, rows.shape[0])
-    ro = sample(params, rows[mine], rows_len[mine], key, cfg=cfg, scfg=scfg, mesh=mesh,
-                budget=None if budget is None else np.asarray(budget)[mine])
-    return jax.tree.map(np.asarray, mhu.process_allgather(ro, tiled=True))
+    return jax.tree.map(np.asarray, mhu.process_allgather(tree, tiled=True))
+
+
+def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
+    """``prs.models.sampler.sample_all_rows`` (each process feeds its own rows of the full ``rows
+    [R, P]``, the same on every process) gathered: the whole ``Rollout`` as host arrays, the same on
+    every process (module docstring, steps 2-3)."""
+    return host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
 
 
 def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
