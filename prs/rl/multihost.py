@@ -23,6 +23,14 @@ After this every process holds the same rollouts and rewards, so the host glue t
 (buckets, sources, cut points, the controller, the task memory, advantages and every logged
 metric) is computed identically on every process from global numbers; the update's batch is then
 placed with each process feeding its own rows (``prs.parallel.sharding.shard_rows``).
+
+Checkpoints (``prs.rl.runner.run``): orbax saves collectively, so the process-local leaves of the
+train state (step, controller, task memory) are saved as replicated global arrays
+(``checkpointable``, after checking the processes agree) and restored back into local copies
+(``host_local``); run-level decisions read from files are process 0's on every process
+(``broadcast_json``). Multi-turn agent rollouts sample through
+``prs.models.sampler.sample_all_rows`` / ``append_and_resume`` in the same way (each process
+feeds its own rows of every turn).
 """
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ differing keys), and is checked to be writable with room for its checkpoints bef
 A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
 checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
-uninterrupted run (wall-clock fields aside).
+uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
+collectively into one directory every process must see (a shared disk), and whether the run is
+complete, and the summary returned, are process 0's (``prs.rl.multihost``).
 
 The supervised warm start is built once per (task, model, warm-start settings) and cached under
 ``base_dir`` so that every run of a sweep starts from the same base policy.
