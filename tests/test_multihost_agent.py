@@ -80,7 +80,7 @@ def test_two_process_repair_agent_rollouts_and_run_equal_single_process(tmp_path
     procs = [subprocess.Popen([sys.executable, worker, str(tmp_path / f"p{i}"), str(result)],
                               env={**env, "PRS_PROCESS_ID": str(i)}, cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=900)[0] for p in procs]
+    logs = [p.communicate(timeout=1800)[0] for p in procs]  # ~1 min CPU each; long waits on a loaded box
     assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-6000:]
 
     got = np.load(result)
