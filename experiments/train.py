@@ -84,12 +84,28 @@ def record_config(dcfg: DictConfig, out_dir: pathlib.Path) -> None:
     OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), hydra_dir / "overrides.yaml")
 
 
+def _detach_file_logs() -> list[logging.FileHandler]:
+    """Removes the root logger's file handlers (Hydra's job log in the run directory) and returns them."""
+    root = logging.getLogger()
+    files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
+    for h in files:
+        root.removeHandler(h)
+    return files
+
+
+def _attach_file_logs(files: list[logging.FileHandler]) -> None:
+    for h in files:
+        logging.getLogger().addHandler(h)
+
+
 def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
     """One run: validate, check the run directory, then train (``prs.rl.runner.run``).
 
     Everything that can reject the configuration runs first and touches no device (so a rejected
     run writes nothing, not even a log line); then the multi-host start-up, which must precede any
-    device use."""
+    device use. Several processes: every one checks the recorded configuration (read only), and
+    only process 0 writes into the run directory (``config.json``, ``.hydra/``, the Hydra job log;
+    the others log to the console only); ``prs.rl.runner.run`` keeps to the same rule."""
     from prs.parallel import distributed
 
     cfg = validate(dcfg)
@@ -102,10 +118,13 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
     config_dict = dataclasses.asdict(cfg)
-    rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
-    rundir.check_config(out_dir, config_dict)
+    rundir.check_config(out_dir, config_dict, write=False)  # every process: a different configuration is refused
+    files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     if jax.process_index() == 0:  # one writer in a multi-host run
+        _attach_file_logs(files)
+        rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
+        rundir.check_config(out_dir, config_dict)
         record_config(dcfg, out_dir)
     log.info("run %s -> %s", cfg.name, out_dir)
     mesh = build_mesh(cfg)

@@ -46,3 +46,31 @@ def test_two_processes_sharded_update_equals_single_process(tmp_path):
     for key, want in jax.tree_util.tree_leaves_with_path(p1):
         np.testing.assert_allclose(res[jax.tree_util.keystr(key)], np.asarray(want), rtol=1e-5, atol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.npz"]  # process 1 wrote nothing
+
+
+def test_timeouts_reach_jax_distributed_initialize(monkeypatch):
+    """The start-up, heartbeat and shut-down timeouts go to ``jax.distributed.initialize`` from the
+    arguments, else ``PRS_*_TIMEOUT_S``, else JAX's defaults (300 / 100 / 300 s); bad values are
+    one ValueError naming where they came from. (``jax.distributed.initialize`` itself is stubbed.)"""
+    from prs.parallel import distributed as D
+
+    calls = []
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    base = {"PRS_COORDINATOR": "h:1", "PRS_NUM_PROCESSES": "2", "PRS_PROCESS_ID": "1"}
+    D.initialize(env=base)
+    assert calls[-1] == dict(coordinator_address="h:1", num_processes=2, process_id=1, local_device_ids=None,
+                             initialization_timeout=300, heartbeat_timeout_seconds=100, shutdown_timeout_seconds=300)
+    D.initialize(env={**base, "PRS_HEARTBEAT_TIMEOUT_S": "15", "PRS_SHUTDOWN_TIMEOUT_S": "20"}, timeout_s=60,
+                 shutdown_timeout_s=30)
+    assert (calls[-1]["initialization_timeout"], calls[-1]["heartbeat_timeout_seconds"],
+            calls[-1]["shutdown_timeout_seconds"]) == (60, 15, 30)  # an argument wins over the variable
+    D.initialize(env={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "PRS_HEARTBEAT_TIMEOUT_S": "9"})
+    assert calls[-1] == dict(initialization_timeout=300, heartbeat_timeout_seconds=9, shutdown_timeout_seconds=300)
+    n = len(calls)
+    with pytest.raises(ValueError, match=r"PRS_HEARTBEAT_TIMEOUT_S='soon' must be a positive integer"):
+        D.initialize(env={**base, "PRS_HEARTBEAT_TIMEOUT_S": "soon"})
+    with pytest.raises(ValueError, match=r"heartbeat_timeout_s=0 must be a positive integer"):
+        D.initialize(env=base, heartbeat_timeout_s=0)
+    D.initialize(env={})  # one process: nothing is started
+    assert len(calls) == n

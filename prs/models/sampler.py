@@ -59,7 +59,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
-from prs.parallel.sharding import batch_axes, sampler_placement, shard_batch
+from prs.parallel.sharding import (batch_axes, data_sharding, process_rows, sampler_placement, shard_batch,
+                                   shard_rows)
 
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -536,6 +537,33 @@ def _place(mesh, params, *arrays):
     return (sampler_placement(params, mesh), *shard_batch(tuple(arrays), mesh))
 
 
+def _all_rows_over_mesh(mesh, tree):
+    """Several processes: every leaf of ``tree`` (all R rows: host-built, or a previous call's
+    global output) as a global array row-split over ``mesh``; otherwise ``tree`` as it is."""
+    if mesh is None or jax.process_count() == 1:
+        return tree
+    return jax.tree.map(lambda x: shard_rows(x, data_sharding(mesh, np.ndim(x))), tree)
+
+
+def all_rows_on_host(x) -> np.ndarray:
+    """A host copy of all rows of ``x`` (gathered from every process if it spans several)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils as mhu
+
+        return np.asarray(mhu.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _place_all_rows(mesh, params, *arrays):
+    """``_place`` for arrays of *all* R rows that every process holds in full (observations, a
+    rebuilt context): with several processes each feeds only its own rows
+    (``prs.parallel.sharding.shard_rows``), global arrays are left as they are."""
+    if mesh is None or jax.process_count() == 1:
+        return _place(mesh, params, *arrays)
+    return (sampler_placement(params, mesh),
+            *(shard_rows(a, data_sharding(mesh, np.ndim(a))) for a in arrays))
+
+
 def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
            mesh: Mesh | None = None, return_cache: bool = False, budget=None):
     """Generates up to ``scfg.max_new_tokens`` tokens after each row of ``tokens [R, P]``.
@@ -605,6 +633,27 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
     return (rollout, cache) if return_cache else rollout
 
 
+def sample_all_rows(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
+                    mesh: Mesh | None = None, return_cache: bool = False, budget=None):
+    """``sample`` for rows ``tokens [R, P]`` (``lengths``, ``budget`` [R]) that every process holds
+    in full (the same values everywhere), as ``append_and_resume`` takes its observations. One
+    process: ``sample`` itself. Several (``mesh`` spans them): each process feeds only its own
+    rows (``prs.parallel.sharding.process_rows``), all padded to the width of the longest row of
+    the *whole* batch, and the rows are decoded as one SPMD program, so the tokens are those of a
+    single-process call with the same key; the outputs are global arrays (``all_rows_on_host``
+    gathers them)."""
+    if mesh is None or jax.process_count() == 1:
+        return sample(params, tokens, lengths, key, cfg=cfg, scfg=scfg, mesh=mesh, return_cache=return_cache,
+                      budget=budget)
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+    need = int(lengths.max()) if lengths.size else 0
+    width = need if scfg.buckets is None else bucket_length(need, scfg.buckets)
+    scfg = dataclasses.replace(scfg, buckets=(max(width, 1),))  # one width on every process
+    mine = process_rows(mesh, tokens.shape[0])
+    return sample(params, tokens[mine], lengths[mine], key, cfg=cfg, scfg=scfg, mesh=mesh, return_cache=return_cache,
+                  budget=None if budget is None else np.asarray(budget)[mine])
+
+
 def append_and_resume(params: Params, rollout: Rollout, obs_tokens, obs_lengths, key: jax.Array, *,
                       cfg: ModelConfig, scfg: SamplerConfig, cache: Cache | None = None,
                       mesh: Mesh | None = None, return_cache: bool = False):
@@ -628,7 +677,8 @@ def append_and_resume(params: Params, rollout: Rollout, obs_tokens, obs_lengths,
                                   return_cache=return_cache)
     if cache["k"].shape[1:3] != (R, L0):
         raise ValueError(f"cache has rows/slots {tuple(cache['k'].shape[1:3])}, the rollout is {(R, L0)}")
-    params, obs_j, ol_j = _place(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    params, obs_j, ol_j = _place_all_rows(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    rollout = _all_rows_over_mesh(mesh, rollout)
     out, cache = _resume_jit(params, rollout, cache, obs_j, ol_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
     return (out, cache) if return_cache else out
 
@@ -638,11 +688,11 @@ def _resume_by_prefill(params, rollout: Rollout, obs_np, ol_np, key, *, cfg, scf
 
     Same shapes and the same loop as the cache path, so the same key gives the same tokens."""
     R, L0 = rollout.tokens.shape
-    rows_tokens = np.asarray(rollout.tokens)
-    lengths = np.asarray(rollout.lengths).astype(np.int32)
-    params_p, toks_j, len_j = _place(mesh, params, rows_tokens.astype(np.int32), lengths)
+    rows_tokens, lengths = all_rows_on_host(rollout.tokens), all_rows_on_host(rollout.lengths).astype(np.int32)
+    params_p, toks_j, len_j = _place_all_rows(mesh, params, rows_tokens.astype(np.int32), lengths)
     cache = _prefill_jit(params_p, toks_j, len_j, cfg=cfg, mesh=mesh)
-    params_p, obs_j, ol_j = _place(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    params_p, obs_j, ol_j = _place_all_rows(mesh, params, obs_np.astype(np.int32), ol_np.astype(np.int32))
+    rollout = _all_rows_over_mesh(mesh, rollout)  # several processes: a host-built rollout placed like the cache
     out, cache = _resume_jit(params_p, rollout, cache, obs_j, ol_j, key, cfg=cfg, scfg=scfg, mesh=mesh)
     return (out, cache) if return_cache else out
 

@@ -13,6 +13,14 @@ orchestration) and decides how from the environment, first match wins:
 4. otherwise one process: nothing is called (``jax.distributed.initialize()`` without a cluster
    raises "coordinator_address should be defined").
 
+Failure detection (JAX's coordination service): ``timeout_s`` bounds the start-up (every process
+must have connected by then), ``heartbeat_timeout_s`` is how long a process may go without a
+heartbeat before the others are told it died and stop with an error (instead of waiting forever
+in a collective), and ``shutdown_timeout_s`` how long an exiting process waits for the others at
+shut-down. JAX's defaults are 300, 100 and 300 s; each can also be set for a launcher's every
+process by ``PRS_INIT_TIMEOUT_S``, ``PRS_HEARTBEAT_TIMEOUT_S``, ``PRS_SHUTDOWN_TIMEOUT_S``
+(an argument wins over the variable).
+
 It must run before the first ``jax.devices()`` or computation (JAX refuses afterwards); setting
 ``jax_num_cpu_devices`` before it is fine. After it, ``jax.devices()`` lists every process's
 devices and a mesh over them spans the hosts; only ``is_main_process()`` should write files.
@@ -47,11 +55,40 @@ def _detect(env) -> str:
     return "single"
 
 
+_TIMEOUTS = (("timeout_s", "PRS_INIT_TIMEOUT_S", "initialization_timeout", 300),
+             ("heartbeat_timeout_s", "PRS_HEARTBEAT_TIMEOUT_S", "heartbeat_timeout_seconds", 100),
+             ("shutdown_timeout_s", "PRS_SHUTDOWN_TIMEOUT_S", "shutdown_timeout_seconds", 300))
+
+
+def _timeouts(given: dict, env) -> dict:
+    """``jax.distributed.initialize``'s timeout keywords from the arguments, else the environment,
+    else JAX's defaults; a value that is not a positive integer number of seconds is a ValueError."""
+    out = {}
+    for arg, var, kw, default in _TIMEOUTS:
+        val, where = given[arg], arg
+        if val is None and env.get(var):
+            val, where = env[var], var
+        if val is None:
+            val = default
+        try:
+            sec = int(val)
+        except (TypeError, ValueError):
+            sec = None
+        if sec is None or isinstance(val, bool) or sec < 1 or (isinstance(val, float) and val != sec):
+            raise ValueError(f"prs.distributed.initialize: {where}={val!r} must be a positive integer (seconds)")
+        out[kw] = sec
+    return out
+
+
 def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               *, local_device_ids: list[int] | None = None, timeout_s: int = 300, env=None) -> DistInfo:
+               *, local_device_ids: list[int] | None = None, timeout_s: int | None = None,
+               heartbeat_timeout_s: int | None = None, shutdown_timeout_s: int | None = None, env=None) -> DistInfo:
     """Starts JAX's multi-host runtime if this is a multi-process job (module docstring); returns
-    and logs the process index/count and the global device count. Idempotent."""
+    and logs the process index/count and the global device count. Idempotent. The three timeouts
+    (seconds; module docstring) default to ``PRS_*_TIMEOUT_S`` or JAX's 300 / 100 / 300."""
     env = os.environ if env is None else env
+    timeouts = _timeouts(dict(timeout_s=timeout_s, heartbeat_timeout_s=heartbeat_timeout_s,
+                              shutdown_timeout_s=shutdown_timeout_s), env)
     if jax.distributed.is_initialized():
         method = "already"
     else:
@@ -70,9 +107,9 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
             if ids is None and env.get("PRS_LOCAL_DEVICE_IDS"):
                 ids = [int(i) for i in env["PRS_LOCAL_DEVICE_IDS"].split(",")]
             jax.distributed.initialize(coordinator_address=coordinator, num_processes=n, process_id=pid,
-                                       local_device_ids=ids, initialization_timeout=timeout_s)
+                                       local_device_ids=ids, **timeouts)
         elif method in ("slurm", "tpu"):
-            jax.distributed.initialize(initialization_timeout=timeout_s)
+            jax.distributed.initialize(**timeouts)
     info = DistInfo(jax.process_index(), jax.process_count(), jax.device_count(), jax.local_device_count(), method)
     log.info("prs.distributed: process %d/%d, %d devices (%d local), start-up %s", info.process_index,
              info.process_count, info.device_count, info.local_device_count, method)

@@ -23,16 +23,23 @@ After this every process holds the same rollouts and rewards, so the host glue t
 (buckets, sources, cut points, the controller, the task memory, advantages and every logged
 metric) is computed identically on every process from global numbers; the update's batch is then
 placed with each process feeding its own rows (``prs.parallel.sharding.shard_rows``).
+
+Checkpoints (``prs.rl.runner.run``): orbax saves collectively, so the process-local leaves of the
+train state (step, controller, task memory) are saved as replicated global arrays
+(``checkpointable``, after checking the processes agree) and restored back into local copies
+(``host_local``); run-level decisions read from files are process 0's on every process
+(``broadcast_json``). Multi-turn agent rollouts sample through
+``prs.models.sampler.sample_all_rows`` / ``append_and_resume`` in the same way (each process
+feeds its own rows of every turn).
 """
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.models.sampler import bucket_length, sample
+from prs.models.sampler import sample_all_rows
 from prs.parallel.sharding import process_rows
 
 
@@ -46,20 +53,19 @@ def multi_process(mesh) -> bool:
     return True
 
 
-def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
-    """``prs.models.sampler.sample`` on the full ``rows [R, P]`` (the same on every process) with
-    each process feeding only its own rows; returns the whole ``Rollout`` as host arrays, the same
-    on every process (module docstring, steps 2-3)."""
+def host_view(tree):
+    """Global arrays (a ``Rollout`` row-split over the processes) -> host numpy arrays of all rows,
+    the same on every process (``process_allgather``; module docstring, step 3)."""
     from jax.experimental import multihost_utils as mhu
 
-    rows, rows_len = np.asarray(rows), np.asarray(rows_len)
-    need = int(rows_len.max()) if rows_len.size else 0
-    width = need if scfg.buckets is None else bucket_length(need, scfg.buckets)
-    scfg = dataclasses.replace(scfg, buckets=(max(width, 1),))  # one width on every process
-    mine = process_rows(mesh, rows.shape[0])
-    ro = sample(params, rows[mine], rows_len[mine], key, cfg=cfg, scfg=scfg, mesh=mesh,
-                budget=None if budget is None else np.asarray(budget)[mine])
-    return jax.tree.map(np.asarray, mhu.process_allgather(ro, tiled=True))
+    return jax.tree.map(np.asarray, mhu.process_allgather(tree, tiled=True))
+
+
+def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
+    """``prs.models.sampler.sample_all_rows`` (each process feeds its own rows of the full ``rows
+    [R, P]``, the same on every process) gathered: the whole ``Rollout`` as host arrays, the same on
+    every process (module docstring, steps 2-3)."""
+    return host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
 
 
 def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
@@ -90,3 +96,54 @@ def sharded_params(init, shardings):
     if shardings is None:
         return init()
     return jax.jit(init, out_shardings=shardings)()
+
+
+# ---------------------------------------------------------------------- checkpoints and run-level decisions
+
+
+def checkpointable(state, mesh):
+    """The train state as orbax saves it collectively: ``state`` itself with one process; with
+    several, every process-local leaf (step, controller ρ/EMA, task memory: values each process
+    computed identically from the gathered rollouts) becomes one array replicated over ``mesh``,
+    after checking that the processes really agree (``multihost_utils.assert_equal``: a divergence
+    would otherwise be hidden by saving process 0's copy). Global leaves (parameters, optimiser
+    state) are left as they are (each process writes its own shards)."""
+    if jax.process_count() == 1:
+        return state
+    from jax.experimental import multihost_utils as mhu
+
+    from prs.parallel.sharding import place, replicated
+
+    local = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array) and x.is_fully_addressable]
+    mhu.assert_equal([np.asarray(x) for x in local], "checkpointable: the processes' step / controller / task "
+                     "memory differ (they must be computed identically on every process)")
+    return jax.tree.map(lambda x: place(x, replicated(mesh))
+                        if isinstance(x, jax.Array) and x.is_fully_addressable else x, state)
+
+
+def host_local(restored, like):
+    """Inverse of ``checkpointable`` after a restore: the leaves that are process-local in ``like``
+    (a fresh ``Trainer.init_state``) come back as process-local arrays (each process's full copy);
+    the rest (sharded parameters, optimiser state) as restored. Identity with one process."""
+    if jax.process_count() == 1:
+        return restored
+    return jax.tree.map(lambda r, x: jnp.asarray(np.asarray(r.addressable_data(0)))
+                        if isinstance(x, jax.Array) and x.is_fully_addressable else r, restored, like)
+
+
+def broadcast_json(obj):
+    """Process 0's ``obj`` (anything ``json.dumps`` writes, with ``default=str``) on every process,
+    so that run-level decisions read from files (is the run complete? the summary) are process 0's
+    everywhere. ``obj`` itself with one process."""
+    if jax.process_count() == 1:
+        return obj
+    import json
+
+    from jax.experimental import multihost_utils as mhu
+
+    data = np.frombuffer(json.dumps(obj, default=str).encode(), np.uint8)
+    n = int(mhu.broadcast_one_to_all(np.int32(data.size)))
+    buf = np.zeros((n,), np.uint8)
+    if jax.process_index() == 0:
+        buf[:] = data
+    return json.loads(bytes(np.asarray(mhu.broadcast_one_to_all(buf))).decode())

@@ -85,9 +85,10 @@ def recorded_config(out: pathlib.Path) -> dict | None:
     return None
 
 
-def check_config(out: pathlib.Path, config: dict | None, *, ignore=RESUME_FREE) -> None:
+def check_config(out: pathlib.Path, config: dict | None, *, ignore=RESUME_FREE, write: bool = True) -> None:
     """Raises ``RunDirError`` naming the differing keys if ``out`` holds a run of another configuration;
-    otherwise records ``config`` in ``out/config.json`` (the first time)."""
+    otherwise records ``config`` in ``out/config.json`` (the first time; ``write=False``: only the
+    check, e.g. on every process of a multi-host job before one of them writes)."""
     if config is None:
         return
     old = recorded_config(out)
@@ -100,7 +101,7 @@ def check_config(out: pathlib.Path, config: dict | None, *, ignore=RESUME_FREE) 
             raise RunDirError(f"{out} holds a run with a different configuration ({shown}{more}); a run directory "
                               f"only resumes the same configuration: add tag=<name> for a new directory, or "
                               f"delete {out}")
-    if not (out / CONFIG_FILE).exists():
+    if write and not (out / CONFIG_FILE).exists():
         write_atomic(out / CONFIG_FILE, json.dumps(config, indent=1, default=str) + "\n")
 
 

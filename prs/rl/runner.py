@@ -19,7 +19,9 @@ differing keys), and is checked to be writable with room for its checkpoints bef
 A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
 checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
-uninterrupted run (wall-clock fields aside).
+uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
+collectively into one directory every process must see (a shared disk), and whether the run is
+complete, and the summary returned, are process 0's (``prs.rl.multihost``).
 
 The supervised warm start is built once per (task, model, warm-start settings) and cached under
 ``base_dir`` so that every run of a sweep starts from the same base policy.
@@ -41,7 +43,7 @@ import numpy as np
 
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
-from prs.rl import rundir
+from prs.rl import multihost, rundir
 from prs.rl.provenance import code_state
 from prs.rl.rundir import RunDirError  # noqa: F401  (re-exported: the run directory cannot be used)
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
@@ -235,7 +237,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     if writer:
         rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
         rundir.check_config(out, config_dict)
-    done = _already_complete(out, run_cfg, log)
+    done = multihost.broadcast_json(_already_complete(out, run_cfg, log) if writer else None)  # process 0 decides
     if done is not None:
         log(f"[run] already complete (step {run_cfg.steps}): final held-out pass@1 {done['eval_final']:.3f} "
             f"(peak {done['eval_peak']:.3f}); summary.json, metrics and curves.png in {out}")
@@ -255,8 +257,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                                      options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
         latest = mngr.latest_step()
         if latest is not None:
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-            state = mngr.restore(latest, args=ocp.args.StandardRestore(abstract))
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(state, mesh))
+            state = multihost.host_local(mngr.restore(latest, args=ocp.args.StandardRestore(abstract)), state)
             start = int(state.step)
             log(f"[run] resumed from checkpoint at step {start}")
     kept = [m for m in _read_metrics(metrics_path, log=log) if m["step"] < start]
@@ -319,7 +321,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             emit({"kind": "train", **m})
             bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
-                mngr.save(s + 1, args=ocp.args.StandardSave(state))  # periodic, and always at the end
+                # periodic, and always at the end; collective with several processes (multihost.checkpointable)
+                mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
                 mngr.wait_until_finished()
         ev = trainer.evaluate(state.params, run_cfg.steps)
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
@@ -332,12 +335,13 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     finally:
         if mngr is not None:
             mngr.close()
-    records = _read_metrics(metrics_path)
+    records = _read_metrics(metrics_path) if writer else []
     summary = summarise(records, run_time_s=time.perf_counter() - t_run, resumed_from=start)
     summary["steps_skipped"] = skipped + sum(1 for m in kept if m.get("skipped"))
     summary["config"] = config_dict or {}
     summary["provenance"] = segments[-1]
     summary["provenance_segments"] = segments
+    summary = multihost.broadcast_json(summary)  # several processes: process 0's summary everywhere
     if writer:
         rundir.write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
         plot_run(records, out / "curves.png", title=out.name)

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models import qwen3 as model_lib
-from prs.models.sampler import Rollout, SamplerConfig, append_and_resume, sample
+from prs.models.sampler import Rollout, SamplerConfig, all_rows_on_host, append_and_resume, sample_all_rows
 from prs.tasks import repair as env_lib
 from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
 from prs.rl.episodes import Episodes
@@ -127,6 +127,12 @@ class AgentRollouts:
     Compiles: one sampler shape per turn count (the buffers grow by ``O + A`` per turn) and per
     row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across steps.
     The ``regenerate`` path runs unsharded (``trainer.mesh`` is used by the sampler calls only).
+    Several processes (``replay`` only): every process holds all R rows on the host, executes every
+    row's actions (the environment is deterministic, so the observations, states and rewards are
+    the same everywhere) and feeds the sampler its own rows; each sampler call is one SPMD program
+    over the global batch and its tokens are gathered to every process
+    (``prs.models.sampler.sample_all_rows``, ``append_and_resume``), so the episodes equal a
+    single-process run's.
     """
 
     def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay", lib=env_lib):
@@ -135,6 +141,9 @@ class AgentRollouts:
         if (lib.PAD, lib.EOS, lib.EOT, lib.MAX_ACTION_TOKENS) != (PAD, EOS, EOT, MAX_ACTION_TOKENS):
             raise ValueError(f"AgentRollouts: environment {lib.__name__} must share repair's PAD/EOS/';' ids and "
                              f"action width")
+        if mode == "regenerate" and jax.process_count() > 1:
+            raise ValueError(f"AgentRollouts: mode='regenerate' runs unsharded, on one process only; "
+                             f"{jax.process_count()} processes: use mode='replay'")
         rl = trainer.rl
         self.trainer, self.env, self.mode, self.lib = trainer, env, mode, lib
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
@@ -163,7 +172,7 @@ class AgentRollouts:
         live = np.array([not s.done for s in states])
         t = 0
         while True:
-            toks, lens = np.asarray(ro.tokens), np.asarray(ro.lengths)
+            toks, lens = all_rows_on_host(ro.tokens), all_rows_on_host(ro.lengths)  # all rows, on every process
             obs = np.full((R, self.O), PAD, np.int32)
             olen = np.zeros((R,), np.int32)
             t0 = time.perf_counter()
@@ -187,6 +196,8 @@ class AgentRollouts:
     def _episodes(self, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
                   replayed: np.ndarray) -> Episodes:
         L = self.width
+        if jax.process_count() > 1:  # several processes: every one holds the whole rollout
+            ro = jax.tree.map(all_rows_on_host, ro)
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
         rewards = np.array([self.lib.verify(problems, r // group_size, s, reward=self.env.reward)
@@ -211,7 +222,8 @@ class AgentRollouts:
         states = [self.lib.reset(problems, r // group_size) for r in range(R)]
         k0, k1 = jax.random.split(key)
         t1 = time.perf_counter()
-        ro, cache = sample(params, rows, rlen, k0, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, return_cache=True)
+        ro, cache = sample_all_rows(params, rows, rlen, k0, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
+                                    return_cache=True)
         self.costs["time_sample_s"] += time.perf_counter() - t1
         self.costs["calls"] += 1
         ro, states = self._turns(params, ro, cache, states, rlen.astype(np.int64), k1, scfg)

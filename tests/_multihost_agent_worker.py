@@ -1,0 +1,35 @@
+"""Worker of tests/test_multihost_agent.py (not a test module): one of two localhost processes
+(2 CPU devices each, ``fsdp = 4`` over both) running the repair agent's rollouts on the trainer's
+mesh: fresh multi-turn episodes (``AgentRollouts.rollout``), re-rolls through replay-through-
+execution of demonstration sources (``reroll``), and a short ``runner.run``.
+
+argv: out_dir (this process's own run directory: process 1's must stay empty), result path
+(process 0 writes the episodes there)."""
+import pathlib
+import sys
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+from prs.parallel import distributed  # noqa: E402
+
+info = distributed.initialize()
+assert info.process_count == 2 and info.device_count == 4, info
+
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils as mhu  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from test_multihost_agent import episodes, run_cfg  # noqa: E402
+
+from prs.parallel import sharding as shd  # noqa: E402
+
+out_dir, result = sys.argv[1:3]
+got, summary = episodes(shd.make_mesh(fsdp=4), out_dir, run_cfg())
+if distributed.is_main_process():
+    np.savez(result, **got)
+mhu.sync_global_devices("done")
+print(f"[p{info.process_index}] done: {summary['eval_final']}", flush=True)
