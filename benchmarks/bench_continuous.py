@@ -58,6 +58,7 @@ def bench(name, *, n, slots, prompt, new, mean, temperature, repeats, peak):
     run_cont = lambda: jax.block_until_ready(CB.sample_continuous(params, tokens, lengths, key, cfg=cfg, scfg=scfg,
                                                                   slots=slots, budget=budget))
     a, b = run_static(), run_cont()  # warm-up (compiles), and the outputs agree
+    print(f"  {name}: warm-up done ({C.load()})", flush=True)
     same = bool(np.array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
                 and np.array_equal(np.asarray(a.lengths), np.asarray(b.lengths)))
     _, stats = CB.sample_continuous(params, tokens, lengths, key, cfg=cfg, scfg=scfg, slots=slots, budget=budget,
@@ -68,6 +69,7 @@ def bench(name, *, n, slots, prompt, new, mean, temperature, repeats, peak):
         for label, fn in (("static", run_static), ("continuous", run_cont)):
             w, c = C.best_of(fn, 1)
             times[label] = [min(times[label][0], w), min(times[label][1], c)]
+            print(f"  {name} {label}: {w:.3f}s wall, {c:.2f} CPU-s ({C.load()})", flush=True)
     flops_tok = C.forward_flops_per_token(cfg, float(lengths.mean()) + useful / n / 2)
     (w_s, c_s), (w_c, c_c) = times["static"], times["continuous"]
     static_steps = sum(int(np.max(budget_chunk)) for budget_chunk in
