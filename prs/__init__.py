@@ -18,6 +18,7 @@ from prs.models.qwen3 import ModelConfig, decode_step, forward, init_cache, init
 from prs.models.lm_head import lm_head_logprobs  # noqa: F401
 from prs.models import sampler  # noqa: F401
 from prs.models.sampler import Rollout, SamplerConfig, append_and_resume, bucket_length, pad_to_bucket, sample  # noqa: F401
+from prs.models.continuous import sample_continuous  # noqa: F401
 from prs.models import hf  # noqa: F401
 from prs.models.hf import load_checkpoint, load_hf_state_dict, save_checkpoint  # noqa: F401
 from prs import rewards  # noqa: F401

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prs.models.continuous import sample_continuous
 from prs.models.sampler import Rollout, SamplerConfig, sample
 from prs.rl import multihost
 
@@ -88,6 +89,8 @@ class SingleTurnRollouts:
                                   top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
                                   buckets=(prompt_w, prompt_w + t_new), row_chunk=rl.row_chunk)
         self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        if rl.continuous_slots is not None and trainer.mesh is not None:
+            raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
         self.width = prompt_w + 2 * t_new  # L: fixed training width
         if getattr(task, "rewards_jittable", True):
             self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
@@ -99,6 +102,9 @@ class SingleTurnRollouts:
         if multihost.multi_process(tr.mesh):  # each process feeds its own rows; all get the whole rollout
             return multihost.sample_rows(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
                                          budget=budget)
+        if tr.rl.continuous_slots is not None:  # same tokens as ``sample`` (per-row keys), slots refilled
+            return sample_continuous(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg,
+                                     slots=tr.rl.continuous_slots, budget=budget)
         return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, budget=budget)
 
     def _score(self, problems, ro, group_size: int):

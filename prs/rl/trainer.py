@@ -95,6 +95,9 @@ class RLConfig:
       row_chunk: sample the R rollout rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``:
         only that many rows' KV cache is live; tokens identical to one call, per-row key streams);
         ``None``: one call.
+      continuous_slots: sample with continuous batching over this many decode slots
+        (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
+        row; same tokens as static sampling, per-row key streams); ``None``: static batches.
       eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
         ``eval_count`` fixed problems × ``eval_samples`` samples.
       loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
@@ -160,6 +163,7 @@ class RLConfig:
     top_p: float = 1.0
     max_new_tokens: int | None = None
     row_chunk: int | None = None
+    continuous_slots: int | None = None
     eval_count: int = 256
     eval_samples: int = 2
     eval_temperature: float = 1.0
@@ -199,6 +203,10 @@ class RLConfig:
             raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
         if self.row_chunk is not None and (isinstance(self.row_chunk, bool) or int(self.row_chunk) < 1):
             raise ValueError(f"RLConfig.row_chunk (sampler.row_chunk) must be None or an integer >= 1, got {self.row_chunk}")
+        if self.continuous_slots is not None and (isinstance(self.continuous_slots, bool)
+                                                  or not isinstance(self.continuous_slots, int) or self.continuous_slots < 1):
+            raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots) must be None or an integer >= 1, "
+                             f"got {self.continuous_slots}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"RLConfig.estimator={self.estimator!r}; choose from {ESTIMATORS}")
         if self.algorithm not in ALGORITHMS:
