@@ -8,7 +8,10 @@ seq-mean-token-sum, clip 0.2 / 0.28), backward, global-norm clip 1.0, AdamW (lr 
 "prompt" (no loss), advantages ~ N(0, 1), ``old_logp`` = the current log-probs + N(0, 0.3²) noise so
 the clip is active. The first-step losses are compared (relative difference printed). prs runs
 with the layer scan fully unrolled (``ModelConfig.scan_unroll = n_layers``; ``--unroll 1`` for the
-rolled loop, the library default, which compiles faster).
+rolled loop, the library default, which compiles faster) and the library's default
+``ModelConfig.causal_blocks`` (2: causal attention skips the masked upper half-block).
+Where the time goes (per-op profile vs torch.profiler) and why 1.5x torch is out of reach on this
+CPU: ``benchmarks/README.md`` (``profile_update.py``, ``ab_update.py``).
 
 Timing: best of ``--repeats`` after one warm-up call (compile excluded), wall clock and process
 CPU time, in the same process; the load average is printed. Roofline fraction = model FLOPs

@@ -156,6 +156,23 @@ def test_scan_unroll_gives_the_same_loss_and_gradients():
         M.ModelConfig.preset("tiny", scan_unroll=0)
 
 
+def test_causal_blocks_give_the_same_loss_and_gradients():
+    """Block-skipping causal attention (``ModelConfig.causal_blocks``) against one dense block:
+    right padding (lengths 9, 5, 2, 1), T = 9 not a multiple of the block count, B up to T."""
+    cfg = M.ModelConfig.preset("tiny", causal_blocks=1)
+    params = M.init_params(cfg, jax.random.PRNGKey(0), std=0.2)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (4, 9), 0, cfg.vocab_size)
+    valid = jnp.arange(9)[None, :] < jnp.asarray([9, 5, 2, 1])[:, None]
+    vg = jax.jit(jax.value_and_grad(_model_loss), static_argnums=3)
+    want = vg(params, tokens, valid, cfg)
+    for blocks in (2, 4, 9, 20):
+        got = vg(params, tokens, valid, dataclasses.replace(cfg, causal_blocks=blocks))
+        assert _max_rel(got, want) < 1e-5, blocks
+    assert M.ModelConfig.preset("tiny").causal_blocks == 2  # the default skips the upper half-block
+    with pytest.raises(ValueError, match="causal_blocks"):
+        M.ModelConfig.preset("tiny", causal_blocks=0)
+
+
 def test_remat_cuts_backward_temp_bytes():
     """L = 8 layers, R = 4, T = 128, D = 64, K = 4: without remat every layer keeps its attention
     probabilities [R, K, T, T] f32 (1 MiB/layer) and MLP activations; ``full`` keeps only the layer
