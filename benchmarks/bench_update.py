@@ -9,7 +9,7 @@ seq-mean-token-sum, clip 0.2 / 0.28), backward, global-norm clip 1.0, AdamW (lr 
 the clip is active. The first-step losses are compared (relative difference printed). prs runs
 with the layer scan fully unrolled (``ModelConfig.scan_unroll = n_layers``; ``--unroll 1`` for the
 rolled loop, the library default, which compiles faster) and the library's default
-``ModelConfig.causal_blocks`` (2: causal attention skips the masked upper half-block).
+``ModelConfig.causal_blocks`` (1; `benchmarks/ab_update.py` measures 2).
 Where the time goes (per-op profile vs torch.profiler) and why 1.5x torch is out of reach on this
 CPU: ``benchmarks/README.md`` (``profile_update.py``, ``ab_update.py``).
 

@@ -168,7 +168,7 @@ def test_causal_blocks_give_the_same_loss_and_gradients():
     for blocks in (2, 4, 9, 20):
         got = vg(params, tokens, valid, dataclasses.replace(cfg, causal_blocks=blocks))
         assert _max_rel(got, want) < 1e-5, blocks
-    assert M.ModelConfig.preset("tiny").causal_blocks == 2  # the default skips the upper half-block
+    assert M.ModelConfig.preset("tiny").causal_blocks == 1  # the default: one dense block (committed runs re-run exactly)
     with pytest.raises(ValueError, match="causal_blocks"):
         M.ModelConfig.preset("tiny", causal_blocks=0)
 
