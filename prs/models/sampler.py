@@ -40,7 +40,8 @@ Two paths, same result (same tokens for the same key; tested):
 Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
 place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``),
 the decode step's layers are unrolled and the weights are split per layer once per call, so a
-step copies neither cache nor weights (``_split_cache``, ``_decode_weights``); the model's stacked
+step copies neither cache nor weights (``_split_cache``, ``_decode_weights``; keys are held as
+[R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
 ``[L, R, S, Kv, H]`` layout is restored only for ``return_cache``. Row r draws from its own key
 stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
 """
