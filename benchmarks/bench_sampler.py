@@ -30,6 +30,10 @@ q/k/v and gate/up weights joined once per call (one [64,256]x[256,512] and one
 (``xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT``) made the reduce forms 5x
 slower. After: matmuls are ~45% of op time (gate_up + lm head 21%, o/down 13%, qkv 5%),
 attention (scores, max, p·v) still ~35%, of which the softmax max over S alone ~14%.
+A/B in one process, interleaved, best of 3 (10m, R=64, P 4..16, T=64; load avg 8-17, so CPU
+seconds; two runs): greedy 1.84 -> 1.60-1.64 CPU-s (2,217 -> 2,566 tok per CPU-s, -11..-14%),
+temperature 1 1.97-2.06 -> 1.83 CPU-s (-7..-11%); the tokens are identical to main's, the
+log-probs within 1.4e-6. ``attend_buckets`` was not re-measured with the new layout.
 
 Why prs used ~1.45 of 2 cores: the per-step matmuls are [64, 256] x [256, n], 8-33 MFLOP each
 (~0.1 ms at this CPU's rate); XLA:CPU splits them (and loop fusions, ``outer_dimension_
