@@ -10,6 +10,38 @@ same ``lax.while_loop`` (cost O(T · (P+T)) token-forwards instead of O(P + T)).
   python benchmarks/bench_sampler.py --configs tiny --rows 64 --new 64
   python benchmarks/bench_sampler.py --hf     # also HF transformers Qwen3 (needs torch+transformers,
                                               # not project dependencies): logits check + generate speed
+
+Where a 10m decode step goes (#20 item 2; R=64, ragged P 4..16, T=64, greedy; jax.profiler
+trace of the compiled ``_sample_jit`` joined to its optimized HLO, op time summed per HLO
+fusion, taken at load avg 8-18 on the 2 shared cores, so the shares are rough: a thunk's time
+includes its preemption). Before (main c8d6b78): gate/up matmuls [64,256]x[256,1024] 22%; the
+q·k scores 22% (a broadcast-multiply-reduce over the MINOR head axis of the [R, S, Kv, H] cache,
+single-threaded YNN reduce fusion that also re-evaluated RoPE(q) for each of the S slots);
+p·v 14%; q/o/down [64,256] matmuls 14%; k/v 2%; lm head [64, 2048] 2%; softmax max/sum 4%;
+cache writes (in-place one-slot scatters) 0.8%; no whole-cache copies inside the loop; the
+while-loop/thunk overhead does not show as ops. So attention over all S = P + T slots was ~40%
+of op time though it is ~4% of the step's FLOPs. Isolated decode attention (one layer, R=64,
+S=80, Kv=4, G=2, H=32, loop-carried cache, CPU ms per layer-step): reduce over minor H on
+[R, S, Kv, H] 0.71; einsum (batched matmul) on [R, S, Kv, H] 0.86 (copies); einsum on
+[R, Kv, S, H] 0.54; keys [R, Kv, H, S] + values [R, Kv, S, H], both reductions over a non-minor
+axis (vectorised along the minor one) 0.40: that is what the decode cache now uses, with the
+q/k/v and gate/up weights joined once per call (one [64,256]x[256,512] and one
+[64,256]x[256,2048] matmul per layer-step instead of five). Disabling YNN reduce fusions
+(``xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT``) made the reduce forms 5x
+slower. After: matmuls are ~45% of op time (gate_up + lm head 21%, o/down 13%, qkv 5%),
+attention (scores, max, p·v) still ~35%, of which the softmax max over S alone ~14%.
+A/B in one process, interleaved, best of 3 (10m, R=64, P 4..16, T=64; load avg 8-17, so CPU
+seconds; two runs): greedy 1.84 -> 1.60-1.64 CPU-s (2,217 -> 2,566 tok per CPU-s, -11..-14%),
+temperature 1 1.97-2.06 -> 1.83 CPU-s (-7..-11%); the tokens are identical to main's, the
+log-probs within 1.4e-6. ``attend_buckets`` was not re-measured with the new layout.
+
+Why prs used ~1.45 of 2 cores: the per-step matmuls are [64, 256] x [256, n], 8-33 MFLOP each
+(~0.1 ms at this CPU's rate); XLA:CPU splits them (and loop fusions, ``outer_dimension_
+partitions``) over its 2 threads, but the attention reductions and the sampling ops run on one
+thread, and each of the ~150 thunks of a step is a synchronisation point. The 2.5x goal needs
+~9,200 tok/s = 6.9 ms per step for 64 rows, i.e. ~190 GFLOP/s of [64, d] matmuls (57% of
+the 322-375 GFLOP/s peak of a 1024^3 matmul) with everything else free: not reachable with
+XLA:CPU's per-op execution at this shape; see the closing note of #20 for the measured ratio.
 """
 from __future__ import annotations
 

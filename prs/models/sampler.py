@@ -40,7 +40,8 @@ Two paths, same result (same tokens for the same key; tested):
 Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
 place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``),
 the decode step's layers are unrolled and the weights are split per layer once per call, so a
-step copies neither cache nor weights (``_split_cache``, ``_decode_weights``); the model's stacked
+step copies neither cache nor weights (``_split_cache``, ``_decode_weights``; keys are held as
+[R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
 ``[L, R, S, Kv, H]`` layout is restored only for ``return_cache``. Row r draws from its own key
 stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
 """
@@ -260,7 +261,7 @@ class _LoopState:
     stop_token: jax.Array  # [R]
     limit: jax.Array  # [R] tokens this row may generate this turn (<= T)
     logits: jax.Array  # [R, V] next-token logits
-    cache: tuple  # (k, v): per layer, per slot block b: [R, S_b, Kv, H] (``_split_cache``)
+    cache: tuple  # (k, v): per layer, per slot block b: k [R, Kv, H, S_b], v [R, Kv, S_b, H] (``_split_cache``)
 
 
 def _constrain(x, mesh: Mesh | None, axis: int = 0):
@@ -273,18 +274,25 @@ def _constrain(x, mesh: Mesh | None, axis: int = 0):
 
 def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh) -> tuple:
     """The model's stacked cache {"k", "v": [L, R, S, Kv, H]} -> ``(k, v)``, each a tuple over layers
-    of a tuple over slot blocks ``[bounds[b], bounds[b+1])`` of [R, S_b, Kv, H] (one copy per call).
+    of a tuple over slot blocks ``[bounds[b], bounds[b+1])``: keys [R, Kv, H, S_b] (slots minor),
+    values [R, Kv, S_b, H] (one copy per call, which also does the transpose).
 
     In the decode loop every (layer, block) is its own loop-carried buffer, written in place by a
     one-slot scatter, and a segment attends whole blocks (no slicing: a slice of a loop-carried
     cache is a copy on XLA:CPU, measured). With the stacked layout the layer scan sliced (copied)
-    every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20)."""
-    return tuple(tuple(tuple(_constrain(c[l, :, a:b], mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
-                       for l in range(c.shape[0])) for c in (cache["k"], cache["v"]))
+    every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20).
+    The layouts make both attention contractions reductions over a non-minor axis, vectorised
+    along the minor one (``_block_attention``)."""
+    return tuple(tuple(tuple(_constrain(c[l, :, a:b].transpose(perm), mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+                       for l in range(c.shape[0]))
+                 for c, perm in ((cache["k"], (0, 2, 3, 1)), (cache["v"], (0, 2, 1, 3))))
 
 
 def _stack_cache(cache: tuple) -> Cache:
-    return {n: jnp.stack([jnp.concatenate(blocks, axis=1) for blocks in c]) for n, c in zip(("k", "v"), cache)}
+    """Inverse of ``_split_cache``: back to the model's stacked [L, R, S, Kv, H]."""
+    k, v = cache
+    return {"k": jnp.stack([jnp.concatenate(blocks, axis=3).transpose(0, 3, 1, 2) for blocks in k]),
+            "v": jnp.stack([jnp.concatenate(blocks, axis=2).transpose(0, 2, 1, 3) for blocks in v])}
 
 
 _MATS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -294,37 +302,75 @@ def _decode_weights(params: Params, cfg: ModelConfig) -> dict:
     """Per-layer weights for the unrolled decode step, split from the [L, ...] stacks (and the
     matmul weights cast to ``cfg.dtype``) once per call, outside the loop: a layer ``scan`` over
     the stacks inside the loop copied every layer's weights out of the stack at every step (8-10%
-    of the 10m sampler's op time). Same numbers: ``dense`` casts to ``cfg.dtype`` anyway."""
-    layers = tuple({n: (w[l].astype(cfg.dtype) if n in _MATS else w[l]) for n, w in params["layers"].items()}
-                   for l in range(cfg.n_layers))
+    of the 10m sampler's op time). Same numbers: ``dense`` casts to ``cfg.dtype`` anyway.
+
+    The projections that read the same input are joined here, once per call, so that a step runs
+    one matmul for them: ``qkv`` = [W_q | W_k | W_v] [D, (K + 2 Kv) H] and ``gate_up`` = [W_gate |
+    W_up] [D, 2F]. Column j of x [W_a | W_b] is x W_a or x W_b column j (same dot products; only
+    the matmul kernel's blocking may change their float summation order)."""
+    def layer(l):
+        lp = {n: (w[l].astype(cfg.dtype) if n in _MATS else w[l]) for n, w in params["layers"].items()}
+        lp["qkv"] = jnp.concatenate([lp.pop("q_proj"), lp.pop("k_proj"), lp.pop("v_proj")], axis=1)
+        lp["gate_up"] = jnp.concatenate([lp.pop("gate_proj"), lp.pop("up_proj")], axis=1)
+        return lp
+    layers = tuple(layer(l) for l in range(cfg.n_layers))
     head = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
     return {"layers": layers, "embed": params["embed_tokens"], "norm": params["norm"],
             "head": head.astype(cfg.dtype)}
 
 
+def _decode_qkv(lp: dict, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
+    """``qwen3._project_qkv`` with the joined ``qkv`` weight: a [R, 1, D] -> q [R, 1, K, H],
+    k, v [R, 1, Kv, H] (normed, rotated); one matmul instead of three."""
+    R, T, _ = a.shape
+    K, Kv, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    y = model_lib.dense(a, lp["qkv"], dtype=cfg.dtype)  # [R, T, (K + 2 Kv) H]
+    q = y[..., :K * H].reshape(R, T, K, H)
+    k = y[..., K * H:(K + Kv) * H].reshape(R, T, Kv, H)
+    v = y[..., (K + Kv) * H:].reshape(R, T, Kv, H)
+    if cfg.qk_norm:
+        q = model_lib.rms_norm(q, lp["q_norm"], eps=cfg.rms_norm_eps)
+        k = model_lib.rms_norm(k, lp["k_norm"], eps=cfg.rms_norm_eps)
+    q = model_lib.rope(q, positions, theta=cfg.rope_theta)
+    k = model_lib.rope(k, positions, theta=cfg.rope_theta)
+    return q, k, v
+
+
+def _decode_mlp(lp: dict, m: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """``qwen3._mlp`` (SwiGLU) with the joined ``gate_up`` weight: one matmul for gate and up."""
+    F = lp["down_proj"].shape[0]
+    gu = model_lib.dense(m, lp["gate_up"], dtype=cfg.dtype)  # [R, T, 2F]
+    return model_lib.dense(jax.nn.silu(gu[..., :F]) * gu[..., F:], lp["down_proj"], dtype=cfg.dtype)
+
+
 def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelConfig) -> jax.Array:
-    """``qwen3._decode_attention`` over the slot blocks ``ks, vs`` [R, S_b, Kv, H] (slots
-    ``[bounds[b], bounds[b+1])``), without joining them. Each block is attended on its own, exactly
-    as ``_decode_attention`` (o_b = softmax_b(x_b) v_b, with m_b = max x_b, l_b = sum exp(x_b - m_b)),
-    and the blocks are merged as in flash attention (Dao et al. 2022, arXiv:2205.14135):
-    o = sum_b o_b l_b exp(m_b - m) / sum_b l_b exp(m_b - m), m = max_b m_b; this equals the softmax
-    over all slots. A block with no attendable slot has m_b = -1e30 and weight exactly 0 (slot 0,
-    in block 0, is always attendable). With one block this is exactly ``_decode_attention``.
+    """``qwen3._decode_attention`` over the slot blocks ``ks`` [R, Kv, H, S_b], ``vs`` [R, Kv, S_b, H]
+    (slots ``[bounds[b], bounds[b+1])``), without joining them. Each block is attended on its own,
+    exactly as ``_decode_attention`` (o_b = softmax_b(x_b) v_b, x_b = q k_bᵀ/√H, with m_b = max x_b,
+    l_b = sum exp(x_b - m_b)), and the blocks are merged as in flash attention (Dao et al. 2022,
+    arXiv:2205.14135): o = sum_b o_b l_b exp(m_b - m) / sum_b l_b exp(m_b - m), m = max_b m_b; this
+    equals the softmax over all slots. A block with no attendable slot has m_b = -1e30 and weight
+    exactly 0 (slot 0, in block 0, is always attendable). With one block this is exactly
+    ``_decode_attention`` up to float summation order. Both contractions reduce a non-minor axis
+    (H for q·k with slots minor, S for p·v with H minor), so XLA:CPU vectorises them along the
+    minor axis and reads the cache in place. Isolated (R=64, S=80, Kv=4, G=2, H=32, CPU time per
+    layer-step): 0.71 ms for the broadcast-reduce over the minor H on [R, S, Kv, H] (which also
+    re-evaluated RoPE(q) per slot), 0.54 ms for batched-matmul einsums on [R, Kv, S, H], 0.40 ms here.
     q: [R, 1, K, H]; pos [R]: a query attends slots <= pos -> [R, 1, K·H]."""
     R, _, K, H = q.shape
-    Kv = ks[0].shape[2]
+    Kv = ks[0].shape[1]
     G = K // Kv
-    qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
+    qg = q.reshape(R, Kv, G, H).astype(jnp.float32)  # [R, Kv, G, H]
     outs, ms, ls = [], [], []
     for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
-        sc = jnp.sum(qg * kb.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S_b, Kv, G]
+        sc = jnp.sum(qg[..., None] * kb.astype(jnp.float32)[:, :, None], axis=-2) / math.sqrt(H)  # [R, Kv, G, S_b]
         ok = (a + jnp.arange(b - a))[None, :] <= pos[:, None]  # [R, S_b]
-        sc = jnp.where(ok[:, :, None, None], sc, model_lib._NEG)
-        probs = jax.nn.softmax(sc, axis=1).astype(vb.dtype)
-        outs.append(jnp.sum(probs[..., None] * vb[:, :, :, None, :], axis=1).astype(jnp.float32))  # [R, Kv, G, H]
+        sc = jnp.where(ok[:, None, None, :], sc, model_lib._NEG)
+        probs = jax.nn.softmax(sc, axis=-1).astype(vb.dtype)
+        outs.append(jnp.sum(probs[..., None] * vb[:, :, None], axis=-2).astype(jnp.float32))  # [R, Kv, G, H]
         if len(ks) > 1:
-            ms.append(jnp.max(sc, axis=1))  # [R, Kv, G]
-            ls.append(jnp.sum(jnp.exp(sc - ms[-1][:, None]), axis=1))
+            ms.append(jnp.max(sc, axis=-1))  # [R, Kv, G]
+            ls.append(jnp.sum(jnp.exp(sc - ms[-1][..., None]), axis=-1))
     if len(ks) == 1:
         out = outs[0]
     else:
@@ -355,14 +401,16 @@ def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int,
     new_k, new_v = [], []
     for lp, ck, cv in zip(w["layers"], *cache):
         a = model_lib.rms_norm(h, lp["input_layernorm"], eps=eps)
-        q, k, v = model_lib._project_qkv(lp, a, positions, cfg)
-        ck = tuple(c.at[rows, sl].set(k.astype(c.dtype), mode="drop") for c, sl in zip(ck[:nb], slots)) + ck[nb:]
-        cv = tuple(c.at[rows, sl].set(v.astype(c.dtype), mode="drop") for c, sl in zip(cv[:nb], slots)) + cv[nb:]
+        q, k, v = _decode_qkv(lp, a, positions, cfg)
+        # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [R, 1, Kv, H]: the advanced
+        # indices' axes come first, so k and v go in as they are
+        ck = tuple(c.at[rows, :, :, sl].set(k.astype(c.dtype), mode="drop") for c, sl in zip(ck[:nb], slots)) + ck[nb:]
+        cv = tuple(c.at[rows, :, sl].set(v.astype(c.dtype), mode="drop") for c, sl in zip(cv[:nb], slots)) + cv[nb:]
         att = _block_attention(q, [c.astype(cfg.dtype) for c in ck[:nb]], [c.astype(cfg.dtype) for c in cv[:nb]],
                                pos, bounds, cfg)
         h = h + model_lib.dense(att, lp["o_proj"], dtype=cfg.dtype)
         m = model_lib.rms_norm(h, lp["post_attention_layernorm"], eps=eps)
-        h = h + model_lib._mlp(lp, m, cfg)
+        h = h + _decode_mlp(lp, m, cfg)
         new_k.append(ck)
         new_v.append(cv)
     hn = model_lib.rms_norm(h[:, 0], w["norm"], eps=eps)
