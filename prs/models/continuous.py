@@ -14,8 +14,8 @@ ModelConfig)); S = ``min(slots, N)``, L = P + T slots of KV cache per slot:
   * the first S requests are prefilled together (``qwen3.prefill``, [S, P]), as a static batch is;
   * one ``lax.while_loop`` over decode steps, whose state holds the request cursor ``c`` (next
     pending request), ``req [S]`` (the request each slot holds) and per-slot ``cur``, ``n_new``,
-    ``done``, ``limit``, next-token ``logits [S, V]`` and the KV cache (per layer ``[S, L, Kv,
-    H]``). Each iteration first refills: an inner ``while_loop``, while some slot is done and
+    ``done``, ``limit``, next-token ``logits [S, V]`` and the KV cache (per layer keys ``[S, Kv, H, L]``,
+    values ``[S, Kv, L, H]``). Each iteration first refills: an inner ``while_loop``, while some slot is done and
     ``c < N``, prefills request ``c`` alone with the same ``qwen3.prefill`` the static path uses
     ([1, P], a fixed shape), writes its P cache slots into the first free slot with
     ``dynamic_update_slice`` (the slot's later cache entries, left over from its previous request,
@@ -67,7 +67,7 @@ class _ContState:
     done: jax.Array  # [S] the slot's request has stopped (the slot is free)
     limit: jax.Array  # [S] the slot's request's budget
     logits: jax.Array  # [S, V] next-token logits
-    cache: tuple  # (k, v): per layer, one block [S, L, Kv, H] (``sampler._split_cache``)
+    cache: tuple  # (k, v): per layer, one block: k [S, Kv, H, L], v [S, Kv, L, H] (``sampler._split_cache``)
     tokens: jax.Array  # [N, L] request-ordered outputs from here on
     policy_mask: jax.Array  # [N, L]
     logprobs: jax.Array  # [N, L]
@@ -84,9 +84,11 @@ def _refill(s: _ContState, params, tokens, lengths, budget, *, cfg: ModelConfig)
     row = jax.lax.dynamic_slice_in_dim(tokens, i, 1, axis=0)  # [1, P]
     n = jax.lax.dynamic_slice_in_dim(lengths, i, 1)  # [1]
     logits, c = model_lib.prefill(params, row, n, cfg=cfg, max_len=P)  # [1, V]; [Lyr, 1, P, Kv, H]
-    put = lambda blocks, new: (jax.lax.dynamic_update_slice(blocks[0], new.astype(blocks[0].dtype), (j, 0, 0, 0)),)
-    cache = tuple(tuple(put(blocks, c[name][l]) for l, blocks in enumerate(layers))
-                  for name, layers in zip(("k", "v"), s.cache))
+    # the decode loop's layouts (``sampler._split_cache``): keys [S, Kv, H, L], values [S, Kv, L, H]
+    put = lambda blocks, new, perm: (jax.lax.dynamic_update_slice(
+        blocks[0], new.transpose(perm).astype(blocks[0].dtype), (j, 0, 0, 0)),)
+    cache = tuple(tuple(put(blocks, c[name][l], perm) for l, blocks in enumerate(layers))
+                  for name, perm, layers in zip(("k", "v"), ((0, 2, 3, 1), (0, 2, 1, 3)), s.cache))
     return s.replace(
         cursor=i + 1, refills=s.refills + 1, req=s.req.at[j].set(i), cur=s.cur.at[j].set(n[0]),
         n_new=s.n_new.at[j].set(0), done=s.done.at[j].set(False), limit=s.limit.at[j].set(budget[i]),
