@@ -13,16 +13,14 @@ import json
 import pathlib
 import sys
 
-import jax
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _localhost import start_worker  # noqa: E402
 
-jax.config.update("jax_num_cpu_devices", 2)
-jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+info = start_worker()
+
+import jax  # noqa: E402
 
 from prs.parallel import distributed  # noqa: E402
-
-info = distributed.initialize()
-assert info.process_count == 2 and info.device_count == 4, info
 
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402

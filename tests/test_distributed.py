@@ -1,10 +1,5 @@
 """prs.distributed: detection of the start-up method, and a real two-process run on localhost
 (``jax.distributed`` over the CPU backend, gloo collectives, 2 devices per process)."""
-import os
-import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -12,6 +7,7 @@ import pytest
 
 from prs.parallel.distributed import _detect
 from test_scale import one_device_reference
+from _localhost import run_processes
 
 
 def test_detect_start_up_method():
@@ -24,20 +20,8 @@ def test_detect_start_up_method():
 
 
 def test_two_processes_sharded_update_equals_single_process(tmp_path):
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    root = pathlib.Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(root), PRS_COORDINATOR=f"localhost:{port}",
-               PRS_NUM_PROCESSES="2")
     out = tmp_path / "result.npz"
-    worker = str(pathlib.Path(__file__).with_name("_distributed_worker.py"))
-    procs = [subprocess.Popen([sys.executable, worker, str(out)], env={**env, "PRS_PROCESS_ID": str(i)},
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    logs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-4000:]
+    run_processes("_distributed_worker.py", lambda i: [out], cwd=tmp_path, timeout=240, tail=4000)
     res = np.load(out)
     assert int(res["process_count"]) == 2 and int(res["device_count"]) == 4
     _, _, (p1, _, m1) = one_device_reference()

@@ -10,11 +10,6 @@ The policy is a random initialisation (no warm start, to keep the test cheap): i
 so the run's steps steer and keep no group; the re-rolls are driven directly from demonstration
 sources instead (cut half-way through their turns)."""
 import json
-import os
-import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -29,6 +24,7 @@ from prs.tasks import repair as R
 from prs.tasks.agent_rollouts import action_spans
 from prs.tasks.repair_task import RepairTask
 from test_multihost_train import _records, _same
+from _localhost import run_processes
 
 TASK = RepairTask(R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2))  # few turns
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -69,19 +65,8 @@ def test_two_process_repair_agent_rollouts_and_run_equal_single_process(tmp_path
     want, _ = episodes(None, tmp_path / "ref", run_cfg())
     assert want["reroll/replayed"].min() > 0 and want["fresh/env_steps"].sum() > 0
 
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    root = pathlib.Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(root), PRS_COORDINATOR=f"localhost:{port}", PRS_NUM_PROCESSES="2")
-    worker = str(pathlib.Path(__file__).with_name("_multihost_agent_worker.py"))
     result = tmp_path / "result.npz"
-    procs = [subprocess.Popen([sys.executable, worker, str(tmp_path / f"p{i}"), str(result)],
-                              env={**env, "PRS_PROCESS_ID": str(i)}, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=1800)[0] for p in procs]  # ~1 min CPU each; long waits on a loaded box
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-6000:]
+    run_processes("_multihost_agent_worker.py", lambda i: [tmp_path / f"p{i}", result], cwd=tmp_path, timeout=1800, tail=6000)  # ~1 min CPU each; long waits on a loaded box
 
     got = np.load(result)
     assert sorted(got.files) == sorted(want)

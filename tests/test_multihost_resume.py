@@ -7,11 +7,7 @@ schedule on a pool of 4 tasks (every step revisits every task) makes the resumed
 the restored task memory and controller state, not only on (seed, step). Both processes return
 process 0's summary."""
 import json
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -22,6 +18,7 @@ from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
 from test_multihost_train import _records, _same
+from _localhost import run_processes
 
 STEPS, CRASH_AT = 3, 2  # checkpoints at 2 and 3; the failure hits step 2, after the step-2 checkpoint
 
@@ -62,18 +59,7 @@ def test_two_process_run_resumed_from_its_checkpoint_equals_the_uninterrupted_ru
     runner.run(TASK, MODEL, rl_cfg(), prefix_cfg(), run_cfg(base_dir), tmp_path / "ref", log=lambda *a: None)
     want_params = captured[0].params
 
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    root = pathlib.Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(root), PRS_COORDINATOR=f"localhost:{port}", PRS_NUM_PROCESSES="2")
-    worker = str(pathlib.Path(__file__).with_name("_multihost_resume_worker.py"))
-    procs = [subprocess.Popen([sys.executable, worker, str(tmp_path), str(base_dir)],
-                              env={**env, "PRS_PROCESS_ID": str(i)}, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=900)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-6000:]
+    run_processes("_multihost_resume_worker.py", lambda i: [tmp_path, base_dir], cwd=tmp_path, timeout=900, tail=6000)
 
     want = _records(tmp_path / "ref" / "metrics.jsonl")
     assert [m["kind"] for m in want] == ["eval"] + ["train"] * STEPS + ["eval"]

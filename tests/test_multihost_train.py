@@ -5,11 +5,7 @@ process 1 writes nothing. The reference is the plain single-device run (no mesh)
 checks that collecting across processes (each samples and scores its own rows,
 ``prs.rl.multihost``) and the sharded update change nothing but the layout."""
 import json
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -19,6 +15,7 @@ from _arith_tiny import MODEL, TASK
 from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
+from _localhost import run_processes
 
 STEPS = 3
 
@@ -67,19 +64,8 @@ def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, s
     runner.run(TASK, MODEL, rl_cfg(schedule), prefix_cfg(), run_cfg(base_dir), tmp_path / "ref", log=lambda *a: None)
     want_params = captured[0].params
 
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    root = pathlib.Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(root), PRS_COORDINATOR=f"localhost:{port}", PRS_NUM_PROCESSES="2")
-    worker = str(pathlib.Path(__file__).with_name("_multihost_train_worker.py"))
     result = tmp_path / "result.npz"
-    procs = [subprocess.Popen([sys.executable, worker, str(tmp_path / f"p{i}"), str(base_dir), str(result), schedule],
-                              env={**env, "PRS_PROCESS_ID": str(i)}, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=900)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)[-6000:]
+    run_processes("_multihost_train_worker.py", lambda i: [tmp_path / f"p{i}", base_dir, result, schedule], cwd=tmp_path, timeout=900, tail=6000)
 
     assert not (tmp_path / "p1").exists() or not any((tmp_path / "p1").iterdir())  # process 1 wrote nothing
     assert sorted(p.name for p in (tmp_path / "p0").iterdir()) == sorted(p.name for p in (tmp_path / "ref").iterdir())

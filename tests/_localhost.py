@@ -1,0 +1,47 @@
+"""Two ``jax.distributed`` processes on localhost, for the multi-process tests (not a test module).
+
+``run_processes`` (test side): picks a free port, starts ``worker`` once per process with
+``PRS_COORDINATOR`` / ``PRS_NUM_PROCESSES`` / ``PRS_PROCESS_ID`` set (CPU backend, no fake-device
+``XLA_FLAGS``), waits, and fails with the end of both logs unless every process exits 0.
+``start_worker`` (worker side, before anything else touches JAX): ``devices`` CPU devices per
+process, the shared persistent compile cache, ``prs.distributed.initialize()``, and a check of the
+process and global device counts."""
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_processes(worker: str, args, *, cwd, timeout: int, n: int = 2, tail: int = 6000) -> list[str]:
+    """Runs ``python tests/<worker> *args(i)`` as process i of ``n``; ``args`` is a function of i.
+    Returns the processes' logs (stdout + stderr)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PRS_COORDINATOR=f"localhost:{port}",
+               PRS_NUM_PROCESSES=str(n))
+    path = str(pathlib.Path(__file__).with_name(worker))
+    procs = [subprocess.Popen([sys.executable, path, *map(str, args(i))], env={**env, "PRS_PROCESS_ID": str(i)},
+                              cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(n)]
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * n, "\n".join(logs)[-tail:]
+    return logs
+
+
+def start_worker(*, devices: int = 2, processes: int = 2):
+    """Worker start-up: returns ``prs.distributed.initialize()``'s info."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", devices)
+    jax.config.update("jax_compilation_cache_dir", str(ROOT / ".jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    from prs.parallel import distributed
+
+    info = distributed.initialize()
+    assert info.process_count == processes and info.device_count == devices * processes, info
+    return info
