@@ -45,3 +45,19 @@ def start_worker(*, devices: int = 2, processes: int = 2):
     info = distributed.initialize()
     assert info.process_count == processes and info.device_count == devices * processes, info
     return info
+
+
+def capturing_trainer():
+    """A ``prs.rl.runner.Trainer`` subclass that keeps the latest train state, and that list:
+    ``runner.Trainer = cls`` (or ``monkeypatch.setattr``), run, then ``captured[0].params``."""
+    from prs.rl import runner
+
+    captured = []
+
+    class CapturingTrainer(runner.Trainer):
+        def step(self, state):
+            new_state, m = super().step(state)
+            captured[:] = [new_state]
+            return new_state, m
+
+    return CapturingTrainer, captured

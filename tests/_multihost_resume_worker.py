@@ -14,7 +14,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _localhost import start_worker  # noqa: E402
+from _localhost import capturing_trainer, start_worker  # noqa: E402
 
 info = start_worker()
 
@@ -33,22 +33,20 @@ from prs.rl import runner  # noqa: E402
 
 root, base_dir = pathlib.Path(sys.argv[1]), sys.argv[2]
 mesh = shd.make_mesh(fsdp=4)
-captured = []
+_Capturing, captured = capturing_trainer()
 
 
 class Injected(RuntimeError):
     pass
 
 
-class CapturingTrainer(runner.Trainer):
+class CapturingTrainer(_Capturing):
     crash_at = None
 
     def step(self, state):
         if int(state.step) == self.crash_at:
             raise Injected(f"injected failure at step {self.crash_at}")
-        new_state, m = super().step(state)
-        captured[:] = [new_state]
-        return new_state, m
+        return super().step(state)
 
 
 runner.Trainer = CapturingTrainer

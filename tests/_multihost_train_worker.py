@@ -28,16 +28,9 @@ from prs.parallel import sharding as shd  # noqa: E402
 from prs.rl import runner  # noqa: E402
 
 out_dir, base_dir, result, sched = sys.argv[1:5]
-captured = []
+from _localhost import capturing_trainer  # noqa: E402
 
-
-class CapturingTrainer(runner.Trainer):
-    def step(self, state):
-        new_state, m = super().step(state)
-        captured[:] = [new_state]
-        return new_state, m
-
-
+CapturingTrainer, captured = capturing_trainer()
 runner.Trainer = CapturingTrainer
 summary = runner.run(TASK, MODEL, rl_cfg(sched), prefix_cfg(), run_cfg(base_dir), out_dir,
                      mesh=shd.make_mesh(fsdp=4), log=lambda *a: None)

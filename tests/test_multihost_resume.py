@@ -18,7 +18,7 @@ from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
 from test_multihost_train import _records, _same
-from _localhost import run_processes
+from _localhost import capturing_trainer, run_processes
 
 STEPS, CRASH_AT = 3, 2  # checkpoints at 2 and 3; the failure hits step 2, after the step-2 checkpoint
 
@@ -47,14 +47,7 @@ def test_two_process_run_resumed_from_its_checkpoint_equals_the_uninterrupted_ru
     base_dir = tmp_path / "base"
     runner.base_params(TASK, MODEL, run_cfg(base_dir), base_dir, log=lambda *a: None)  # the shared warm start
 
-    captured = []
-
-    class CapturingTrainer(runner.Trainer):
-        def step(self, state):
-            new_state, m = super().step(state)
-            captured[:] = [new_state]
-            return new_state, m
-
+    CapturingTrainer, captured = capturing_trainer()
     monkeypatch.setattr(runner, "Trainer", CapturingTrainer)
     runner.run(TASK, MODEL, rl_cfg(), prefix_cfg(), run_cfg(base_dir), tmp_path / "ref", log=lambda *a: None)
     want_params = captured[0].params

@@ -15,7 +15,7 @@ from _arith_tiny import MODEL, TASK
 from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
-from _localhost import run_processes
+from _localhost import capturing_trainer, run_processes
 
 STEPS = 3
 
@@ -52,14 +52,7 @@ def test_two_process_training_run_equals_single_process(tmp_path, monkeypatch, s
     base_dir = tmp_path / "base"
     runner.base_params(TASK, MODEL, run_cfg(base_dir), base_dir, log=lambda *a: None)  # the shared warm start
 
-    captured = []
-
-    class CapturingTrainer(runner.Trainer):
-        def step(self, state):
-            new_state, m = super().step(state)
-            captured[:] = [new_state]
-            return new_state, m
-
+    CapturingTrainer, captured = capturing_trainer()
     monkeypatch.setattr(runner, "Trainer", CapturingTrainer)
     runner.run(TASK, MODEL, rl_cfg(schedule), prefix_cfg(), run_cfg(base_dir), tmp_path / "ref", log=lambda *a: None)
     want_params = captured[0].params

@@ -101,12 +101,7 @@ def _decode(s: _ContState, w, keys, stop_ids, *, cfg: ModelConfig, scfg: Sampler
     N, L = s.tokens.shape
     step_keys = jax.vmap(jax.random.fold_in)(keys[s.req], s.n_new)  # [S]
     tok, lp, samp = S.choose_tokens(s.logits, step_keys, scfg)  # [S] each
-    active = ~s.done  # [S]
-    wi = jnp.where(active, s.cur, L)  # [S]; L is out of range -> dropped
-    hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
-    n_new = s.n_new + active.astype(jnp.int32)
-    cur = s.cur + active.astype(jnp.int32)
-    done = s.done | hit | (n_new >= s.limit) | (cur >= L)
+    active, wi, hit, n_new, cur, done = S._advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)  # [S] each
     logits, cache = S._decode_token(w, s.cache, tok, s.cur, active, bounds=(0, L), cfg=cfg)
     rq = s.req
     return s.replace(

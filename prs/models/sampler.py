@@ -418,6 +418,19 @@ def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int,
     return logits, (tuple(new_k), tuple(new_v))
 
 
+def _advance(tok, done, cur, n_new, limit, stop_ids, L: int):
+    """One decode step's row bookkeeping (shared by the static and the continuous loop), rows [R]:
+    ``active`` = not done; ``wi`` = the slot the new token goes to (``L``, out of range, for a done
+    row: the write is dropped); ``hit`` = an active row drew a stop id; the row's new-token count and
+    cursor advance if active; it is done after a stop id, its budget ``limit`` or the buffer's end."""
+    active = ~done  # [R]
+    wi = jnp.where(active, cur, L)  # [R]
+    hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+    n_new = n_new + active.astype(jnp.int32)
+    cur = cur + active.astype(jnp.int32)
+    return active, wi, hit, n_new, cur, done | hit | (n_new >= limit) | (cur >= L)
+
+
 def _segments(P: int, T: int, attend_buckets) -> tuple[tuple[int, int], ...]:
     """Static decode segments ``(end_step, A)``: steps ``[prev_end, end_step)`` attend ``A = P +
     end_step`` slots. At step t a row writes and attends slot ``<= P + t`` (rows start at <= P and
@@ -445,12 +458,7 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
     def body(s: _LoopState, nb: int):
         step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, s.step)
         tok, lp, samp = choose_tokens(s.logits, step_keys, scfg)
-        active = ~s.done  # [R]
-        wi = jnp.where(active, s.cur, L)  # [R]; L is out of range -> dropped
-        hit = active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
-        n_new = s.n_new + active.astype(jnp.int32)
-        cur = s.cur + active.astype(jnp.int32)
-        done = s.done | hit | (n_new >= s.limit) | (cur >= L)
+        active, wi, hit, n_new, cur, done = _advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)
         logits, cache = _decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
         cache = jax.tree.map(lambda c: _constrain(c, mesh, 0), cache)
         return _LoopState(
