@@ -7,25 +7,15 @@
 #   SHA=<commit> results/trap/sweep.sh [OUT]
 # then: python -m experiments.analyze OUT/runs --trap --out results/trap --copy-records results/trap/runs \
 #           --page results/README.md --notebook
-REPO=${REPO:-$(git rev-parse --show-toplevel)}
-SHA=${SHA:-$(git -C $REPO rev-parse HEAD)}
-OUT=${1:-$REPO/runs/trap_sweep}
+. "$(dirname "$0")/../sweep_lib.sh"   # REPO, SHA, sweep_setup, sweep_run
 STEPS=${STEPS:-60}
 SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}
 P_LIST=${P_LIST:-"0.1 0.5 0.3"}          # the trap case first, then above and near the break-even
 ARMS=${ARMS:-"trap_fraction trap_binary trap_binary_ps trap_fraction_ps"}
-CODE=$OUT/code-${SHA:0:10}
-mkdir -p $OUT/runs
-[ -d $CODE ] || git -C $REPO worktree add --detach $CODE $SHA
-PY=${PY:-$REPO/.venv/bin/python}
-export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$OUT/.jax_cache}
-cd $CODE
+sweep_setup ${1:-$REPO/runs/trap_sweep}
 for p in $P_LIST; do for seed in $SEEDS; do for arm in $ARMS; do
-  name="$arm-pa$p-s$seed"; run="$OUT/runs/$name"
-  if [ -f "$run/summary.json" ]; then echo "skip $name"; continue; fi
-  echo "run $name $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"
-  PYTHONPATH=$CODE $PY -m experiments.train +experiment=$arm task.params.demo_root_cause_accuracy=$p \
+  sweep_run "$arm-pa$p-s$seed" +experiment=$arm task.params.demo_root_cause_accuracy=$p \
     seed=$seed steps=$STEPS eval.every=10 eval.count=64 ckpt_every=20 logging.progress=false \
-    sft.base_dir=$OUT/base hydra.run.dir=$run > "$run.log" 2>&1 || echo "FAILED $name (see $run.log)"
+    sft.base_dir=$OUT/base
 done; done; done
 echo "all done $(date -u +%T)"
