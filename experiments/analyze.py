@@ -31,6 +31,14 @@ grid's verdicts (``experiments.sim_grid``'s summary.json).
 
 Definitions: see ``prs.analysis``. Partial (killed) runs are listed and analysed as such.
 
+``--copy-records DIR`` first copies the first root's complete runs' records (``metrics.jsonl`` gzipped,
+summary / config / provenance; ``--copy-prefix`` selects by run name) into ``DIR`` for committing, and
+analyses ``DIR`` in that root's place; copying the same run again is a no-op, a different run of that name
+an error. The page's command line then names the copied directory, so it re-runs from committed records:
+
+    python -m experiments.analyze /work/runs/regime_sweep/runs results/runs --decisive-only \
+        --copy-records results/regime/runs --copy-prefix regime_ --out results --readme results/README.md
+
 The partial-pass trap (issue #18; ``prs.analysis.trap``), instead of the tables above:
 
     python -m experiments.analyze runs/trap_sweep/runs --trap --out results/trap \
@@ -82,7 +90,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trap", action="store_true", help="the partial-pass trap section (issue #18) instead of the tables")
     p.add_argument("--page", default=None, help="--trap: results page whose trap section is replaced (e.g. results/README.md)")
     p.add_argument("--copy-records", default=None,
-                   help="--trap: copy the complete runs' records (metrics.jsonl.gz, summary/config/provenance) here first")
+                   help="copy the first run root's complete runs' records (metrics.jsonl.gz, summary/config/"
+                   "provenance) here first and analyse this directory in its place (with --trap: the trap runs)")
+    p.add_argument("--copy-prefix", default=None,
+                   help="--copy-records (not --trap): only runs whose directory name starts with this (e.g. regime_)")
     p.add_argument("--notebook", action="store_true",
                    help="--trap: re-execute notebooks/trap.ipynb afterwards (it reads results/trap/runs)")
     return p.parse_args(argv)
@@ -93,6 +104,11 @@ def main(argv=None) -> dict:
     roots = [pathlib.Path(r) for r in args.run_root]
     root = roots[0]
     out = pathlib.Path(args.out) if args.out else root / "analysis"
+    if args.copy_records and not args.trap:
+        copied = an.collect_records(root, args.copy_records, prefix=args.copy_prefix)
+        print(f"copied the records of {len(copied)} complete runs to {args.copy_records}", file=sys.stderr)
+        root = roots[0] = pathlib.Path(args.copy_records)
+        argv = _rerun_argv(sys.argv[1:] if argv is None else list(argv), args.run_root[0], args.copy_records)
     if args.decisive_only:
         out.mkdir(parents=True, exist_ok=True)
         return decisive_section(roots, out, args, argv)
@@ -128,6 +144,25 @@ def main(argv=None) -> dict:
         decisive_section(roots, out, args, argv)
     print(f"wrote {out}/results.json, tables.md" + ("" if args.no_figures else " and figures"), file=sys.stderr)
     return results
+
+
+def _rerun_argv(argv: list[str], first_root: str, copied: str) -> list[str]:
+    """The command line that re-runs an analysis from the copied records: the first root replaced by the
+    copy, ``--copy-records`` / ``--copy-prefix`` (and their values) dropped."""
+    out, skip, replaced = [], False, False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--copy-records", "--copy-prefix"):
+            skip = True
+            continue
+        if a.startswith(("--copy-records=", "--copy-prefix=")):
+            continue
+        if a == first_root and not replaced:
+            a, replaced = copied, True
+        out.append(a)
+    return out
 
 
 def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:

@@ -182,6 +182,40 @@ def test_cli_writes_the_page_section_with_commit_and_figures(tmp_path):
     assert page.read_text().count(dc.BEGIN) == 1
 
 
+def test_cli_copy_records_then_analyses_the_copy(tmp_path):
+    """--copy-records: the complete runs (prefix-selected) are copied gzipped, the copy is what is analysed,
+    the page's command names the copy; copying again is a no-op, a different run of that name an error."""
+    import gzip
+
+    from experiments import analyze
+    root = tmp_path / "sweep"
+    for s in range(3):
+        write_run(root, f"regime_t-baseline-s{s}", method="baseline", seed=s)
+        write_run(root, f"regime_t-ps_ada-s{s}", method="ps_ada", seed=s, tau=10)
+    write_run(root, "other-baseline-s0", method="baseline", seed=0)
+    (write_run(root, "regime_t-ps_fix-s0", method="ps_fix", seed=0) / "summary.json").unlink()   # unfinished
+    dst, page = tmp_path / "records", tmp_path / "README.md"
+    argv = [str(root), "--decisive-only", "--copy-records", str(dst), "--copy-prefix", "regime_", "--out",
+            str(tmp_path / "out"), "--readme", str(page), "--n-boot", "200", "--no-figures"]
+    analyze.main(argv)
+    names = sorted(d.name for d in dst.iterdir())
+    assert names == sorted(f"regime_t-{m}-s{s}" for m in ("baseline", "ps_ada") for s in range(3))
+    d = dst / "regime_t-ps_ada-s1"
+    assert sorted(p.name for p in d.iterdir()) == ["metrics.jsonl.gz", "summary.json"]
+    assert gzip.decompress((d / "metrics.jsonl.gz").read_bytes()) == (root / d.name / "metrics.jsonl").read_bytes()
+    a, b = an.load_run(root / d.name), an.load_run(d)
+    assert b.complete and np.array_equal(a.eval_pass, b.eval_pass) and np.array_equal(a.step_tokens, b.step_tokens)
+    text = page.read_text()
+    assert f"experiments.analyze {dst} --decisive-only --out" in text and "--copy" not in text
+    before = (d / "metrics.jsonl.gz").read_bytes()
+    analyze.main(argv)                                   # again: same records, nothing changes
+    assert (d / "metrics.jsonl.gz").read_bytes() == before
+    with open(root / d.name / "metrics.jsonl", "a") as f:   # a different run under the same name
+        f.write(json.dumps({"kind": "eval", "step": 99, "eval/pass_at_1": 0.5}) + "\n")
+    with pytest.raises(ValueError, match="already holds different metrics.jsonl.gz"):
+        analyze.main(argv)
+
+
 def test_committed_records():
     runs = an.load_runs(REPO / "results" / "schedules" / "runs")
     (variant, vr), = dc.task_variants(runs).items()

@@ -18,6 +18,8 @@ from prs.analysis.runs import (  # noqa: F401
     load_run,
     find_run_dirs,
     load_runs,
+    copy_run_records,
+    collect_records,
     group_runs,
 )
 from prs.analysis.stats import (  # noqa: F401

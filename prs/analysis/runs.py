@@ -262,6 +262,47 @@ def load_runs(root) -> list[Run]:
     return sorted(runs, key=lambda r: (r.task, _method_key(r.method), r.seed, r.name))
 
 
+RECORD_FILES = ("summary.json", "config.json", "provenance.jsonl")
+
+
+def copy_run_records(src, dst) -> pathlib.Path:
+    """Copies one run's records for committing into ``dst``: ``metrics.jsonl`` gzipped (``metrics.jsonl.gz``,
+    byte-stable: mtime 0; read back by ``load_run``), and ``RECORD_FILES``. Checkpoints and logs stay behind.
+
+    Copying the same records again is a no-op; a ``dst`` that already holds *different* records for that
+    name raises (no run overwrites another run's files)."""
+    import gzip
+    src, dst = pathlib.Path(src), pathlib.Path(dst)
+    files: dict[str, bytes] = {}
+    if (src / "metrics.jsonl").exists():
+        files["metrics.jsonl.gz"] = gzip.compress((src / "metrics.jsonl").read_bytes(), mtime=0)
+    elif (src / "metrics.jsonl.gz").exists():
+        files["metrics.jsonl.gz"] = (src / "metrics.jsonl.gz").read_bytes()
+    for name in RECORD_FILES:
+        if (src / name).exists():
+            files[name] = (src / name).read_bytes()
+    clash = [n for n, b in files.items() if (dst / n).exists() and (dst / n).read_bytes() != b]
+    if clash:
+        raise ValueError(f"copy_run_records: {dst} already holds different {', '.join(clash)} than {src}; "
+                         "remove it or copy to another directory")
+    dst.mkdir(parents=True, exist_ok=True)
+    for n, b in files.items():
+        if not (dst / n).exists():
+            (dst / n).write_bytes(b)
+    return dst
+
+
+def collect_records(root, dst, *, complete_only: bool = True, prefix: str | None = None) -> list[pathlib.Path]:
+    """``copy_run_records`` for every run under ``root`` (complete ones only by default; names starting with
+    ``prefix`` if given) into ``dst/<run name>/``. Returns the directories written, in ``load_runs`` order."""
+    out = []
+    for r in load_runs(root):
+        if (complete_only and not r.complete) or (prefix is not None and not r.name.startswith(prefix)):
+            continue
+        out.append(copy_run_records(r.path, pathlib.Path(dst) / r.name))
+    return out
+
+
 def _method_key(method: str):
     return (METHOD_ORDER.index(method), method) if method in METHOD_ORDER else (len(METHOD_ORDER), method)
 

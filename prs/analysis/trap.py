@@ -52,11 +52,9 @@ Definitions (S seeds, E evaluation points at steps s_0 = 0 < ... < s_{E-1}, T tr
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import math
 import pathlib
-import shutil
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -1063,23 +1061,8 @@ def _xerr(d: Mapping[str, Any]):
 
 
 def collect_trap_records(src, dst, *, complete_only: bool = True) -> list[pathlib.Path]:
-    """Copies each trap run's records into ``dst/<run name>/``: metrics.jsonl gzipped
-    (``metrics.jsonl.gz``, which ``load_trap_run`` reads), summary.json, config.json, provenance.jsonl.
-    Checkpoints and logs stay behind. Returns the directories written."""
-    dst = pathlib.Path(dst)
-    out = []
-    for r in load_trap_runs(src):
-        if complete_only and not r.complete:
-            continue
-        src_dir, d = pathlib.Path(r.path), dst / r.name
-        d.mkdir(parents=True, exist_ok=True)
-        m = src_dir / "metrics.jsonl"
-        if m.exists():
-            (d / "metrics.jsonl.gz").write_bytes(gzip.compress(m.read_bytes(), mtime=0))
-        elif (src_dir / "metrics.jsonl.gz").exists():
-            shutil.copyfile(src_dir / "metrics.jsonl.gz", d / "metrics.jsonl.gz")
-        for name in ("summary.json", "config.json", "provenance.jsonl"):
-            if (src_dir / name).exists():
-                shutil.copyfile(src_dir / name, d / name)
-        out.append(d)
-    return out
+    """``prs.analysis.runs.copy_run_records`` for each trap run under ``src`` (complete ones by default) into
+    ``dst/<run name>/`` (``load_trap_run`` reads the gzipped metrics). Returns the directories written."""
+    from prs.analysis.runs import copy_run_records
+    return [copy_run_records(r.path, pathlib.Path(dst) / r.name) for r in load_trap_runs(src)
+            if r.complete or not complete_only]
