@@ -78,6 +78,23 @@ def test_signal_density_and_unresolved():
     assert v["mechanism"] == "prefix, mechanism unresolved"
 
 
+def test_a_baseline_that_does_not_improve_is_undetermined_and_says_so():
+    """A falling baseline (no gap to reach): undetermined, with the start/final levels and the level-free
+    AUC and equal-step differences (numpy reference: the paired mean difference, in pp) in the text."""
+    def flat(seed, drop):
+        a = arm(20, seed=seed)
+        a["y"] = 0.14 - drop * STEPS / STEPS[-1] + 0.005 * np.random.default_rng(seed).normal(size=a["y"].shape)
+        return a
+    base, ps = flat(0, 0.05), flat(1, 0.03)
+    res, v = run_rules(baseline=base, ps_ada=ps)
+    assert v["effect"] == "undetermined" and v["mechanism"] == "undetermined" and not v["goal_met"]
+    assert "the baseline did not improve" in v["text"] and "no gap level to reach" in v["text"]
+    eq = res["arms"]["ps_ada"]["equal_step"]["improvement"]["value"]
+    want = (ps["y"][:, -3:].mean() - base["y"][:, -3:].mean())
+    assert eq == pytest.approx(want, abs=1e-9)
+    assert f"at equal steps {100 * eq:.1f} [" in v["text"] and "Without a level: AUC ps_ada - baseline" in v["text"]
+
+
 def test_missing_control_is_undetermined_not_a_pass():
     _, v = run_rules(baseline=arm(20), ps_ada=arm(10, seed=1), extra_rollouts=arm(20, seed=2))
     assert v["mechanism"] == "undetermined" and "reroll_noprefix" in v["decided_by"]

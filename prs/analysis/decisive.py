@@ -225,6 +225,11 @@ def _ci_text(d: Mapping[str, Any] | None, nd: int = 2) -> str:
     return f"{f(d.get('value'))} [{f(d.get('lo'))}, {f(d.get('hi'))}]"
 
 
+def _pp(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A CI record of a difference in pass rate, in percentage points."""
+    return {k: (None if d.get(k) is None else 100.0 * d[k]) for k in ("value", "lo", "hi")}
+
+
 def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
     """The rules of the module docstring applied to ``arm_stats``' result; ``cost``: the matched-cost key
     ("tokens" for LM runs, "decisions" for the simulator). Returns {"effect", "mechanism", "decided_by",
@@ -242,9 +247,17 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
     parts = []
     # rule 1: effect
     if S is None or not math.isfinite(S.get("lo", math.nan)):
-        out.update(effect="undetermined", mechanism="undetermined", decided_by=None,
-                   text=f"Undetermined: {ps} vs {rec['vs']} has no CI for the steps to {pct}% of the gap "
-                        f"({rec.get('error', 'too few seeds or a degenerate gap')}).")
+        lv = rec.get("levels") or {}
+        why = rec.get("error", "too few seeds or a degenerate gap")
+        if lv.get("degenerate"):  # the baseline did not improve: no level to reach; say what it did instead
+            why = (f"the baseline did not improve: held-out start {lv['start']:.3f} -> final {lv['final']:.3f}, "
+                   "so there is no gap level to reach")
+        text = f"Undetermined: {ps} vs {rec['vs']} has no CI for the steps to {pct}% of the gap ({why})."
+        A, Q = (rec.get("auc") or {}).get("improvement"), (rec.get("equal_step") or {}).get("improvement")
+        if A and A.get("value") is not None and Q and Q.get("value") is not None:
+            text += (f" Without a level: AUC {ps} - {rec['vs']} {_ci_text(_pp(A), 1)} pp, at equal steps "
+                     f"{_ci_text(_pp(Q), 1)} pp.")
+        out.update(effect="undetermined", mechanism="undetermined", decided_by=None, text=text)
         return out
     effect = "faster" if S["lo"] > 1 else "slower" if S["hi"] < 1 else "none"
     out["effect"] = effect
