@@ -6,7 +6,11 @@ in one process: every variant is compiled, then the variants are timed in turn, 
 
 Each variant is a Python literal (name, ModelConfig overrides, compiler options); the layer scan is
 fully unrolled unless overridden. The variant ``torch`` (a bare word) times the torch eager update of
-``bench_update`` in the same rounds. Prints the first-step loss (numerics check), best wall and CPU s."""
+``bench_update`` in the same rounds. Prints the first-step loss (numerics check), best wall and CPU s.
+
+Note (jaxlib 0.10.2): the matmuls go to YNNPACK fusions whatever ``xla_cpu_use_onednn`` /
+``xla_cpu_use_xnnpack`` say; to route them elsewhere also empty the YNN fusion list,
+``'xla_cpu_experimental_ynn_fusion_type':'LIBRARY_FUSION_TYPE_INVALID'`` (``ab_dots.py``, README)."""
 import ast, functools, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax, jax.numpy as jnp, numpy as np, optax
