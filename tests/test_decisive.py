@@ -95,6 +95,21 @@ def test_a_baseline_that_does_not_improve_is_undetermined_and_says_so():
     assert f"at equal steps {100 * eq:.1f} [" in v["text"] and "Without a level: AUC ps_ada - baseline" in v["text"]
 
 
+def test_a_gap_within_seed_noise_is_undetermined_and_says_why():
+    """A 2.5-pp baseline gap with half the seeds starting above its 80% level: their steps are 0, the
+    step ratios of most resamples 0/0, so no CI; the text counts those seeds."""
+    def tiny(seed):
+        a = arm(20, seed=seed)
+        off = np.where(np.arange(S) % 2 == 0, 0.06, 0.0)[:, None]
+        a["y"] = 0.12 + 0.025 * STEPS / STEPS[-1] + off + 0.002 * np.random.default_rng(seed).normal(size=a["y"].shape)
+        return a
+    res, v = run_rules(baseline=tiny(0), ps_ada=tiny(1))
+    base_steps = res["arms"]["ps_ada"][0.8]["base_steps"]
+    assert sum(1 for x in base_steps if x == 0) == S // 2
+    assert v["effect"] == "undetermined"
+    assert f"{S // 2} baseline seeds start at or above it (steps 0)" in v["text"]
+
+
 def test_missing_control_is_undetermined_not_a_pass():
     _, v = run_rules(baseline=arm(20), ps_ada=arm(10, seed=1), extra_rollouts=arm(20, seed=2))
     assert v["mechanism"] == "undetermined" and "reroll_noprefix" in v["decided_by"]

@@ -252,6 +252,13 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
         if lv.get("degenerate"):  # the baseline did not improve: no level to reach; say what it did instead
             why = (f"the baseline did not improve: held-out start {lv['start']:.3f} -> final {lv['final']:.3f}, "
                    "so there is no gap level to reach")
+        elif rec.get(f, {}).get("n_censored_baseline") is not None and "error" not in rec:
+            r = rec[f]
+            at0 = sum(1 for x in (r.get("base_steps") or []) if x is not None and x == 0)
+            why = (f"baseline start {lv.get('start', math.nan):.3f} -> final {lv.get('final', math.nan):.3f}; "
+                   f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
+                   f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above "
+                   "it (steps 0), so the step ratios of too many resamples are undefined")
         text = f"Undetermined: {ps} vs {rec['vs']} has no CI for the steps to {pct}% of the gap ({why})."
         A, Q = (rec.get("auc") or {}).get("improvement"), (rec.get("equal_step") or {}).get("improvement")
         if A and A.get("value") is not None and Q and Q.get("value") is not None:
