@@ -52,7 +52,7 @@ LOGICAL_RULES: dict[str, str | None] = {
 
 
 def make_mesh(devices: Sequence[jax.Device] | None = None, *, data: int = -1, fsdp: int = 1, tensor: int = 1,
-              model_parallel: int | None = None, axis_types: str = "auto") -> Mesh:
+              model_parallel: int | None = None, axis_types: str = "explicit") -> Mesh:
     """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all, across every process).
 
     Args:
