@@ -19,7 +19,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from prs.parallel import explicit
 from prs.models.qwen3 import ModelConfig, Params, rms_norm
+
+
+def _pick(z, y):
+    """z [R, C, V], y [R, C] -> z[r, c, y[r, c]] [R, C] (out-of-range ids give NaN)."""
+    return jnp.take_along_axis(z, y[..., None], axis=-1, mode="fill")[..., 0]
 
 
 def _block_stats(h, w, y, *, with_entropy: bool):
@@ -28,10 +34,10 @@ def _block_stats(h, w, y, *, with_entropy: bool):
     V = w.shape[-1]
     # one 2-D matmul [R·C, D] @ [D, V]: the weight gradient then contracts a single axis (XLA:CPU
     # otherwise transposes the [R, C, V] cotangent; same numbers)
-    z = jnp.matmul(h.reshape(R * C, D), w, preferred_element_type=jnp.float32).reshape(R, C, V)  # [R, C, V]
+    z = explicit.matmul(h.reshape(R * C, D), w, preferred_element_type=jnp.float32).reshape(R, C, V)  # [R, C, V]
     lse = jax.nn.logsumexp(z, axis=-1)  # [R, C]
     y = jnp.where(y < 0, V, y)  # negative ids must not wrap around: -> NaN (as token_logprobs)
-    picked = jnp.take_along_axis(z, y[..., None], axis=-1, mode="fill")[..., 0]  # [R, C]
+    picked = explicit.like_rows(_pick, z, y)  # [R, C]
     logp = picked - lse
     if not with_entropy:
         return logp, None

@@ -58,6 +58,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prs.parallel import explicit
+
 Params = dict[str, Any]
 Cache = dict[str, jax.Array]
 
@@ -267,7 +269,7 @@ def dense(x: jax.Array, w: jax.Array, *, dtype: Any = None, preferred_element_ty
     ``benchmarks/bench_update.py``); flat, the dot contracts one axis and needs no copy."""
     dt = x.dtype if dtype is None else dtype
     lead = x.shape[:-1]
-    y = jnp.matmul(x.reshape(-1, x.shape[-1]).astype(dt), w.astype(dt), preferred_element_type=preferred_element_type)
+    y = explicit.matmul(x.reshape(-1, x.shape[-1]).astype(dt), w.astype(dt), preferred_element_type=preferred_element_type)
     return y.reshape(*lead, w.shape[-1])
 
 
@@ -342,7 +344,7 @@ def _heads_major(q, k, v, mask):
     Kv = k.shape[2]
     G = K // Kv
     qh = q.reshape(R, T, Kv, G, H).transpose(0, 2, 3, 1, 4).reshape(R, Kv, G * T, H)
-    mh = jnp.broadcast_to(mask[:, None, :, :], (R, G) + mask.shape[1:]).reshape(R, 1, G * T, mask.shape[2])
+    mh = explicit.reshape_rows(jnp.broadcast_to(mask[:, None, :, :], (R, G) + mask.shape[1:]), (R, 1, G * T, mask.shape[2]))
     return qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mh
 
 
@@ -441,6 +443,8 @@ def constrain_batch(x: jax.Array) -> jax.Array:
     am = jax.sharding.get_abstract_mesh()
     if am.empty:
         return x
+    if am.explicit_axes:
+        return explicit.constrain_rows(x)
     axes = tuple(a for a in ("data", "fsdp") if a in am.axis_names)
     if not axes:
         return x
@@ -477,7 +481,7 @@ def _mlp(lp: Params, m: jax.Array, cfg: ModelConfig) -> jax.Array:
 
 
 def _embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-    return jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)  # [R, T, D]
+    return explicit.gather_rows(params["embed_tokens"], tokens).astype(cfg.dtype)  # [R, T, D]
 
 
 def logits_from_hidden(params: Params, h: jax.Array, *, cfg: ModelConfig) -> jax.Array:
@@ -552,7 +556,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype: Any = None)
         raise ValueError(f"init_cache: batch={batch} and max_len={max_len} must be >= 1")
     shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
     dt = cfg.dtype if dtype is None else dtype
-    return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
+    return {"k": explicit.zeros(shape, dt, row_axis=1), "v": explicit.zeros(shape, dt, row_axis=1)}
 
 
 def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array,
@@ -588,8 +592,9 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         lp, l = xs
         a = rms_norm(h, lp["input_layernorm"], eps=cfg.rms_norm_eps)
         q, k, v = _project_qkv(lp, a, positions, cfg)
-        ck_all = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop")
-        cv_all = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop")
+        q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+        ck_all = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop", out_sharding=explicit.same(ck_all))
+        cv_all = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
         ck = jax.lax.dynamic_index_in_dim(ck_all, l, 0, keepdims=False)[:, :A]  # [R, A, Kv, H]
         cv = jax.lax.dynamic_index_in_dim(cv_all, l, 0, keepdims=False)[:, :A]
         att = (_decode_attention if C == 1 else _attention)(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype), mask, cfg)

@@ -60,6 +60,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
+from prs.parallel import explicit
 from prs.parallel.sharding import (batch_axes, data_sharding, process_rows, sampler_placement, shard_batch,
                                    shard_rows)
 
@@ -220,6 +221,7 @@ def _categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
 def choose_tokens(logits: jax.Array, key: jax.Array, scfg: SamplerConfig):
     """logits [R, V] -> (tokens [R], raw log p [R], sampling log q [R]). ``key``: one PRNG key, or
     typed per-row keys [R] (what the decode loop passes)."""
+    logits = explicit.keep_rows(logits)  # explicit mesh: V whole (sort, top-p, the picked id's log p)
     raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [R, V]
     if scfg.temperature == 0:
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -360,7 +362,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     R, _, K, H = q.shape
     Kv = ks[0].shape[1]
     G = K // Kv
-    qg = q.reshape(R, Kv, G, H).astype(jnp.float32)  # [R, Kv, G, H]
+    qg = explicit.reshape_rows(q, (R, Kv, G, H)).astype(jnp.float32)  # [R, Kv, G, H]
     outs, ms, ls = [], [], []
     for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
         sc = jnp.sum(qg[..., None] * kb.astype(jnp.float32)[:, :, None], axis=-2) / math.sqrt(H)  # [R, Kv, G, S_b]
@@ -378,7 +380,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
         wts = [l * jnp.exp(mb - m) for l, mb in zip(ls, ms)]  # [R, Kv, G]
         z = functools.reduce(jnp.add, wts)
         out = functools.reduce(jnp.add, [o * (wt / z)[..., None] for o, wt in zip(outs, wts)])
-    return out.reshape(R, 1, K * H).astype(vs[0].dtype)
+    return explicit.reshape_rows(out, (R, 1, K * H)).astype(vs[0].dtype)
 
 
 def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
@@ -391,21 +393,24 @@ def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int,
     eps = cfg.rms_norm_eps
     nb = len(bounds) - 1  # blocks attended
     R = tok.shape[0]
-    rows = jnp.arange(R)[:, None]  # [R, 1]
+    rows = explicit.constrain_rows(jnp.arange(R))[:, None]  # [R, 1]
     slots = []  # per block: [R, 1] index within the block, out of range (dropped) if not there
     for a, b in zip(bounds[:-1], bounds[1:]):
         inside = active & (pos >= a) & (pos < b)
         slots.append(jnp.where(inside, pos - a, b - a)[:, None])
     positions = pos[:, None]  # [R, 1]
-    h = jnp.take(w["embed"], tok[:, None], axis=0).astype(cfg.dtype)  # [R, 1, D]
+    h = explicit.gather_rows(w["embed"], tok[:, None]).astype(cfg.dtype)  # [R, 1, D]
     new_k, new_v = [], []
     for lp, ck, cv in zip(w["layers"], *cache):
         a = model_lib.rms_norm(h, lp["input_layernorm"], eps=eps)
         q, k, v = _decode_qkv(lp, a, positions, cfg)
         # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [R, 1, Kv, H]: the advanced
         # indices' axes come first, so k and v go in as they are
-        ck = tuple(c.at[rows, :, :, sl].set(k.astype(c.dtype), mode="drop") for c, sl in zip(ck[:nb], slots)) + ck[nb:]
-        cv = tuple(c.at[rows, :, sl].set(v.astype(c.dtype), mode="drop") for c, sl in zip(cv[:nb], slots)) + cv[nb:]
+        q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+        ck = tuple(c.at[rows, :, :, sl].set(k.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(ck[:nb], slots)) + ck[nb:]
+        cv = tuple(c.at[rows, :, sl].set(v.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(cv[:nb], slots)) + cv[nb:]
         att = _block_attention(q, [c.astype(cfg.dtype) for c in ck[:nb]], [c.astype(cfg.dtype) for c in cv[:nb]],
                                pos, bounds, cfg)
         h = h + model_lib.dense(att, lp["o_proj"], dtype=cfg.dtype)
@@ -443,6 +448,15 @@ def _segments(P: int, T: int, attend_buckets) -> tuple[tuple[int, int], ...]:
     return tuple((e, P + e) for e in ends)
 
 
+def _rows_split(s: _LoopState) -> _LoopState:
+    """Under an explicit mesh every per-row field (all but ``step``) split over the batch axes along
+    its rows and whole otherwise, so that the decode loop's carry keeps one type; else ``s``."""
+    if explicit.explicit_mesh() is None:
+        return s
+    return s.replace(**{f.name: jax.tree.map(explicit.constrain_rows, getattr(s, f.name))
+                        for f in dataclasses.fields(s) if f.name != "step"})
+
+
 def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
                  mesh: Mesh | None) -> _LoopState:
     """The decode ``while_loop``, in ``_segments`` (each its own loop over a static attended length);
@@ -450,8 +464,8 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
     T = scfg.max_new_tokens
     R, L = state.tokens.shape
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
-    ar = jnp.arange(R)
-    keys = _row_keys(key, row0, R)  # [R]
+    ar = explicit.constrain_rows(jnp.arange(R))  # [R]; explicit mesh: split like the rows
+    keys = explicit.constrain_rows(_row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
     w = _decode_weights(params, cfg)
     bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
@@ -461,18 +475,19 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
         active, wi, hit, n_new, cur, done = _advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)
         logits, cache = _decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
         cache = jax.tree.map(lambda c: _constrain(c, mesh, 0), cache)
-        return _LoopState(
+        return _rows_split(_LoopState(
             step=s.step + 1,
-            tokens=_constrain(s.tokens.at[ar, wi].set(tok, mode="drop"), mesh),
-            policy_mask=s.policy_mask.at[ar, wi].set(True, mode="drop"),
-            logprobs=s.logprobs.at[ar, wi].set(lp, mode="drop"),
-            sampling_logprobs=s.sampling_logprobs.at[ar, wi].set(samp, mode="drop"),
+            tokens=_constrain(s.tokens.at[ar, wi].set(tok, mode="drop", out_sharding=explicit.same(s.tokens)), mesh),
+            policy_mask=s.policy_mask.at[ar, wi].set(True, mode="drop", out_sharding=explicit.same(s.policy_mask)),
+            logprobs=s.logprobs.at[ar, wi].set(lp, mode="drop", out_sharding=explicit.same(s.logprobs)),
+            sampling_logprobs=s.sampling_logprobs.at[ar, wi].set(samp, mode="drop", out_sharding=explicit.same(s.sampling_logprobs)),
             cur=cur, n_new=n_new, done=done,
             stop_token=jnp.where(hit, tok, s.stop_token), limit=s.limit,
             logits=logits,  # rows already done get junk logits, never used
             cache=cache,
-        )
+        ))
 
+    state = _rows_split(state)
     for nb, (end, _) in enumerate(_segments(L - T, T, scfg.attend_buckets), start=1):
         state = jax.lax.while_loop(lambda s, end=end: (s.step < end) & ~jnp.all(s.done),
                                    functools.partial(body, nb=nb), state)
@@ -501,6 +516,7 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh", "return_cache"))
+@explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
 def _sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
                 return_cache: bool = True):
     s = _sample_state(params, tokens, lengths, key, budget, row0, cfg=cfg, scfg=scfg, mesh=mesh)
@@ -533,6 +549,7 @@ def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh"))
+@explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
 def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: ModelConfig,
                 scfg: SamplerConfig, mesh):
     R, L0 = prev.tokens.shape
@@ -754,6 +771,7 @@ def _resume_by_prefill(params, rollout: Rollout, obs_np, ol_np, key, *, cfg, scf
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "mesh"))
+@explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
 def _prefill_jit(params, tokens, lengths, *, cfg, mesh):
     _, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=tokens.shape[1])
     return jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)

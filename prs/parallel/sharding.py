@@ -18,10 +18,17 @@ layer ``lax.scan`` would gather every layer at once).
 Batches ``[R, ...]`` are split along R over the batch axes ``(data, fsdp)``.
 
 Axis types: the mesh uses ``AxisType.Auto`` by default (the compiler propagates shardings from the
-annotated inputs, outputs and the per-layer activation constraints). ``jax.make_mesh`` in jax 0.10
-defaults to ``Explicit``, under which the embedding gather and the row-parallel matmuls need
-``out_sharding`` annotations that the model code does not carry yet; ``axis_types="explicit"``
-builds such a mesh for code that does.
+annotated inputs, outputs and the per-layer activation constraints). ``axis_types="explicit"``
+builds an ``AxisType.Explicit`` mesh (JAX's "sharding in types", the default of ``jax.make_mesh``
+in jax 0.10: under ``jax.set_mesh`` every traced array carries its ``PartitionSpec`` and an
+ambiguous layout is an error, not a compiler guess). The model, the chunked LM head, the
+micro-batched update and the sampler's prefill/decode run under it: they state their layouts
+through ``prs.parallel.explicit`` (FSDP weights gathered where used, row-parallel o/down matmuls
+summed over ``tensor``, the embedding and picked-logit gathers in ``auto_axes`` regions, the KV
+cache and decode attention split over rows only), annotations that are the plain ops without a
+mesh or under Auto axes; both axis types give the 1-device numbers (``tests/test_explicit_axes.py``).
+Explicit is not the default yet: eager host glue on the sampler's row-split outputs (a task's
+``rewards.reshape(B, N)`` with fewer groups than row shards) is a ``ShardingTypeError`` under it.
 """
 from __future__ import annotations
 

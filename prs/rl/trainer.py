@@ -612,7 +612,8 @@ def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLCon
                                                 ref_params=ref_params)[1],
                              jax.tree.map(lambda x: x[0], mb))
     zeros = lambda t: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), t)  # noqa: E731
-    init = (zeros(params), jnp.zeros((), jnp.float32), zeros(m_shape))
+    g0 = jax.tree.map(lambda x: jnp.zeros_like(x, jnp.float32), params)  # laid out like params (explicit mesh)
+    init = (g0, jnp.zeros((), jnp.float32), zeros(m_shape))
     (grads, loss, m), _ = jax.lax.scan(body, init, mb)
     n_tok = jnp.maximum(m["token_count"], 1.0)
     m = {k: (v if k in _SUMMED_METRICS else v / n_tok) for k, v in m.items()}

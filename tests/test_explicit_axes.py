@@ -1,0 +1,104 @@
+"""The model, chunked LM head, GRPO update and sampler under ``AxisType.Explicit`` meshes (issue #14,
+"sharding in types"), against the 1-device run; and the annotations of ``prs.parallel.explicit``
+are the plain ops when there is no explicit mesh (single device and Auto meshes trace unchanged).
+
+References: the 1-device trainer update of ``tests/test_scale.py`` (same params, batch, config),
+the 1-device sampler, and the plain ``jnp`` ops' jaxprs."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
+
+from prs.models import qwen3 as M
+from prs.models import sampler as S
+from prs.parallel import explicit
+from prs.parallel import sharding as shd
+from prs.rl import trainer as T
+from tests.test_scale import _PC, _RL_SHARDED, MODEL, TASK, _max_rel, one_device_reference
+
+
+def _explicit(mesh) -> bool:
+    return all(t == AxisType.Explicit for t in mesh.axis_types)
+
+
+def test_make_mesh_axis_types(eight_devices):
+    """Auto stays the default (host glue such as a task's ``rewards.reshape(B, N)`` on row-split
+    rollouts is not yet explicit-clean, see docs/scaling.md); ``axis_types="explicit"`` opts in."""
+    assert not _explicit(shd.make_mesh(eight_devices, fsdp=4, tensor=2))
+    assert _explicit(shd.make_mesh(eight_devices, fsdp=4, tensor=2, axis_types="explicit"))
+
+
+@pytest.mark.parametrize("mesh_kw, remat", [(dict(fsdp=4, tensor=2), "none"), (dict(fsdp=8), "full")],
+                         ids=["fsdp4_tp2", "fsdp8_remat"])
+def test_explicit_trainer_update_equals_one_device(eight_devices, mesh_kw, remat):
+    """The jitted GRPO update (2 micro-batches, chunked LM head, remat) traced under an Explicit
+    mesh: loss, gradient norm, new parameters and Adam moments (mu = (1 − β₁) g after one step,
+    i.e. the gradients) equal the 1-device update; parameters and moments stay sharded."""
+    params, batch, (p1, o1, m1) = one_device_reference()
+    mesh = shd.make_mesh(eight_devices, axis_types="explicit", **mesh_kw)
+    tr = T.Trainer(TASK, dataclasses.replace(MODEL, remat=remat), _RL_SHARDED, _PC, mesh=mesh)
+    s8 = tr.init_state(params)
+    p8, o8, m8 = tr.update(s8.params, s8.opt_state, batch)
+    np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(m8["grad_norm"]), float(m1["grad_norm"]), rtol=1e-5)
+    assert _max_rel(p8, p1) < 1e-5
+    assert _max_rel(o8[1][0].mu, o1[1][0].mu) < 1e-5
+    tp = "tensor" if "tensor" in mesh_kw else None
+    want = {("layers", "q_proj"): P(None, "fsdp", tp), ("layers", "o_proj"): P(None, tp, "fsdp"),
+            ("layers", "down_proj"): P(None, tp, "fsdp"), ("embed_tokens",): P(tp, "fsdp")}
+    for path, spec in want.items():
+        get = lambda t: t[path[0]] if len(path) == 1 else t[path[0]][path[1]]  # noqa: E731
+        for leaf in (get(p8), get(o8[1][0].mu), get(o8[1][0].nu)):
+            assert _explicit(leaf.sharding.mesh) and leaf.sharding.spec == spec, (path, leaf.sharding)
+    q = p8["layers"]["q_proj"]
+    assert q.addressable_shards[0].data.size * 8 == q.size  # really split over all 8 devices
+
+
+def test_explicit_sampler_tokens_equal_one_device(eight_devices):
+    """Prefill and the KV-cached decode loop under an Explicit fsdp4_tp2 mesh, with the sampler's
+    parameter layout (tensor-split, whole over the batch axes): tokens equal the 1-device call."""
+    cfg = M.ModelConfig.preset("tiny")
+    params = M.init_params(cfg, jax.random.key(0), std=0.3)
+    toks = np.asarray(jax.random.randint(jax.random.key(21), (8, 6), 1, cfg.vocab_size), np.int32)
+    lengths = np.array([6, 1, 2, 3, 4, 5, 6, 2])
+    scfg = S.SamplerConfig(max_new_tokens=5, temperature=1.0, top_p=0.95, buckets=(8,))
+    one = S.sample(params, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg)
+    mesh = shd.make_mesh(eight_devices, fsdp=4, tensor=2, axis_types="explicit")
+    sp = jax.device_put(params, shd.sampling_shardings(cfg, mesh))
+    assert sp["layers"]["q_proj"].sharding.spec == P(None, None, "tensor")
+    got = S.sample(sp, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg, mesh=mesh)
+    assert got.tokens.sharding.spec[0] == "fsdp" and _explicit(got.tokens.sharding.mesh)
+    np.testing.assert_array_equal(one.tokens, got.tokens)
+    np.testing.assert_array_equal(one.policy_mask, got.policy_mask)
+    np.testing.assert_allclose(one.logprobs, got.logprobs, atol=1e-5)
+
+
+def test_annotations_are_the_plain_ops_without_an_explicit_mesh(eight_devices):
+    """No mesh, or an Auto mesh in context: every helper traces to the plain op's jaxpr."""
+    x, w = jnp.ones((6, 4)), jnp.ones((4, 5))
+    ids = jnp.zeros((2, 3), jnp.int32)
+    pairs = [
+        (lambda: explicit.matmul(x, w, preferred_element_type=jnp.float32),
+         lambda: jnp.matmul(x, w, preferred_element_type=jnp.float32)),
+        (lambda: explicit.gather_rows(w, ids), lambda: jnp.take(w, ids, axis=0)),
+        (lambda: explicit.reshape_rows(x, (2, 3, 4)), lambda: x.reshape(2, 3, 4)),
+        (lambda: explicit.keep_rows(x) + explicit.constrain_rows(x), lambda: x + x),
+        (lambda: explicit.zeros((2, 8, 3), jnp.float32, row_axis=1), lambda: jnp.zeros((2, 8, 3), jnp.float32)),
+        (lambda: explicit.like_rows(lambda a: a[:, :2], x), lambda: x[:, :2]),
+        (lambda: x.at[0].set(1.0, out_sharding=explicit.same(x)), lambda: x.at[0].set(1.0)),
+    ]
+    auto = shd.make_mesh(eight_devices, fsdp=8, axis_types="auto")
+    for ctx in (None, auto):
+        for got, want in pairs:
+            if ctx is None:
+                assert str(jax.make_jaxpr(got)()) == str(jax.make_jaxpr(want)())
+            else:
+                with jax.set_mesh(ctx):
+                    assert explicit.explicit_mesh() is None
+                    assert str(jax.make_jaxpr(got)()) == str(jax.make_jaxpr(want)())
