@@ -242,6 +242,9 @@ def test_cli_copy_records_then_analyses_the_copy(tmp_path):
     before = (d / "metrics.jsonl.gz").read_bytes()
     analyze.main(argv)                                   # again: same records, nothing changes
     assert (d / "metrics.jsonl.gz").read_bytes() == before
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress(gzip.decompress(before), mtime=12345))  # another header
+    analyze.main(argv)                                   # same content: still a no-op, the file is kept
+    assert gzip.decompress((d / "metrics.jsonl.gz").read_bytes()) == gzip.decompress(before)
     with open(root / d.name / "metrics.jsonl", "a") as f:   # a different run under the same name
         f.write(json.dumps({"kind": "eval", "step": 99, "eval/pass_at_1": 0.5}) + "\n")
     with pytest.raises(ValueError, match="already holds different metrics.jsonl.gz"):

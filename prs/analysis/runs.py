@@ -269,8 +269,8 @@ def copy_run_records(src, dst) -> pathlib.Path:
     """Copies one run's records for committing into ``dst``: ``metrics.jsonl`` gzipped (``metrics.jsonl.gz``,
     byte-stable: mtime 0; read back by ``load_run``), and ``RECORD_FILES``. Checkpoints and logs stay behind.
 
-    Copying the same records again is a no-op; a ``dst`` that already holds *different* records for that
-    name raises (no run overwrites another run's files)."""
+    Copying the same records again is a no-op (gzipped metrics compare by content); a ``dst`` that already
+    holds *different* records for that name raises (no run overwrites another run's files)."""
     import gzip
     src, dst = pathlib.Path(src), pathlib.Path(dst)
     files: dict[str, bytes] = {}
@@ -281,7 +281,10 @@ def copy_run_records(src, dst) -> pathlib.Path:
     for name in RECORD_FILES:
         if (src / name).exists():
             files[name] = (src / name).read_bytes()
-    clash = [n for n, b in files.items() if (dst / n).exists() and (dst / n).read_bytes() != b]
+    def same(n: str, b: bytes) -> bool:  # gzip headers may differ (name, mtime): compare the content
+        old = (dst / n).read_bytes()
+        return old == b or (n.endswith(".gz") and gzip.decompress(old) == gzip.decompress(b))
+    clash = [n for n, b in files.items() if (dst / n).exists() and not same(n, b)]
     if clash:
         raise ValueError(f"copy_run_records: {dst} already holds different {', '.join(clash)} than {src}; "
                          "remove it or copy to another directory")
