@@ -445,7 +445,7 @@ def constrain_batch(x: jax.Array) -> jax.Array:
         return x
     if am.explicit_axes:
         return explicit.constrain_rows(x)
-    axes = tuple(a for a in ("data", "fsdp") if a in am.axis_names)
+    axes = tuple(a for a in explicit.BATCH_AXES if a in am.axis_names)
     if not axes:
         return x
     spec = jax.sharding.PartitionSpec(axes, *([None] * (x.ndim - 1)))

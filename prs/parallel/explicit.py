@@ -32,7 +32,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-BATCH_AXES = ("data", "fsdp")  # the mesh axes that split rows (prs.parallel.sharding.batch_axes)
+from prs.parallel.sharding import DATA_AXIS, FSDP_AXIS
+
+BATCH_AXES = (DATA_AXIS, FSDP_AXIS)  # the mesh axes that split rows (as prs.parallel.sharding.batch_axes)
 
 
 def explicit_mesh():
@@ -75,8 +77,8 @@ def constrain_rows(x: jax.Array) -> jax.Array:
     am = explicit_mesh()
     if am is None:
         return x
-    want = row_spec(am, x.ndim)
-    return x if spec(x) == tuple(want) + (None,) * (x.ndim - len(want)) else jax.sharding.reshard(x, want)
+    want = row_spec(am, x.ndim)  # x.ndim entries
+    return x if spec(x) == tuple(want) else jax.sharding.reshard(x, want)
 
 
 def matmul(x2: jax.Array, w: jax.Array, *, preferred_element_type=None) -> jax.Array:
