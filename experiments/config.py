@@ -60,13 +60,15 @@ class ModelCfg:
 
 @dataclasses.dataclass
 class MeshCfg:
-    """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=)``; ``name: single`` = no mesh.
-    ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
+    """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=, axis_types=)``; ``name: single`` =
+    no mesh. ``axis_types``: ``explicit`` (JAX's sharding in types) or ``auto`` (the compiler
+    propagates). ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
 
     name: str = "single"
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+    axis_types: str = "explicit"
     devices: int = 0
     device_gib: float = 0.0
 

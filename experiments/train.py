@@ -68,7 +68,7 @@ def build_mesh(cfg: TrainCfg):
         return None
     from prs.parallel.sharding import make_mesh
 
-    return make_mesh(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor)
+    return make_mesh(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor, axis_types=cfg.mesh.axis_types)
 
 
 def record_config(dcfg: DictConfig, out_dir: pathlib.Path) -> None:

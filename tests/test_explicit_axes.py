@@ -28,10 +28,13 @@ def _explicit(mesh) -> bool:
 
 
 def test_make_mesh_axis_types(eight_devices):
-    """Auto stays the default (host glue such as a task's ``rewards.reshape(B, N)`` on row-split
-    rollouts is not yet explicit-clean, see docs/scaling.md); ``axis_types="explicit"`` opts in."""
-    assert not _explicit(shd.make_mesh(eight_devices, fsdp=4, tensor=2))
+    """Explicit is the default (the trainer's host glue runs on host copies of the rollouts);
+    ``axis_types="auto"`` opts out; anything else is one clear error naming the argument."""
+    assert _explicit(shd.make_mesh(eight_devices, fsdp=4, tensor=2))
     assert _explicit(shd.make_mesh(eight_devices, fsdp=4, tensor=2, axis_types="explicit"))
+    assert all(t == AxisType.Auto for t in shd.make_mesh(eight_devices, fsdp=8, axis_types="auto").axis_types)
+    with pytest.raises(ValueError, match="axis_types='manual'.*choose from"):
+        shd.make_mesh(eight_devices, fsdp=8, axis_types="manual")
 
 
 @pytest.mark.parametrize("mesh_kw, remat", [(dict(fsdp=4, tensor=2), "none"), (dict(fsdp=8), "full")],
@@ -102,3 +105,65 @@ def test_annotations_are_the_plain_ops_without_an_explicit_mesh(eight_devices):
                 with jax.set_mesh(ctx):
                     assert explicit.explicit_mesh() is None
                     assert str(jax.make_jaxpr(got)()) == str(jax.make_jaxpr(want)())
+
+
+def test_full_trainer_step_on_the_default_explicit_mesh_equals_one_device(eight_devices):
+    """Two whole ``Trainer.step``s (sampling, rewards, buckets, a fixed-fraction Prefix-Sampling
+    re-roll, the controller, the update) on the default mesh (Explicit axes, fsdp4_tp2) give the
+    1-device run's metrics, controller state and parameters: the host glue runs on host copies of
+    the row-split rollouts, so no eager op sees an Explicit sharding it cannot type."""
+    mesh = shd.make_mesh(eight_devices, fsdp=4, tensor=2)
+    assert _explicit(mesh)
+    from tests._arith_tiny import MODEL as WARM_MODEL
+    from tests._arith_tiny import RL as WARM_RL
+    from tests._arith_tiny import warm_params
+
+    rl = dataclasses.replace(WARM_RL, micro_batches=2, logits_chunk=4)
+    pc = dataclasses.replace(_PC, mode="ps_ada")
+    params = warm_params()  # mixed groups, so that Prefix Sampling re-rolls some
+    runs = []
+    for m in (None, mesh):
+        tr = T.Trainer(TASK, WARM_MODEL, rl, pc, seed=5, mesh=m)
+        state, ms = tr.init_state(params), []
+        for _ in range(2):
+            state, met = tr.step(state)
+            ms.append(met)
+        runs.append((state, ms))
+    (s1, m1), (s8, m8) = runs
+    assert any(m["groups_rerolled"] for m in m1), "no group was re-rolled: the test would not cover it"
+    for a, b in zip(m1, m8):
+        assert set(a) == set(b)
+        for key, v in a.items():
+            if key.startswith("time") or v is None or isinstance(v, str):
+                assert key.startswith("time") or b[key] == v, key
+                continue
+            np.testing.assert_allclose(b[key], v, rtol=1e-5, atol=1e-6, err_msg=key)
+    # the loss and gradient norm above agree to 1e-5; Adam's first steps move every weight by about
+    # lr = 3e-4 whatever its gradient's size (m / sqrt(v)), so a reordered fp32 sum in a near-zero
+    # gradient entry shows up at ~10% of one step: measured 2.8e-5 of the largest weight
+    assert _max_rel(s8.params, s1.params) < 1e-4
+    for a, b in zip(s1.prefix, s8.prefix):  # the controller (rho, EMA, counts)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6)
+    q = s8.params["layers"]["q_proj"]
+    assert _explicit(q.sharding.mesh) and q.sharding.spec == P(None, "fsdp", "tensor")
+
+
+def test_hydra_mesh_axis_types_reach_make_mesh(eight_devices):
+    """``mesh=fsdp4_tp2`` composes an Explicit mesh; ``mesh.axis_types=auto`` an Auto one; another
+    value is one error naming the argument and the choices."""
+    import pathlib
+
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+    from experiments.train import build_mesh
+
+    conf = pathlib.Path(__file__).resolve().parent.parent / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfgs = {t: validate(compose("config", overrides=["mesh=fsdp4_tp2", f"mesh.axis_types={t}", "sft.base_dir=/x"]))
+                for t in ("explicit", "auto", "manual")}
+    ex, au = build_mesh(cfgs["explicit"]), build_mesh(cfgs["auto"])
+    assert _explicit(ex) and dict(ex.shape) == {"data": 1, "fsdp": 4, "tensor": 2}
+    assert all(t == AxisType.Auto for t in au.axis_types) and dict(au.shape) == dict(ex.shape)
+    with pytest.raises(ValueError, match="axis_types='manual'; choose from"):
+        build_mesh(cfgs["manual"])

@@ -172,16 +172,23 @@ def test_no_checkpoint_errors(tmp_path):
         hf.load_checkpoint(tmp_path)
 
 
-def test_sharded_load_over_mesh(tmp_path, eight_devices):
-    """FSDP load over 8 devices: every device holds 1/8 of each big kernel, read slice by slice from
-    disk, and the forward pass equals the unsharded one."""
+@pytest.mark.parametrize("axis_types", ["auto", "explicit"])
+def test_sharded_load_over_mesh(tmp_path, eight_devices, axis_types):
+    """Sharded load over 8 devices: every device holds 1/8 of each big kernel, read slice by slice
+    from disk, and the forward pass equals the unsharded one. Auto mesh: the storage layout
+    (``fsdp_shardings``, over a data x tensor mesh); Explicit mesh (``fsdp4_tp2``): the logical rules
+    (``param_shardings``), the layout the model's explicit annotations run on."""
     cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
                         tie_embeddings=False)
     params = M.init_params(cfg, jax.random.key(5), std=0.2)
     hf.save_checkpoint(tmp_path, params, cfg)
     from prs.parallel.sharding import make_mesh
-    mesh = make_mesh(eight_devices, model_parallel=2)
+    mesh = (make_mesh(eight_devices, model_parallel=2, axis_types="auto") if axis_types == "auto"
+            else make_mesh(eight_devices, fsdp=4, tensor=2))
     cfg2, sharded = hf.load_checkpoint(tmp_path, mesh=mesh)
+    if axis_types == "explicit":
+        from prs.parallel.sharding import param_shardings
+        assert jax.tree.map(lambda x: x.sharding, sharded) == param_shardings(cfg2, mesh)
     for path, x in jax.tree_util.tree_leaves_with_path(sharded):
         shard = x.addressable_shards[0].data.shape
         if int(np.prod(x.shape)) >= 8 * 64:
@@ -191,7 +198,8 @@ def test_sharded_load_over_mesh(tmp_path, eight_devices):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(jax.tree_util.tree_leaves_with_path(params)[
             [p for p, _ in jax.tree_util.tree_leaves_with_path(params)].index(path)][1]))
     tokens = jnp.asarray(np.random.default_rng(5).integers(0, V, (8, 7)), jnp.int32)
-    got = jax.jit(lambda p, t: M.forward(p, t, cfg=cfg2))(sharded, tokens)
+    with jax.set_mesh(mesh):  # under an Explicit mesh the layouts are in the types
+        got = jax.jit(lambda p, t: M.forward(p, t, cfg=cfg2))(sharded, tokens)
     np.testing.assert_allclose(np.asarray(got), np.asarray(M.forward(params, tokens, cfg=cfg)), atol=1e-5, rtol=1e-5)
 
 

@@ -1,7 +1,8 @@
 """Hugging Face checkpoints <-> prs parameters: ``config.json`` + ``*.safetensors`` directories.
 
     cfg, params = load_checkpoint("/models/Qwen3-4B", dtype=jnp.float32)          # bf16 weights, fp32 compute
-    cfg, params = load_checkpoint(path, mesh=make_mesh())                         # sharded over the mesh
+    cfg, params = load_checkpoint(path, mesh=mesh)                                # sharded over the mesh
+    with jax.set_mesh(mesh): logits = jax.jit(partial(forward, cfg=cfg))(params, tokens)  # Explicit axes
     save_checkpoint("/tmp/tiny", params, cfg)                                     # back to the HF layout
 
 Supported architectures (``config.json`` ``model_type``), all mapped onto ``prs.models.qwen3``'s
@@ -47,6 +48,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models.qwen3 import _HF_LAYER, ModelConfig, Params, init_params
+from prs.parallel.sharding import param_shardings
 
 SUPPORTED = ("qwen3", "llama", "mistral")
 # transformers' config-class defaults for keys a config.json may omit (Qwen3Config, MistralConfig;
@@ -303,8 +305,11 @@ def load_checkpoint(path, *, mesh: Mesh | None = None, shardings: Params | Calla
 
     Args:
       path: directory with ``config.json`` and ``model.safetensors`` (or an index + shards).
-      mesh: if given and ``shardings`` is None, parameters are stored FSDP-sharded over it
-        (``fsdp_shardings``); each device reads only its slice.
+      mesh: if given and ``shardings`` is None, parameters are stored sharded over it; each device
+        reads only its slice. An Explicit mesh (``make_mesh``'s default) gets the layout the model
+        runs on (``param_shardings``: the logical rules, FSDP over ``fsdp``, Megatron over
+        ``tensor``); an Auto mesh the storage layout ``fsdp_shardings`` (every big kernel split over
+        all devices; the compiler re-lays it out where it is used).
       shardings: a sharding tree, or a function ``(cfg, mesh) -> tree``.
       overrides: ``ModelConfig`` fields (``dtype=jnp.float32`` for fp32 compute over bf16 weights,
         ``param_dtype=jnp.float32`` to upcast the stored weights).
@@ -316,7 +321,8 @@ def load_checkpoint(path, *, mesh: Mesh | None = None, shardings: Params | Calla
     if callable(shardings):
         shardings = shardings(cfg, mesh)
     elif shardings is None and mesh is not None:
-        shardings = fsdp_shardings(cfg, mesh)
+        explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+        shardings = param_shardings(cfg, mesh) if explicit else fsdp_shardings(cfg, mesh)
     return cfg, load_params(tensors, cfg, shardings=shardings)
 
 

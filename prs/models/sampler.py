@@ -567,7 +567,8 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
     logits = model_lib.logits_from_hidden(params, last, cfg=cfg)
     tokens = grow(prev.tokens, scfg.pad_id)
     rows = jnp.arange(R)[:, None]
-    tokens = tokens.at[rows, jnp.where(write, pos, L)].set(obs.astype(jnp.int32), mode="drop")
+    tokens = tokens.at[rows, jnp.where(write, pos, L)].set(obs.astype(jnp.int32), mode="drop",
+                                                           out_sharding=explicit.same(tokens))
     cur = prev.lengths + obs_lengths.astype(jnp.int32)
     state = _LoopState(
         step=jnp.zeros((), jnp.int32), tokens=_constrain(tokens, mesh),
@@ -611,9 +612,10 @@ def _place(mesh, params, *arrays):
 
 
 def _all_rows_over_mesh(mesh, tree):
-    """Several processes: every leaf of ``tree`` (all R rows: host-built, or a previous call's
-    global output) as a global array row-split over ``mesh``; otherwise ``tree`` as it is."""
-    if mesh is None or jax.process_count() == 1:
+    """On a mesh: every leaf of ``tree`` (all R rows: host-built, or a previous call's global
+    output) as an array row-split over ``mesh`` (with several processes each feeds its own rows),
+    so the jitted resume sees the rows' split in its types (Explicit axes); no mesh: ``tree``."""
+    if mesh is None:
         return tree
     return jax.tree.map(lambda x: shard_rows(x, data_sharding(mesh, np.ndim(x))), tree)
 

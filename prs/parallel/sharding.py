@@ -17,18 +17,17 @@ layer ``lax.scan`` would gather every layer at once).
 
 Batches ``[R, ...]`` are split along R over the batch axes ``(data, fsdp)``.
 
-Axis types: the mesh uses ``AxisType.Auto`` by default (the compiler propagates shardings from the
-annotated inputs, outputs and the per-layer activation constraints). ``axis_types="explicit"``
-builds an ``AxisType.Explicit`` mesh (JAX's "sharding in types", the default of ``jax.make_mesh``
-in jax 0.10: under ``jax.set_mesh`` every traced array carries its ``PartitionSpec`` and an
-ambiguous layout is an error, not a compiler guess). The model, the chunked LM head, the
-micro-batched update and the sampler's prefill/decode run under it: they state their layouts
-through ``prs.parallel.explicit`` (FSDP weights gathered where used, row-parallel o/down matmuls
-summed over ``tensor``, the embedding and picked-logit gathers in ``auto_axes`` regions, the KV
-cache and decode attention split over rows only), annotations that are the plain ops without a
-mesh or under Auto axes; both axis types give the 1-device numbers (``tests/test_explicit_axes.py``).
-Explicit is not the default yet: eager host glue on the sampler's row-split outputs (a task's
-``rewards.reshape(B, N)`` with fewer groups than row shards) is a ``ShardingTypeError`` under it.
+Axis types: the mesh uses ``AxisType.Explicit`` by default (JAX's "sharding in types", the default
+of ``jax.make_mesh`` in jax 0.10: under ``jax.set_mesh`` every traced array carries its
+``PartitionSpec`` and an ambiguous layout is an error, not a compiler guess). The model, the
+chunked LM head, the micro-batched update and the sampler state their layouts through
+``prs.parallel.explicit`` (FSDP weights gathered where used, row-parallel o/down matmuls summed
+over ``tensor``, the embedding and picked-logit gathers in ``auto_axes`` regions, the KV cache and
+decode attention split over rows only), annotations that are the plain ops without a mesh or under
+Auto axes; the trainer's host glue runs on host copies of the rollouts. ``axis_types="auto"``
+builds an ``AxisType.Auto`` mesh (the compiler propagates shardings from the annotated inputs,
+outputs and the per-layer activation constraints). Both give the 1-device numbers
+(``tests/test_explicit_axes.py``, ``tests/test_scale.py``).
 """
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ LOGICAL_RULES: dict[str, str | None] = {
 
 
 def make_mesh(devices: Sequence[jax.Device] | None = None, *, data: int = -1, fsdp: int = 1, tensor: int = 1,
-              model_parallel: int | None = None, axis_types: str = "auto") -> Mesh:
+              model_parallel: int | None = None, axis_types: str = "explicit") -> Mesh:
     """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all, across every process).
 
     Args:
@@ -67,7 +66,7 @@ def make_mesh(devices: Sequence[jax.Device] | None = None, *, data: int = -1, fs
       data, fsdp, tensor: axis sizes; exactly one may be ``-1`` ("the rest"). The product must equal
         the device count.
       model_parallel: former name of ``tensor`` (kept for callers of the old ``(data, model)`` mesh).
-      axis_types: ``"auto"`` (default; see the module docstring) or ``"explicit"``.
+      axis_types: ``"explicit"`` (default; see the module docstring) or ``"auto"``.
     """
     devices = list(jax.devices() if devices is None else devices)
     if model_parallel is not None:

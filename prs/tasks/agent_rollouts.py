@@ -196,7 +196,7 @@ class AgentRollouts:
     def _episodes(self, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
                   replayed: np.ndarray) -> Episodes:
         L = self.width
-        if jax.process_count() > 1:  # several processes: every one holds the whole rollout
+        if self.trainer.mesh is not None:  # on a mesh (one process or several) the host glue runs on a host copy
             ro = jax.tree.map(all_rows_on_host, ro)
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
