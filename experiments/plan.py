@@ -72,10 +72,13 @@ def main(argv=None) -> int:
     sizes = {k: (devices // known if v == -1 else v) for k, v in sizes.items()}
     if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != devices:
         raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
-    p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib, **sizes)
+    rerolls = cfg.method.mode != "baseline"  # a prefix re-roll's KV cache is prompt + 2 x budget slots
+    p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
+                 prefix_rerolls=rerolls, **sizes)
     rows = rl.tasks_per_step * rl.group_size
     print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
-          f"{prompt + 2 * budget}, mesh {sizes} on {devices} devices of {gib:g} GiB, remat={model_cfg.remat}, "
+          f"{prompt + 2 * budget}, sampler cache {prompt + (2 if rerolls else 1) * budget} slots"
+          f"{' (prefix re-rolls)' if rerolls else ''}, mesh {sizes} on {devices} devices of {gib:g} GiB, remat={model_cfg.remat}, "
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())
     return 0 if p.fits else 1

@@ -21,7 +21,10 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
                       bound; Q = (K + 2Kv)·H / t; the W² term is the attention scores/probs, absent
                       with a flash kernel, ``attention_impl=cudnn``)
     logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
-    sampling          KV cache 2·L·(R / Bs)·S·Kv·H·|dtype| (S = prompt + budget slots) + the
+    sampling          KV cache 2·L·(R / Bs)·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget
+                      slots: prompt + budget for fresh rollouts, prompt + 2·budget for a Prefix
+                      Sampling re-roll, whose rows, prompt + replayed prefix, fall in the
+                      prompt + budget bucket; R = B·N there too: ``same_step_reroll`` pads to B groups) + the
                       sampler's parameter copy P·|sampling_dtype| (replicated over the mesh: today's
                       ``prs.models.sampler`` calls ``replicate``) + logits (R / Bs)·V·4
 
@@ -123,9 +126,10 @@ def _leaves(tree):
 def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
          micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
          sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False,
-         sampling_bytes: int | None = None) -> Plan:
+         sampling_bytes: int | None = None, cache_slots: int | None = None) -> Plan:
     """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
-    ``sample_rows`` (default ``rows``) rollouts of ``prompt_len + max_new_tokens`` cache slots."""
+    ``sample_rows`` (default ``rows``) rollouts of ``cache_slots`` (default ``prompt_len +
+    max_new_tokens``) cache slots."""
     for name, val in dict(rows=rows, width=width, micro_batches=micro_batches, data=data, fsdp=fsdp,
                           tensor=tensor, logits_chunk=logits_chunk).items():
         if not (isinstance(val, int) and val >= 1):
@@ -153,7 +157,9 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     grads = P * 4 / shard * (2 if micro_batches > 1 else 1)
     logits = C_LG * r * min(logits_chunk, W) * V / t * 4
     rs = (sample_rows or rows) / bs
-    S = prompt_len + max_new_tokens
+    S = prompt_len + max_new_tokens if cache_slots is None else cache_slots
+    if S < prompt_len + max_new_tokens:
+        raise ValueError(f"plan: cache_slots={S} must be >= prompt_len + max_new_tokens = {prompt_len + max_new_tokens}")
     kv = 2 * L * rs * S * Kv * H * b
     return Plan(parameters=int(P * pb / shard), optimizer_state=int(2 * P * pb / shard), gradients=int(grads),
                 optimizer_temps=int(C_OPT * P * 4 / shard), activations=int(act), logits=int(logits),
@@ -162,11 +168,15 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
 
 
 def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
-             tensor: int, device_gib: float) -> Plan:
+             tensor: int, device_gib: float, prefix_rerolls: bool = True) -> Plan:
     """``plan`` for a trainer run: R = B·N rows (doubled with ``reroll=append``), the trainer's
-    width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``."""
+    width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``; with
+    ``prefix_rerolls`` (a method that continues replayed prefixes) the sampler's KV cache is sized
+    for a re-roll call, prompt + 2 · budget slots (``prs.rl.episodes.SingleTurnRollouts``: the
+    re-roll rows fall in the prompt + budget width bucket, then the budget is added)."""
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
-    return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len,
+    slots = prompt_len + (2 if prefix_rerolls else 1) * max_new_tokens
+    return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len, cache_slots=slots,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
                 data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),
                 sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))

@@ -55,3 +55,35 @@ def test_accelerator_presets_fit(preset, capsys):
     assert main([f"+experiment={preset}"]) == 0
     out = capsys.readouterr().out
     assert "verdict: fits" in out and "PEAK per device" in out
+
+
+@pytest.mark.parametrize("rerolls", [False, True], ids=["fresh", "prefix_reroll"])
+def test_planner_kv_cache_is_the_samplers_cache_of_a_fresh_and_a_reroll_call(rerolls):
+    """The sampling line against the KV cache the sampler really allocates (``return_cache``) in the
+    trainer's own configuration (``SingleTurnRollouts.scfg``): fresh rows of the prompt width, and
+    re-roll rows of prompt + a replayed prefix (they fall in the prompt + budget bucket, so the
+    cache is prompt + 2 x budget slots)."""
+    import numpy as np
+
+    from prs.core import prefix as ps
+    from prs.models import qwen3 as M
+    from prs.models.sampler import sample
+    from prs.tasks.registry import make_task
+
+    task = make_task("arith", min_terms=2, max_terms=4)
+    cfg = ModelConfig.preset("tiny", vocab_size=task.vocab_size)
+    rl = T.RLConfig(tasks_per_step=2, group_size=4, eval_count=2)
+    tr = T.Trainer(task, cfg, rl, ps.PrefixConfig(n=4))
+    scfg = tr.rollouts.scfg
+    prompt, plen = task.prompts(task.train_problems(seed=0, step=0, count=2))
+    rows = np.repeat(prompt, 4, axis=0)                                     # [B·N, P]
+    lens = np.repeat(plen, 4)
+    if rerolls:  # prompt + a 3-token replayed prefix
+        rows = np.concatenate([rows, np.full((rows.shape[0], 3), 1, rows.dtype)], axis=1)
+        lens = lens + 3
+    _, cache = sample(M.init_params(cfg, jax.random.PRNGKey(0)), rows, lens, jax.random.PRNGKey(1), cfg=cfg,
+                      scfg=scfg, return_cache=True)
+    got = sum(x.nbytes for x in jax.tree.leaves(cache))
+    p = PL.plan_run(cfg, rl, prompt_len=prompt.shape[1], max_new_tokens=scfg.max_new_tokens, data=1, fsdp=1,
+                    tensor=1, device_gib=1.0, prefix_rerolls=rerolls)
+    assert p.kv_cache == got, (p.kv_cache, got)
