@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prs.models import blockwise as _bw
 from prs.parallel import explicit
 
 Params = dict[str, Any]
@@ -299,6 +300,8 @@ def _attention_causal_blocks(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     to keys [0, t_{i+1}) only, since every later key is masked for it. Score work Σ_i (t_{i+1} −
     t_i)·t_{i+1} ≈ T²(B + 1)/2B instead of T². Outputs are concatenated over T; shapes as
     ``_attention_reference``."""
+    if cfg.attention_impl in _CAUSAL_IMPLS:  # an impl that skips the masked blocks itself (``blockwise``)
+        return _CAUSAL_IMPLS[cfg.attention_impl](q, k, v, mask, cfg)
     T = q.shape[1]
     nb = min(cfg.causal_blocks, T)
     if nb == 1:
@@ -427,14 +430,32 @@ _ATTENTION_IMPLS = {
     "xla": lambda q, k, v, mask, cfg: _attention_dpa(q, k, v, mask, cfg, implementation="xla"),
     "cudnn": lambda q, k, v, mask, cfg: _attention_dpa(q, k, v, mask, cfg, implementation="cudnn"),
 }
+# impls with their own path for the causal self-attention of ``forward_hidden`` (mask ⊆ causal, S = T)
+_CAUSAL_IMPLS: dict = {}
 
 
-def register_attention(name: str, fn) -> None:
+def register_attention(name: str, fn, *, causal=None) -> None:
     """Adds an attention kernel ``fn(q [R,T,K,H], k [R,S,Kv,H], v, mask [R,T,S] bool, cfg) -> [R,T,K·H]``
-    selectable as ``ModelConfig(attention_impl=name)`` (the hook for a Pallas splash/ragged kernel)."""
+    selectable as ``ModelConfig(attention_impl=name)`` (the hook for a Pallas splash/ragged kernel).
+    ``causal``: optionally a kernel of the same signature used for ``forward_hidden``'s causal
+    self-attention instead (it may skip the key blocks above the diagonal; ``causal_blocks`` is then
+    not applied)."""
     if name in _ATTENTION_IMPLS:
         raise ValueError(f"register_attention: {name!r} is already registered")
     _ATTENTION_IMPLS[name] = fn
+    if causal is not None:
+        _CAUSAL_IMPLS[name] = causal
+
+
+def register_blockwise(name: str, *, rows: int, q_blocks: int, k_blocks: int) -> None:
+    """Registers ``prs.models.blockwise.blockwise_attention`` with these tile sizes as ``name``
+    (causal block skipping in ``forward_hidden``). ``blockwise`` is registered below."""
+    kw = dict(rows=rows, q_blocks=q_blocks, k_blocks=k_blocks)
+    register_attention(name, lambda q, k, v, mask, cfg: _bw.blockwise_attention(q, k, v, mask, **kw),
+                       causal=lambda q, k, v, mask, cfg: _bw.blockwise_attention(q, k, v, mask, causal=True, **kw))
+
+
+register_blockwise("blockwise", rows=1, q_blocks=2, k_blocks=2)
 
 
 def constrain_batch(x: jax.Array) -> jax.Array:
