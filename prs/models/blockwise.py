@@ -49,8 +49,12 @@ def _edges(n: int, blocks: int) -> list[int]:
 
 def _tiles(T: int, S: int, q_blocks: int, k_blocks: int, causal: bool):
     """[(q_lo, q_hi, [(k_lo, k_hi), ...])]: with ``causal`` (S = T), key blocks starting after the
-    query block's last query are dropped."""
-    qe, ke = _edges(T, q_blocks), _edges(S, k_blocks)
+    query block's last query are dropped. ``k_blocks = 0``: one key block per query block, all the
+    keys it can see ([0, q_hi) when causal, else [0, S)): a plain softmax, no online rescaling."""
+    qe = _edges(T, q_blocks)
+    if k_blocks == 0:
+        return [(qlo, qhi, [(0, qhi if causal else S)]) for qlo, qhi in zip(qe[:-1], qe[1:])]
+    ke = _edges(S, k_blocks)
     out = []
     for qlo, qhi in zip(qe[:-1], qe[1:]):
         ks = [(klo, khi) for klo, khi in zip(ke[:-1], ke[1:]) if not (causal and klo >= qhi)]
@@ -58,31 +62,58 @@ def _tiles(T: int, S: int, q_blocks: int, k_blocks: int, causal: bool):
     return out
 
 
-def _layout(q, k, v, Kv):
-    """q [c,T,K,H] -> [c,Kv,G,T,H]; k, v [c,S,Kv,H] -> [c,Kv,S,H]."""
+# query layouts of a chunk: "gt" = [c, Kv, G, T, H] (query head g's rows contiguous, as the
+# reference's heads-major [R, Kv, G·T, H]); "tg" = [c, Kv, T, G, H] (a query block's rows contiguous)
+_TAXIS = {"gt": 3, "tg": 2}
+
+
+def _to_h(x, layout):
+    """[c, T, Kv, G, H] -> the chunk layout."""
+    return x.transpose(0, 2, 3, 1, 4) if layout == "gt" else x.transpose(0, 2, 1, 3, 4)
+
+
+def _from_h(x, layout):
+    """The chunk layout -> [c, T, Kv, G, H]."""
+    return x.transpose(0, 3, 1, 2, 4) if layout == "gt" else x.transpose(0, 2, 1, 3, 4)
+
+
+def _tslice(x, lo, hi, layout):
+    return jax.lax.slice_in_dim(x, lo, hi, axis=_TAXIS[layout])
+
+
+def _tcat(xs, layout):
+    return xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=_TAXIS[layout])
+
+
+def _bmask(mij, layout):
+    """[c, t, s] -> broadcastable against the scores [c, Kv, G, t, s] / [c, Kv, t, G, s]."""
+    return mij[:, None, None] if layout == "gt" else mij[:, None, :, None, :]
+
+
+def _layout(q, k, v, Kv, layout):
+    """q [c,T,K,H] -> [c,Kv,G,T,H] ("gt") or [c,Kv,T,G,H] ("tg"); k, v [c,S,Kv,H] -> [c,Kv,S,H]."""
     c, T, K, H = q.shape
-    qh = q.reshape(c, T, Kv, K // Kv, H).transpose(0, 2, 3, 1, 4)
-    return qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    return _to_h(q.reshape(c, T, Kv, K // Kv, H), layout), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
 
-def _scores(qi, kj, mij, H):
+def _scores(qi, kj, mij, H, layout):
     s = jax.lax.dot_general(qi, kj, _QK, preferred_element_type=f32) / math.sqrt(H)
-    return jnp.where(mij[:, None, None], s, NEG)  # [c, Kv, G, t, s]
+    return jnp.where(_bmask(mij, layout), s, NEG)  # [c, Kv, G, t, s] / [c, Kv, t, G, s]
 
 
-def _fwd_chunk(q, k, v, mask, *, tiles):
+def _fwd_chunk(q, k, v, mask, *, tiles, layout):
     """One row chunk: q [c,T,K,H], k/v [c,S,Kv,H], mask [c,T,S] -> out [c,T,K·H], stats [c,Kv,G,T,2]
     (row max m and 1/ℓ: kept apart rather than as L = m + log ℓ, which rounds to m = −1e30 on a
     fully masked row and would lose its 1/ℓ)."""
     c, T, K, H = q.shape
     Kv = k.shape[2]
-    qh, kh, vh = _layout(q, k, v, Kv)
+    qh, kh, vh = _layout(q, k, v, Kv, layout)
     outs, lses = [], []
     for qlo, qhi, ks in tiles:
-        qi = qh[:, :, :, qlo:qhi]
+        qi = _tslice(qh, qlo, qhi, layout)
         m = l = acc = None
         for klo, khi in ks:
-            s = _scores(qi, kh[:, :, klo:khi], mask[:, qlo:qhi, klo:khi], H)
+            s = _scores(qi, kh[:, :, klo:khi], mask[:, qlo:qhi, klo:khi], H, layout)
             mx = jnp.max(s, axis=-1, keepdims=True)
             if m is None:
                 m_new = mx
@@ -99,59 +130,42 @@ def _fwd_chunk(q, k, v, mask, *, tiles):
             m = m_new
         outs.append(acc / l)  # [c, Kv, G, t, H]
         lses.append(jnp.concatenate([m, 1.0 / l], axis=-1))  # [c, Kv, G, t, 2]: row max, 1 / row sum
-    oh = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=3)
-    lse = lses[0] if len(lses) == 1 else jnp.concatenate(lses, axis=3)
-    out = oh.transpose(0, 3, 1, 2, 4).reshape(c, T, K * H).astype(q.dtype)
+    out = _from_h(_tcat(outs, layout), layout).reshape(c, T, K * H).astype(q.dtype)
+    lse = _tcat(lses, layout)
     return out, lse
 
 
-def _bwd_chunk(q, k, v, mask, out, lse, d_out, *, tiles):
+def _bwd_chunk(q, k, v, mask, out, lse, d_out, *, tiles, layout):
     """Gradients of one row chunk (FlashAttention-2 backward, P = exp(S − m) / ℓ recomputed per tile)."""
     c, T, K, H = q.shape
     S, Kv = k.shape[1], k.shape[2]
     G = K // Kv
-    qh, kh, vh = _layout(q, k, v, Kv)
-    dOh = d_out.reshape(c, T, Kv, G, H).transpose(0, 2, 3, 1, 4).astype(f32)  # [c,Kv,G,T,H]
-    Oh = out.reshape(c, T, Kv, G, H).transpose(0, 2, 3, 1, 4).astype(f32)
+    qh, kh, vh = _layout(q, k, v, Kv, layout)
+    dOh = _to_h(d_out.reshape(c, T, Kv, G, H), layout).astype(f32)  # like qh
+    Oh = _to_h(out.reshape(c, T, Kv, G, H), layout).astype(f32)
     delta = jnp.sum(dOh * Oh, axis=-1, keepdims=True)  # [c, Kv, G, T, 1]
     dq_blocks = []
-    dk = [None] * S  # accumulated per key block, keyed by k_lo
-    dv = [None] * S
-    kblocks = {}
+    dk = jnp.zeros((c, Kv, S, H), f32)  # key/value gradients accumulated per key block
+    dv = jnp.zeros((c, Kv, S, H), f32)
     for qlo, qhi, ks in tiles:
-        qi, dOi = qh[:, :, :, qlo:qhi], dOh[:, :, :, qlo:qhi]
-        li, di = lse[:, :, :, qlo:qhi], delta[:, :, :, qlo:qhi]
+        qi, dOi = _tslice(qh, qlo, qhi, layout), _tslice(dOh, qlo, qhi, layout)
+        li, di = _tslice(lse, qlo, qhi, layout), _tslice(delta, qlo, qhi, layout)
         dqi = None
         for klo, khi in ks:
-            kblocks[klo] = khi
             mij = mask[:, qlo:qhi, klo:khi]
             kj, vj = kh[:, :, klo:khi], vh[:, :, klo:khi]
-            p = jnp.exp(_scores(qi, kj, mij, H) - li[..., :1]) * li[..., 1:]  # [c, Kv, G, t, s]
-            dvj = jax.lax.dot_general(p.astype(vh.dtype), dOi.astype(vh.dtype), _PT, preferred_element_type=f32)
+            p = jnp.exp(_scores(qi, kj, mij, H, layout) - li[..., :1]) * li[..., 1:]  # [c, Kv, G, t, s]
+            dv = dv.at[:, :, klo:khi].add(
+                jax.lax.dot_general(p.astype(vh.dtype), dOi.astype(vh.dtype), _PT, preferred_element_type=f32))
             dp = jax.lax.dot_general(dOi.astype(vh.dtype), vj, _QK, preferred_element_type=f32)
-            ds = (jnp.where(mij[:, None, None], p * (dp - di), 0.0) / math.sqrt(H)).astype(qh.dtype)
+            ds = (jnp.where(_bmask(mij, layout), p * (dp - di), 0.0) / math.sqrt(H)).astype(qh.dtype)
             t = jax.lax.dot_general(ds, kj, _PV, preferred_element_type=f32)
             dqi = t if dqi is None else dqi + t
-            dkj = jax.lax.dot_general(ds, qi, _PT, preferred_element_type=f32)
-            dk[klo] = dkj if dk[klo] is None else dk[klo] + dkj
-            dv[klo] = dvj if dv[klo] is None else dv[klo] + dvj
+            dk = dk.at[:, :, klo:khi].add(jax.lax.dot_general(ds, qi, _PT, preferred_element_type=f32))
         dq_blocks.append(dqi)
-    dqh = dq_blocks[0] if len(dq_blocks) == 1 else jnp.concatenate(dq_blocks, axis=3)
-    dq = dqh.transpose(0, 3, 1, 2, 4).reshape(c, T, K, H).astype(q.dtype)
-    order = sorted(kblocks)
-    parts_k, parts_v, pos = [], [], 0
-    for klo in order:  # key blocks no query visits (none in causal self-attention) get zero gradient
-        if klo > pos:
-            z = jnp.zeros((c, Kv, klo - pos, H), f32)
-            parts_k.append(z), parts_v.append(z)
-        parts_k.append(dk[klo]), parts_v.append(dv[klo])
-        pos = kblocks[klo]
-    if pos < S:
-        z = jnp.zeros((c, Kv, S - pos, H), f32)
-        parts_k.append(z), parts_v.append(z)
-    cat = lambda xs: xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=2)  # noqa: E731
-    dkk = cat(parts_k).transpose(0, 2, 1, 3).astype(k.dtype)
-    dvv = cat(parts_v).transpose(0, 2, 1, 3).astype(v.dtype)
+    dq = _from_h(_tcat(dq_blocks, layout), layout).reshape(c, T, K, H).astype(q.dtype)
+    dkk = dk.transpose(0, 2, 1, 3).astype(k.dtype)
+    dvv = dv.transpose(0, 2, 1, 3).astype(v.dtype)
     return dq, dkk, dvv
 
 
@@ -173,21 +187,22 @@ def _row_chunk(R: int, rows: int) -> int:
     return rows
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _blockwise(q, k, v, mask, rows, q_blocks, k_blocks, causal):
-    return _blockwise_fwd(q, k, v, mask, rows, q_blocks, k_blocks, causal)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _blockwise(q, k, v, mask, rows, q_blocks, k_blocks, causal, layout):
+    return _blockwise_fwd(q, k, v, mask, rows, q_blocks, k_blocks, causal, layout)[0]
 
 
-def _blockwise_fwd(q, k, v, mask, rows, q_blocks, k_blocks, causal):
+def _blockwise_fwd(q, k, v, mask, rows, q_blocks, k_blocks, causal, layout):
     tiles = _tiles(q.shape[1], k.shape[1], q_blocks, k_blocks, causal)
-    out, lse = _chunked(functools.partial(_fwd_chunk, tiles=tiles), (q, k, v, mask), rows)
+    out, lse = _chunked(functools.partial(_fwd_chunk, tiles=tiles, layout=layout), (q, k, v, mask), rows)
     return out, (q, k, v, mask, out, lse)
 
 
-def _blockwise_bwd(rows, q_blocks, k_blocks, causal, res, d_out):
+def _blockwise_bwd(rows, q_blocks, k_blocks, causal, layout, res, d_out):
     q, k, v, mask, out, lse = res
     tiles = _tiles(q.shape[1], k.shape[1], q_blocks, k_blocks, causal)
-    dq, dk, dv = _chunked(functools.partial(_bwd_chunk, tiles=tiles), (q, k, v, mask, out, lse, d_out), rows)
+    dq, dk, dv = _chunked(functools.partial(_bwd_chunk, tiles=tiles, layout=layout),
+                          (q, k, v, mask, out, lse, d_out), rows)
     return dq, dk, dv, None
 
 
@@ -195,23 +210,29 @@ _blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
 
 
 def blockwise_attention(q, k, v, mask, *, rows: int = 1, q_blocks: int = 1, k_blocks: int = 1,
-                        causal: bool = False):
+                        causal: bool = False, layout: str = "gt"):
     """softmax(q kᵀ/√H + mask) v by tiles (module docstring). ``rows``: rows per ``lax.map`` chunk
-    (rounded down to a divisor of R); ``q_blocks`` / ``k_blocks``: query / key blocks per chunk;
+    (rounded down to a divisor of R); ``q_blocks`` / ``k_blocks``: query / key blocks per chunk (``k_blocks=0``: each query block
+    against all the keys it can see in one block);
     ``causal``: the caller promises ``mask`` ⊆ the causal mask (S = T), so key blocks above the
-    diagonal are skipped. q [R,T,K,H]; k, v [R,S,Kv,H]; mask [R,T,S] bool -> [R, T, K·H]."""
+    diagonal are skipped; ``layout``: the chunk's query layout, ``"gt"`` [c, Kv, G, T, H] or ``"tg"``
+    [c, Kv, T, G, H] (same numbers up to rounding). q [R,T,K,H]; k, v [R,S,Kv,H]; mask [R,T,S] bool -> [R, T, K·H]."""
     R, T, K, H = q.shape
     S, Kv = k.shape[1], k.shape[2]
     if k.shape != (R, S, Kv, H) or v.shape != k.shape or K % Kv or mask.shape != (R, T, S):
         raise ValueError(f"blockwise_attention: q {q.shape}, k {k.shape}, v {v.shape}, mask {mask.shape} disagree")
+    if layout not in _TAXIS:
+        raise ValueError(f"blockwise_attention: layout={layout!r}; choose from {tuple(_TAXIS)}")
     if causal and S != T:
         raise ValueError(f"blockwise_attention: causal=True needs S == T, got T={T}, S={S}")
-    return _blockwise(q, k, v, mask.astype(bool), _row_chunk(R, rows), int(q_blocks), int(k_blocks), bool(causal))
+    return _blockwise(q, k, v, mask.astype(bool), _row_chunk(R, rows), int(q_blocks), int(k_blocks), bool(causal),
+                      layout)
 
 
 def parse_variant(name: str) -> dict | None:
-    """``blockwise_r{rows}_q{q_blocks}_k{k_blocks}`` -> its keyword arguments (benchmark variants)."""
+    """``blockwise_r{rows}_q{q_blocks}_k{k_blocks}[_tg]`` -> its keyword arguments (benchmark variants)."""
     import re
 
-    m = re.fullmatch(r"blockwise_r(\d+)_q(\d+)_k(\d+)", name)
-    return None if m is None else dict(rows=int(m[1]), q_blocks=int(m[2]), k_blocks=int(m[3]))
+    m = re.fullmatch(r"blockwise_r(\d+)_q(\d+)_k(\d+)(_tg|_gt)?", name)
+    return None if m is None else dict(rows=int(m[1]), q_blocks=int(m[2]), k_blocks=int(m[3]),
+                                       layout=(m[4] or "_gt")[1:])

@@ -447,10 +447,10 @@ def register_attention(name: str, fn, *, causal=None) -> None:
         _CAUSAL_IMPLS[name] = causal
 
 
-def register_blockwise(name: str, *, rows: int, q_blocks: int, k_blocks: int) -> None:
+def register_blockwise(name: str, *, rows: int, q_blocks: int, k_blocks: int, layout: str = "gt") -> None:
     """Registers ``prs.models.blockwise.blockwise_attention`` with these tile sizes as ``name``
     (causal block skipping in ``forward_hidden``). ``blockwise`` is registered below."""
-    kw = dict(rows=rows, q_blocks=q_blocks, k_blocks=k_blocks)
+    kw = dict(rows=rows, q_blocks=q_blocks, k_blocks=k_blocks, layout=layout)
     register_attention(name, lambda q, k, v, mask, cfg: _bw.blockwise_attention(q, k, v, mask, **kw),
                        causal=lambda q, k, v, mask, cfg: _bw.blockwise_attention(q, k, v, mask, causal=True, **kw))
 
