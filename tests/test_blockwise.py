@@ -18,8 +18,8 @@ from prs.models import blockwise as BW
 from prs.models import qwen3 as M
 
 CFG = M.ModelConfig.preset("tiny")
-TILES = (dict(), dict(rows=2, q_blocks=3, k_blocks=4, layout="tg"), dict(rows=5, q_blocks=20, k_blocks=2),
-         dict(rows=1, q_blocks=2, k_blocks=0, layout="tg"))  # rows 5 > R, 20 > T: clipped; k_blocks 0: all visible keys
+TILES = (dict(rows=2, q_blocks=3, k_blocks=4, layout="tg"), dict(rows=5, q_blocks=20, k_blocks=2),
+         dict(rows=1, q_blocks=2, k_blocks=0))  # rows 5 > R, 20 > T: clipped; k_blocks 0: all visible keys
 
 
 def _max_rel(a, b) -> float:
@@ -78,7 +78,8 @@ def _masked_loss(p, tokens, valid, cfg):
 
 def test_blockwise_model_loss_and_gradients_equal_the_reference_impl():
     """The whole decoder (2 layers), ``attention_impl="blockwise"`` (and other tile sizes) against
-    the default ``reference``: lengths 9, 5, 2, 1 and an empty row, with and without remat."""
+    the default ``reference``: lengths 9, 5, 2, 1 and an empty row, with and without remat (the
+    custom_vjp under ``jax.checkpoint``)."""
     params = M.init_params(CFG, jax.random.PRNGKey(0), std=0.2)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (5, 9), 0, CFG.vocab_size)
     valid = jnp.arange(9)[None, :] < jnp.asarray([9, 5, 2, 1, 0])[:, None]
@@ -86,7 +87,7 @@ def test_blockwise_model_loss_and_gradients_equal_the_reference_impl():
     want = vg(params, tokens, valid, CFG)
     if "bw_test_a" not in M._ATTENTION_IMPLS:
         M.register_blockwise("bw_test_a", rows=2, q_blocks=3, k_blocks=2, layout="gt")
-    for impl, remat in (("blockwise", "none"), ("blockwise", "full"), ("bw_test_a", "dots_saveable")):
+    for impl, remat in (("blockwise", "none"), ("bw_test_a", "full")):
         got = vg(params, tokens, valid, dataclasses.replace(CFG, attention_impl=impl, remat=remat))
         assert _max_rel(got, want) < 1e-5, (impl, remat, _max_rel(got, want))
         assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(got)), impl

@@ -97,7 +97,11 @@ class ModelConfig:
         pass, ``_attention_reference``), ``einsum`` (the same equation as einsums under plain
         autodiff, the slower test reference), ``xla`` / ``cudnn``
         (``jax.nn.dot_product_attention`` with that implementation; ``cudnn`` needs a GPU and
-        bf16/fp16), or a name added with ``register_attention`` (e.g. a Pallas splash kernel on TPU).
+        bf16/fp16), ``blockwise`` (opt-in, ``prs.models.blockwise``: flash-style tiles per row with
+        causal block skipping and a backward that recomputes the probabilities; same numbers to
+        ~1e-6, not bit-identical; at 10m R=32 T=256 the attention costs ~0.45x the reference's CPU
+        time, benchmarks/README.md), or a name added with ``register_attention`` (e.g. a Pallas
+        splash kernel on TPU).
       scan_unroll: layers per iteration of the layer ``lax.scan`` (``unroll``; 1 = a rolled loop,
         ``n_layers`` = fully unrolled). Same numbers; unrolling removes the loop's stacked
         per-layer residual buffers (zero-filled, then written by dynamic-update-slice) at the cost
@@ -455,7 +459,7 @@ def register_blockwise(name: str, *, rows: int, q_blocks: int, k_blocks: int, la
                        causal=lambda q, k, v, mask, cfg: _bw.blockwise_attention(q, k, v, mask, causal=True, **kw))
 
 
-register_blockwise("blockwise", rows=1, q_blocks=2, k_blocks=2)
+register_blockwise("blockwise", rows=1, q_blocks=4, k_blocks=4, layout="tg")  # best of benchmarks/ab_attention.py at 10m
 
 
 def constrain_batch(x: jax.Array) -> jax.Array:
