@@ -108,3 +108,21 @@ def test_blockwise_rejects_bad_shapes():
     assert BW.parse_variant("blockwise_r1_q4_k0_tg") == dict(rows=1, q_blocks=4, k_blocks=0, layout="tg")
     assert BW.parse_variant("reference") is None
     assert BW._row_chunk(6, 4) == 3 and BW._row_chunk(7, 4) == 1 and BW._row_chunk(4, 9) == 4
+
+
+def test_blockwise_under_the_default_explicit_mesh_equals_one_device(eight_devices):
+    """fsdp4_tp2 with Explicit axes (the default mesh): rows split over fsdp, heads over tensor;
+    ``lax.map`` cannot scan a split row axis, so the kernel runs per shard (``jax.shard_map``)."""
+    from prs.parallel import sharding as shd
+
+    cfg = dataclasses.replace(CFG, attention_impl="blockwise")
+    params = M.init_params(cfg, jax.random.PRNGKey(0), std=0.2)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (8, 9), 0, cfg.vocab_size)
+    valid = jnp.arange(9)[None, :] < jnp.asarray([9, 5, 2, 1, 9, 3, 4, 7])[:, None]
+    vg = jax.jit(jax.value_and_grad(_masked_loss), static_argnums=3)
+    want = vg(params, tokens, valid, CFG)  # the reference impl on one device
+    mesh = shd.make_mesh(eight_devices, fsdp=4, tensor=2)
+    with jax.set_mesh(mesh):
+        got = vg(jax.device_put(params, shd.param_shardings(cfg, mesh)), *shd.shard_batch((tokens, valid), mesh), cfg)
+    got = jax.tree.map(np.asarray, got)
+    assert _max_rel(got, want) < 1e-5, _max_rel(got, want)

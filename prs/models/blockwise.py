@@ -33,6 +33,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from prs.parallel import explicit
+
 NEG = -1e30  # the finite "minus infinity" of qwen3._NEG (fully masked rows stay finite)
 f32 = jnp.float32
 
@@ -225,8 +227,25 @@ def blockwise_attention(q, k, v, mask, *, rows: int = 1, q_blocks: int = 1, k_bl
         raise ValueError(f"blockwise_attention: layout={layout!r}; choose from {tuple(_TAXIS)}")
     if causal and S != T:
         raise ValueError(f"blockwise_attention: causal=True needs S == T, got T={T}, S={S}")
-    return _blockwise(q, k, v, mask.astype(bool), _row_chunk(R, rows), int(q_blocks), int(k_blocks), bool(causal),
-                      layout)
+    run = lambda q, k, v, m: _blockwise(q, k, v, m, _row_chunk(q.shape[0], rows), int(q_blocks),  # noqa: E731
+                                        int(k_blocks), bool(causal), layout)
+    if explicit.explicit_mesh() is None:
+        return run(q, k, v, mask.astype(bool))
+    return _per_shard(run, q, k, v, mask.astype(bool))
+
+
+def _per_shard(run, q, k, v, mask):
+    """Under an explicit mesh (whose types ``lax.map`` cannot scan over a split row axis): ``run``
+    on each device's own rows and heads (``jax.shard_map``). Rows may be split over the batch axes
+    and the heads K / Kv over one axis (query head j = kv·G + g: a contiguous split of K and of Kv
+    by the same count keeps each query head with its key/value head); T, S and H must be whole."""
+    sq, sk, sv, sm = (explicit.spec(x) for x in (q, k, v, mask))
+    if sq[1] is not None or sq[3] is not None or sk[1] is not None or sk[3] is not None or sv != sk \
+            or sm[1:] != (None, None) or sq[0] != sk[0] or sq[0] != sm[0] or sq[2] != sk[2]:
+        raise ValueError(f"blockwise_attention: under an explicit mesh q {sq}, k {sk}, v {sv}, mask {sm} must be split "
+                         "only along rows (alike) and heads (q and k/v alike)")
+    P = jax.sharding.PartitionSpec
+    return jax.shard_map(run, in_specs=(P(*sq), P(*sk), P(*sv), P(*sm)), out_specs=P(sq[0], None, sq[2]))(q, k, v, mask)
 
 
 def parse_variant(name: str) -> dict | None:
