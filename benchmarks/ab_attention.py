@@ -1,6 +1,6 @@
 """The training attention alone (forward + backward of one layer's causal self-attention), interleaved:
 ``reference`` (the default), ``blockwise_r{rows}_q{q}_k{k}`` tile variants (``prs.models.blockwise``)
-and torch's ``scaled_dot_product_attention`` (``torch_causal``: is_causal, its flash path;
+``causal_blocks=B`` (the reference impl in B query blocks) and torch's ``scaled_dot_product_attention`` (``torch_causal``: is_causal, its flash path;
 ``torch_mask``: the bool padding mask, as HF passes it for padded batches).
 
     PYTHONPATH=$PWD python benchmarks/ab_attention.py 10m 32 256 5 reference blockwise_r4_q4_k4 torch_causal
@@ -45,7 +45,8 @@ for n in names:
         continue
     if BW.parse_variant(n) and n not in M._ATTENTION_IMPLS:
         M.register_blockwise(n, **BW.parse_variant(n))
-    c = M.ModelConfig.preset(size, attention_impl=n)
+    c = (M.ModelConfig.preset(size, causal_blocks=int(n.split("=")[1])) if n.startswith("causal_blocks=")
+         else M.ModelConfig.preset(size, attention_impl=n))
     f = jax.jit(jax.value_and_grad(lambda q, k, v, c=c: jnp.sum(M._attention_causal_blocks(q, k, v, mask, c) * w),
                                    argnums=(0, 1, 2)))
     t0 = time.perf_counter()

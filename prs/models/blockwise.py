@@ -15,8 +15,10 @@ XLA:CPU materialises every fusion's result in memory, so the win here is not SRA
 GPU but (1) a ``lax.map`` over row chunks that keeps each chunk's [c, Kv, G, T, S] score tiles
 small enough for the core's cache, (2) causal block skipping (``causal=True``: key blocks wholly
 above a query block's diagonal are never computed), (3) no [R, Kv, G·T, S] probability tensor kept
-from the forward for the backward, and (4) the heads-major layout [c, Kv, G, T, H] made inside the
-chunk (no whole-batch transposes; the mask is broadcast over heads, never tiled).
+from the forward for the backward, and (4) the heads-major layout ([c, Kv, T, G, H], "tg", or
+[c, Kv, G, T, H], "gt") made inside the chunk (no whole-batch transposes; the mask is broadcast over
+heads, never tiled). Measured (benchmarks/README.md, 10m R=32 T=256): one layer's attention forward +
+backward 108 CPU-ms vs the reference's 235; the whole update ~6.6-6.8 vs ~8.7-8.9 CPU-s.
 
 Same equation as ``qwen3._attention_einsum``; not bit-identical to the ``reference`` impl (different
 summation order). A query row with no visible key gets the uniform average over the keys of the
