@@ -7,7 +7,6 @@ an empty (fully masked) row and tile counts that do not divide T, S or R."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
