@@ -5,7 +5,8 @@ in one process: every variant is compiled, then the variants are timed in turn, 
         "('b2',{'causal_blocks':2},{})" "('onednn',{},{'xla_cpu_use_onednn':True})"
 
 Each variant is a Python literal (name, ModelConfig overrides, compiler options); the layer scan is
-fully unrolled unless overridden. The variant ``torch`` (a bare word) times the torch eager update of
+fully unrolled unless overridden. An ``attention_impl`` named ``blockwise_r{rows}_q{q_blocks}_k{k_blocks}``
+is registered on the fly (``prs.models.blockwise`` with those tile sizes). The variant ``torch`` (a bare word) times the torch eager update of
 ``bench_update`` in the same rounds. Prints the first-step loss (numerics check), best wall and CPU s.
 
 Note (jaxlib 0.10.2): the matmuls go to YNNPACK fusions whatever ``xla_cpu_use_onednn`` /
@@ -15,10 +16,14 @@ import ast, functools, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax, jax.numpy as jnp, numpy as np, optax
 import bench_update as B, _common as C
-from prs.models import qwen3 as M
+from prs.models import qwen3 as M, blockwise as BW
 from prs.rl.trainer import Batch, RLConfig, _update_fn
 size, R, T, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 variants = [v if v == "torch" else ast.literal_eval(v) for v in sys.argv[5:]]  # (name, cfg_over, compiler_options)
+for v in variants:  # attention_impl "blockwise_r{rows}_q{q_blocks}_k{k_blocks}": register those tile sizes
+    impl = v[1].get("attention_impl", "") if v != "torch" else ""
+    if BW.parse_variant(impl) and impl not in M._ATTENTION_IMPLS:
+        M.register_blockwise(impl, **BW.parse_variant(impl))
 cfg0 = M.ModelConfig.preset(size); params = M.init_params(cfg0, jax.random.key(0))
 rl = RLConfig()
 b = B.make_batch(cfg0, params, R, T)

@@ -35,6 +35,7 @@ from prs.models import qwen3 as M  # noqa: E402
 from prs.rl.trainer import Batch, RLConfig, _update_fn  # noqa: E402
 
 _GROUPS = [  # (function name in the stack, group), first match from the innermost frame outwards
+    ("_fwd_chunk", "attention"), ("_bwd_chunk", "attention"), ("blockwise_attention", "attention"),
     ("_attention_hm_bwd", "attention"), ("_attn_fwd_core", "attention"), ("_heads_major", "attention"),
     ("_from_heads_major", "attention"), ("_attention", "attention"), ("rope", "rope"),
     ("_block_stats", "lm_head"), ("lm_head_logprobs", "lm_head"), ("lm_head_weight", "lm_head"),
@@ -204,6 +205,10 @@ def main():
     a = ap.parse_args()
     import ast
     over = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in a.set)}
+    from prs.models import blockwise as BW
+    impl = over.get("attention_impl", "")
+    if BW.parse_variant(impl) and impl not in M._ATTENTION_IMPLS:  # blockwise_r{rows}_q{q}_k{k}
+        M.register_blockwise(impl, **BW.parse_variant(impl))
     cfg = M.ModelConfig.preset(a.size)
     params = M.init_params(cfg, jax.random.key(0))
     mfields = {f.name for f in __import__("dataclasses").fields(M.ModelConfig)}
