@@ -177,6 +177,11 @@ def main():
     entry_ms = sum(dur.get(re.match(r"\s*(?:ROOT )?%([\w.\-]+) =", ln).group(1), 0.0)
                    for ln in comps[entry] if re.match(r"\s*(?:ROOT )?%([\w.\-]+) =", ln)
                    and not re.search(r" while\(", ln))
+    top_entry = sorted(((dur.get(m.group(1), 0.0), m.group(1), m.group(2)) for ln in comps[entry]
+                        if (m := re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ", ln)) and " while(" not in ln),
+                       reverse=True)[:6]
+    print("largest thunks outside the loops (ms per call):",
+          ", ".join(f"{n} {sh[:24]} {ms:.1f}" for ms, n, sh in top_entry))
     print(f"per call: prefill layer scan {scan_ms:.1f} ms, other thunks outside the loops {entry_ms:.1f} ms, "
           f"decode steps {tot * steps:.1f} ms (thunk time)")
     print(f"\ndecode loop: {len(bodies)} while bodies, {n_ops} thunks per step; op time per step {tot:.2f} ms "
