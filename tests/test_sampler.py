@@ -386,17 +386,19 @@ def test_row_chunk_equals_one_call(params):
 
 
 def test_row_parts_equal_one_part_and_stepwise_forward(params):
-    """R=8 ragged rows: the decode step with its cache writes and attention in 2 (the default on a
-    single device) or 4 row parts gives the greedy tokens of the full-forward reference, logprobs
+    """R=8 ragged rows: the decode step with its cache writes and attention in 2 (``row_parts=None``
+    on a single device) or 4 row parts gives the greedy tokens of the full-forward reference, logprobs
     equal to forward's, and, at temperature 1 with an eos, the same rollout and returned cache as
     one part for the same key; a cached resume from the parts' cache continues identically."""
     R, T = 8, 7
     lengths = np.array([8, 1, 3, 5, 2, 7, 4, 6])
     toks = np.asarray(jax.random.randint(jax.random.key(41), (R, 8), 1, CFG.vocab_size), np.int32)
     toks = np.where(np.arange(8)[None, :] < lengths[:, None], toks, 63)
-    assert S._row_parts(R, None, S.SamplerConfig(max_new_tokens=1)) == 2  # the default
-    assert S._row_parts(4, None, S.SamplerConfig(max_new_tokens=1)) == 1  # too few rows
-    assert S._row_parts(9, None, S.SamplerConfig(max_new_tokens=1)) == 1  # odd
+    auto = S.SamplerConfig(max_new_tokens=1, row_parts=None)
+    assert S._row_parts(R, None, S.SamplerConfig(max_new_tokens=1)) == 1  # the default: one part
+    assert S._row_parts(R, None, auto) == 2
+    assert S._row_parts(4, None, auto) == 1  # too few rows
+    assert S._row_parts(9, None, auto) == 1  # odd
     greedy = S.SamplerConfig(max_new_tokens=T, temperature=0.0, buckets=(8,))
     ref, _ = _reference_greedy(params, toks, lengths, T, 8 + T)
     for parts in (None, 4):

@@ -94,10 +94,12 @@ class SamplerConfig:
       row_parts: the decode step's cache writes and attention run as this many independent ops
         over equal row ranges (each with its own cache buffers), which XLA:CPU's thunk executor
         runs concurrently on its threads; the matmuls still see all rows (``_decode_token``).
-        Must divide the rows of a call; > 1 needs a single device (no ``mesh``). None (the
-        default) = 2 on a single device when the rows are even and >= 8, else 1 (``_row_parts``).
-        Same tokens; the log-probs move by float rounding (~1e-6: XLA fuses the attention
-        differently), see #20's note in benchmarks/README.md.
+        Must divide the rows of a call; > 1 needs a single device (no ``mesh``). Same tokens;
+        the log-probs move by float rounding (<= 1.4e-6 measured: XLA fuses the attention
+        differently). Default 1 (the program of one part is that of before, so committed runs
+        replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
+        (R=64) and lets the two cores share the attention, see #20's section in
+        benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
     """
 
     max_new_tokens: int
@@ -111,7 +113,7 @@ class SamplerConfig:
     max_len: int | None = None
     attend_buckets: tuple[int, ...] | None = None
     row_chunk: int | None = None
-    row_parts: int | None = None
+    row_parts: int | None = 1
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -404,7 +406,8 @@ def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int,
     buffers. The matmuls run on all R rows at once; the cache writes and the attention, which
     XLA:CPU runs on one thread per op, run per part as independent ops, which its thunk executor
     runs concurrently on its threads (``_row_parts``). Attention is row-wise (each row reduces only
-    its own slots), so the parts change no number (tested against one part).
+    its own slots), so the parts change the numbers only through XLA's different fusion of the
+    attention (float rounding: <= 1.4e-6 in log-probs measured; the same tokens, tested).
     tok, pos, active: [R] -> (float32 logits [R, V], cache as a tuple over parts)."""
     eps = cfg.rms_norm_eps
     nb = len(bounds) - 1  # blocks attended
@@ -448,7 +451,7 @@ def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int,
 
 def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
     """How many row parts the decode step's cache writes and attention run in (``_decode_token``):
-    ``scfg.row_parts``, or by default 2 on a single device for an even R >= 8, else 1.
+    ``scfg.row_parts``; None = 2 on a single device for an even R >= 8, else 1.
 
     Why 2 (#20, benchmarks/README.md): XLA:CPU runs each attention reduce and cache scatter on
     one thread, ~45% of a 10m decode step; as two independent ops they run on both threads."""
