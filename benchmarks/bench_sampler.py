@@ -10,6 +10,11 @@ same ``lax.while_loop`` (cost O(T · (P+T)) token-forwards instead of O(P + T)).
   python benchmarks/bench_sampler.py --configs tiny --rows 64 --new 64
   python benchmarks/bench_sampler.py --hf     # also HF transformers Qwen3 (needs torch+transformers,
                                               # not project dependencies): logits check + generate speed
+  python benchmarks/bench_sampler.py --size 10m --new 64 --no-cache-new 0 --hf --before main
+                                              # + the sampler of git revision main, interleaved
+
+A per-op profile of one decode step is ``profile_sampler.py``; interleaved A/B of sampler variants
+``ab_sampler.py``; the 2026-12-01 decode profile and what was tried are in benchmarks/README.md.
 
 Where a 10m decode step goes (#20 item 2; R=64, ragged P 4..16, T=64, greedy; jax.profiler
 trace of the compiled ``_sample_jit`` joined to its optimized HLO, op time summed per HLO

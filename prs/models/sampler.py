@@ -38,7 +38,8 @@ Two paths, same result (same tokens for the same key; tested):
     O(S²) attention), then the same path. Nothing to hold between turns; the extra cost is one
     prefill per turn, small next to T sequential decode steps for short conversations.
 Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
-place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``),
+place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``,
+and per row part, ``row_parts``),
 the decode step's layers are unrolled and the weights are split per layer once per call, so a
 step copies neither cache nor weights (``_split_cache``, ``_decode_weights``; keys are held as
 [R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
