@@ -10,7 +10,7 @@ same ``lax.while_loop`` (cost O(T · (P+T)) token-forwards instead of O(P + T)).
   python benchmarks/bench_sampler.py --configs tiny --rows 64 --new 64
   python benchmarks/bench_sampler.py --hf     # also HF transformers Qwen3 (needs torch+transformers,
                                               # not project dependencies): logits check + generate speed
-  python benchmarks/bench_sampler.py --size 10m --new 64 --no-cache-new 0 --hf --before main
+  python benchmarks/bench_sampler.py --size 10m --new 64 --no-cache-new 0 --hf --before main --row-parts 2
                                               # + the sampler of git revision main, interleaved
 
 A per-op profile of one decode step is ``profile_sampler.py``; interleaved A/B of sampler variants
@@ -171,7 +171,7 @@ def hf_compare(name, *, rows, prompt, new, repeats):
           f"{torch.get_num_threads()}: {best:.3f}s -> {rows * new / best:,.0f} tok/s", flush=True)
 
 
-def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None):
+def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None, row_parts=1):
     """prs ``sample`` vs HF ``generate`` on ragged prompts (lengths uniform in [4, prompt]; prs
     right-pads, HF left-pads with an attention mask), exactly ``new`` tokens per row (no EOS),
     greedy and temperature 1. Best of ``repeats`` after a warm-up, wall and process CPU time.
@@ -198,7 +198,7 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None):
     flops_tok = C.forward_flops_per_token(cfg, prompt + new // 2)
     out = []
     for temp in (0.0, 1.0):
-        scfg = S.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None)
+        scfg = S.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None, row_parts=row_parts)
         run = lambda: jax.block_until_ready(S.sample(params, tokens, lengths, jax.random.key(3), cfg=cfg, scfg=scfg).tokens)
         run()
         if before is not None:  # the sampler of a git revision, interleaved with this tree's
@@ -230,7 +230,7 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None):
                             prs_tok_cpu_s=f"{n / c_b:,.0f}", hf_tok_cpu_s=f"{n / c_t:,.0f}",
                             speedup_cpu=f"{c_t / c_b:.2f}x", prs_roofline=f"{flops_tok * n / w_b / peak:.1%}",
                             hf_roofline=f"{flops_tok * n / w_t / peak:.1%}"))
-        out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp, code="this tree",
+        out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp, code=f"this tree, row_parts={row_parts}",
                         prs_tok_s=f"{n / w_p:,.0f}", hf_tok_s=f"{n / w_t:,.0f}", speedup=f"{w_t / w_p:.2f}x",
                         prs_tok_cpu_s=f"{n / c_p:,.0f}", hf_tok_cpu_s=f"{n / c_t:,.0f}", speedup_cpu=f"{c_t / c_p:.2f}x",
                         prs_roofline=f"{flops_tok * n / w_p / peak:.1%}", hf_roofline=f"{flops_tok * n / w_t / peak:.1%}"))
@@ -275,6 +275,7 @@ def main():
                          "for tiny, 64 otherwise: the full re-forward is quadratic; 0 skips)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hf", action="store_true", help="also compare with HF transformers Qwen3")
+    ap.add_argument("--row-parts", type=int, default=1, help="SamplerConfig.row_parts of this tree's sampler (--hf)")
     ap.add_argument("--before", default=None, metavar="REV",
                     help="with --hf: also the sampler of git revision REV, interleaved with this tree's")
     ap.add_argument("--multi-turn", type=int, default=0, metavar="O",
@@ -290,7 +291,7 @@ def main():
         if a.hf:
             hf_compare(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats)
             side_by_side(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, peak=peak,
-                         before_rev=a.before)
+                         before_rev=a.before, row_parts=a.row_parts)
         if a.multi_turn:
             multi_turn(name, rows=a.rows, prompt=a.prompt, new=new, obs=a.multi_turn, repeats=a.repeats)
 
