@@ -10,6 +10,11 @@ same ``lax.while_loop`` (cost O(T · (P+T)) token-forwards instead of O(P + T)).
   python benchmarks/bench_sampler.py --configs tiny --rows 64 --new 64
   python benchmarks/bench_sampler.py --hf     # also HF transformers Qwen3 (needs torch+transformers,
                                               # not project dependencies): logits check + generate speed
+  python benchmarks/bench_sampler.py --size 10m --new 64 --no-cache-new 0 --hf --before main --row-parts 2
+                                              # + the sampler of git revision main, interleaved
+
+A per-op profile of one decode step is ``profile_sampler.py``; interleaved A/B of sampler variants
+``ab_sampler.py``; the 2026-12-01 decode profile and what was tried are in benchmarks/README.md.
 
 Where a 10m decode step goes (#20 item 2; R=64, ragged P 4..16, T=64, greedy; jax.profiler
 trace of the compiled ``_sample_jit`` joined to its optimized HLO, op time summed per HLO
@@ -166,7 +171,7 @@ def hf_compare(name, *, rows, prompt, new, repeats):
           f"{torch.get_num_threads()}: {best:.3f}s -> {rows * new / best:,.0f} tok/s", flush=True)
 
 
-def side_by_side(name, *, rows, prompt, new, repeats, peak):
+def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None, row_parts=1):
     """prs ``sample`` vs HF ``generate`` on ragged prompts (lengths uniform in [4, prompt]; prs
     right-pads, HF left-pads with an attention mask), exactly ``new`` tokens per row (no EOS),
     greedy and temperature 1. Best of ``repeats`` after a warm-up, wall and process CPU time.
@@ -174,6 +179,10 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak):
     / the measured f32 matmul FLOP/s."""
     import torch
 
+    before = None
+    if before_rev:
+        import ab_sampler
+        before = ab_sampler.load_sampler(before_rev)
     cfg = M.ModelConfig.preset(name)
     params = M.init_params(cfg, jax.random.key(0))
     hf = C.hf_model(cfg, params)
@@ -189,10 +198,23 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak):
     flops_tok = C.forward_flops_per_token(cfg, prompt + new // 2)
     out = []
     for temp in (0.0, 1.0):
-        scfg = S.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None)
+        scfg = S.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None, row_parts=row_parts)
         run = lambda: jax.block_until_ready(S.sample(params, tokens, lengths, jax.random.key(3), cfg=cfg, scfg=scfg).tokens)
         run()
-        w_p, c_p = C.best_of(run, repeats)
+        if before is not None:  # the sampler of a git revision, interleaved with this tree's
+            bcfg = before.SamplerConfig(max_new_tokens=new, temperature=temp, buckets=None)
+            run_b = lambda: jax.block_until_ready(before.sample(params, tokens, lengths, jax.random.key(3), cfg=cfg,
+                                                                 scfg=bcfg).tokens)
+            run_b()
+            w_b = c_b = float("inf")
+            w_p = c_p = float("inf")
+            for _ in range(repeats):
+                w, c = C.best_of(run_b, 1)
+                w_b, c_b = min(w_b, w), min(c_b, c)
+                w, c = C.best_of(run, 1)
+                w_p, c_p = min(w_p, w), min(c_p, c)
+        else:
+            w_p, c_p = C.best_of(run, repeats)
 
         def gen():
             with torch.no_grad():
@@ -202,7 +224,13 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak):
         gen()
         w_t, c_t = C.best_of(gen, repeats)
         n = rows * new
-        out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp,
+        if before is not None:
+            out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp, code=before_rev,
+                            prs_tok_s=f"{n / w_b:,.0f}", hf_tok_s=f"{n / w_t:,.0f}", speedup=f"{w_t / w_b:.2f}x",
+                            prs_tok_cpu_s=f"{n / c_b:,.0f}", hf_tok_cpu_s=f"{n / c_t:,.0f}",
+                            speedup_cpu=f"{c_t / c_b:.2f}x", prs_roofline=f"{flops_tok * n / w_b / peak:.1%}",
+                            hf_roofline=f"{flops_tok * n / w_t / peak:.1%}"))
+        out.append(dict(size=name, R=rows, P=f"4..{prompt}", T=new, temperature=temp, code=f"this tree, row_parts={row_parts}",
                         prs_tok_s=f"{n / w_p:,.0f}", hf_tok_s=f"{n / w_t:,.0f}", speedup=f"{w_t / w_p:.2f}x",
                         prs_tok_cpu_s=f"{n / c_p:,.0f}", hf_tok_cpu_s=f"{n / c_t:,.0f}", speedup_cpu=f"{c_t / c_p:.2f}x",
                         prs_roofline=f"{flops_tok * n / w_p / peak:.1%}", hf_roofline=f"{flops_tok * n / w_t / peak:.1%}"))
@@ -247,6 +275,9 @@ def main():
                          "for tiny, 64 otherwise: the full re-forward is quadratic; 0 skips)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hf", action="store_true", help="also compare with HF transformers Qwen3")
+    ap.add_argument("--row-parts", type=int, default=1, help="SamplerConfig.row_parts of this tree's sampler (--hf)")
+    ap.add_argument("--before", default=None, metavar="REV",
+                    help="with --hf: also the sampler of git revision REV, interleaved with this tree's")
     ap.add_argument("--multi-turn", type=int, default=0, metavar="O",
                     help="also time one resumed turn with O observation tokens (cache vs re-prefill)")
     a = ap.parse_args()
@@ -259,7 +290,8 @@ def main():
         bench(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, no_cache_new=ncn)
         if a.hf:
             hf_compare(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats)
-            side_by_side(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, peak=peak)
+            side_by_side(name, rows=a.rows, prompt=a.prompt, new=new, repeats=a.repeats, peak=peak,
+                         before_rev=a.before, row_parts=a.row_parts)
         if a.multi_turn:
             multi_turn(name, rows=a.rows, prompt=a.prompt, new=new, obs=a.multi_turn, repeats=a.repeats)
 

@@ -383,3 +383,57 @@ def test_row_chunk_equals_one_call(params):
     assert S._sample_jit._cache_size() == n0 + 1  # only the return_cache=True variant of R=3 was new
     with pytest.raises(ValueError, match="row_chunk"):
         S.SamplerConfig(max_new_tokens=1, row_chunk=0)
+
+
+def test_row_parts_equal_one_part_and_stepwise_forward(params):
+    """R=8 ragged rows: the decode step with its cache writes and attention in 2 (``row_parts=None``
+    on a single device) or 4 row parts gives the greedy tokens of the full-forward reference, logprobs
+    equal to forward's, and, at temperature 1 with an eos, the same rollout and returned cache as
+    one part for the same key; a cached resume from the parts' cache continues identically."""
+    R, T = 8, 7
+    lengths = np.array([8, 1, 3, 5, 2, 7, 4, 6])
+    toks = np.asarray(jax.random.randint(jax.random.key(41), (R, 8), 1, CFG.vocab_size), np.int32)
+    toks = np.where(np.arange(8)[None, :] < lengths[:, None], toks, 63)
+    auto = S.SamplerConfig(max_new_tokens=1, row_parts=None)
+    assert S._row_parts(R, None, S.SamplerConfig(max_new_tokens=1)) == 1  # the default: one part
+    assert S._row_parts(R, None, auto) == 2
+    assert S._row_parts(4, None, auto) == 1  # too few rows
+    assert S._row_parts(9, None, auto) == 1  # odd
+    greedy = S.SamplerConfig(max_new_tokens=T, temperature=0.0, buckets=(8,))
+    ref, _ = _reference_greedy(params, toks, lengths, T, 8 + T)
+    for parts in (None, 4):
+        ro = S.sample(params, toks, lengths, jax.random.key(5), cfg=CFG, scfg=dataclasses.replace(greedy, row_parts=parts))
+        for r in range(R):
+            np.testing.assert_array_equal(np.asarray(ro.tokens)[r, : lengths[r] + T], ref[r])
+        _check_logprobs_against_forward(params, ro)
+    warm = S.SamplerConfig(max_new_tokens=T, temperature=1.0, buckets=(8,), eos_id=3)
+    outs = {p: S.sample(params, toks, lengths, jax.random.key(9), cfg=CFG, scfg=dataclasses.replace(warm, row_parts=p),
+                        return_cache=True) for p in (1, 2, 4)}
+    (one, c1) = outs[1]
+    for p in (2, 4):
+        ro, c = outs[p]
+        for f in ("tokens", "policy_mask", "lengths", "finished", "truncated", "stop_token"):
+            np.testing.assert_array_equal(getattr(ro, f), getattr(one, f), err_msg=f"{f}, row_parts={p}")
+        np.testing.assert_allclose(ro.logprobs, one.logprobs, atol=1e-5)
+        np.testing.assert_allclose(ro.sampling_logprobs, one.sampling_logprobs, atol=1e-5)
+        for name in ("k", "v"):
+            np.testing.assert_allclose(c[name], c1[name], atol=1e-5)
+    obs = np.tile(np.array([[40, 41]], np.int32), (R, 1))
+    ol = np.array([2, 1, 0, 2, 1, 2, 0, 1])
+    a = S.append_and_resume(params, outs[2][0], obs, ol, jax.random.key(6), cfg=CFG,
+                            scfg=dataclasses.replace(warm, row_parts=2), cache=outs[2][1])
+    b = S.append_and_resume(params, one, obs, ol, jax.random.key(6), cfg=CFG,
+                            scfg=dataclasses.replace(warm, row_parts=1), cache=c1)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    _check_logprobs_against_forward(params, a)
+
+
+def test_row_parts_bad_values_raise(params, rows, eight_devices):
+    with pytest.raises(ValueError, match="row_parts must be >= 1"):
+        S.SamplerConfig(max_new_tokens=1, row_parts=0)
+    with pytest.raises(ValueError, match="row_parts=3 must divide the rows of a call, 4"):
+        S.sample(params, rows, LENGTHS, jax.random.key(0), cfg=CFG, scfg=dataclasses.replace(GREEDY, row_parts=3))
+    with pytest.raises(ValueError, match="needs a single device"):
+        S.sample(params, rows, LENGTHS, jax.random.key(0), cfg=CFG, mesh=make_mesh(eight_devices[:2]),
+                 scfg=dataclasses.replace(GREEDY, row_parts=2))

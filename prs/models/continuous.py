@@ -102,7 +102,7 @@ def _decode(s: _ContState, w, keys, stop_ids, *, cfg: ModelConfig, scfg: Sampler
     step_keys = jax.vmap(jax.random.fold_in)(keys[s.req], s.n_new)  # [S]
     tok, lp, samp = S.choose_tokens(s.logits, step_keys, scfg)  # [S] each
     active, wi, hit, n_new, cur, done = S._advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)  # [S] each
-    logits, cache = S._decode_token(w, s.cache, tok, s.cur, active, bounds=(0, L), cfg=cfg)
+    logits, (cache,) = S._decode_token(w, (s.cache,), tok, s.cur, active, bounds=(0, L), cfg=cfg)
     rq = s.req
     return s.replace(
         steps=s.steps + 1, n_new=n_new, cur=cur, done=done, logits=logits, cache=cache,

@@ -38,7 +38,8 @@ Two paths, same result (same tokens for the same key; tested):
     O(S²) attention), then the same path. Nothing to hold between turns; the extra cost is one
     prefill per turn, small next to T sequential decode steps for short conversations.
 Within one call the cache never leaves the jit: the ``while_loop`` carries it and XLA updates it in
-place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``),
+place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``,
+and per row part, ``row_parts``),
 the decode step's layers are unrolled and the weights are split per layer once per call, so a
 step copies neither cache nor weights (``_split_cache``, ``_decode_weights``; keys are held as
 [R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
@@ -91,6 +92,15 @@ class SamplerConfig:
       row_chunk: ``sample`` runs R rows as ceil(R / row_chunk) calls of ``row_chunk`` rows each
         (the last padded with dummy rows), so the KV cache of only ``row_chunk`` rows is live;
         the output equals one call over all rows (per-row keys; tested). None = one call.
+      row_parts: the decode step's cache writes and attention run as this many independent ops
+        over equal row ranges (each with its own cache buffers), which XLA:CPU's thunk executor
+        runs concurrently on its threads; the matmuls still see all rows (``_decode_token``).
+        Must divide the rows of a call; > 1 needs a single device (no ``mesh``). Same tokens;
+        the log-probs move by float rounding (<= 1.4e-6 measured: XLA fuses the attention
+        differently). Default 1 (the program of one part is that of before, so committed runs
+        replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
+        (R=64) and lets the two cores share the attention, see #20's section in
+        benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
     """
 
     max_new_tokens: int
@@ -104,6 +114,7 @@ class SamplerConfig:
     max_len: int | None = None
     attend_buckets: tuple[int, ...] | None = None
     row_chunk: int | None = None
+    row_parts: int | None = 1
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -121,6 +132,8 @@ class SamplerConfig:
             object.__setattr__(self, "attend_buckets", tuple(sorted(int(b) for b in self.attend_buckets)))
         if self.row_chunk is not None and int(self.row_chunk) < 1:
             raise ValueError(f"SamplerConfig.row_chunk must be >= 1 or None, got {self.row_chunk}")
+        if self.row_parts is not None and int(self.row_parts) < 1:
+            raise ValueError(f"SamplerConfig.row_parts must be >= 1 or None, got {self.row_parts}")
 
     @property
     def all_stop_ids(self) -> tuple[int, ...]:
@@ -383,44 +396,92 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     return explicit.reshape_rows(out, (R, 1, K * H)).astype(vs[0].dtype)
 
 
-def _decode_token(w: dict, cache: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
+def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
     """One decode step of every row, layers unrolled, against per-layer block caches: writes the
     token's k/v at slot ``pos`` (active rows only) into the block holding it, and attends the
     blocks ``[bounds[0], bounds[-1])`` only (the caller guarantees ``pos < bounds[-1]``; later
     blocks pass through untouched). Same equations as ``qwen3.extend`` with C = 1 (masked slots
     add exact zeros there, so leaving them out changes nothing but float summation order).
-    tok, pos, active: [R] -> (float32 logits [R, V], cache)."""
+
+    ``parts``: the cache as a tuple over P_r equal row ranges (``_split_parts``), each its own
+    buffers. The matmuls run on all R rows at once; the cache writes and the attention, which
+    XLA:CPU runs on one thread per op, run per part as independent ops, which its thunk executor
+    runs concurrently on its threads (``_row_parts``). Attention is row-wise (each row reduces only
+    its own slots), so the parts change the numbers only through XLA's different fusion of the
+    attention (float rounding: <= 1.4e-6 in log-probs measured; the same tokens, tested).
+    tok, pos, active: [R] -> (float32 logits [R, V], cache as a tuple over parts)."""
     eps = cfg.rms_norm_eps
     nb = len(bounds) - 1  # blocks attended
     R = tok.shape[0]
-    rows = explicit.constrain_rows(jnp.arange(R))[:, None]  # [R, 1]
+    n_parts = len(parts)
+    n = R // n_parts
+    piece = (lambda x, i: x) if n_parts == 1 else (lambda x, i: x[i * n:(i + 1) * n])  # rows of part i
+    rows = explicit.constrain_rows(jnp.arange(n))[:, None]  # [n, 1]
     slots = []  # per block: [R, 1] index within the block, out of range (dropped) if not there
     for a, b in zip(bounds[:-1], bounds[1:]):
         inside = active & (pos >= a) & (pos < b)
         slots.append(jnp.where(inside, pos - a, b - a)[:, None])
     positions = pos[:, None]  # [R, 1]
     h = explicit.gather_rows(w["embed"], tok[:, None]).astype(cfg.dtype)  # [R, 1, D]
-    new_k, new_v = [], []
-    for lp, ck, cv in zip(w["layers"], *cache):
+    new = [([], []) for _ in parts]
+    for l, lp in enumerate(w["layers"]):
         a = model_lib.rms_norm(h, lp["input_layernorm"], eps=eps)
         q, k, v = _decode_qkv(lp, a, positions, cfg)
-        # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [R, 1, Kv, H]: the advanced
+        # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [n, 1, Kv, H]: the advanced
         # indices' axes come first, so k and v go in as they are
         q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
-        ck = tuple(c.at[rows, :, :, sl].set(k.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
-                   for c, sl in zip(ck[:nb], slots)) + ck[nb:]
-        cv = tuple(c.at[rows, :, sl].set(v.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
-                   for c, sl in zip(cv[:nb], slots)) + cv[nb:]
-        att = _block_attention(q, [c.astype(cfg.dtype) for c in ck[:nb]], [c.astype(cfg.dtype) for c in cv[:nb]],
-                               pos, bounds, cfg)
+        atts = []
+        for i, (pk, pv) in enumerate(parts):
+            ki, vi = piece(k, i), piece(v, i)
+            ck = tuple(c.at[rows, :, :, piece(sl, i)].set(ki.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+                       for c, sl in zip(pk[l][:nb], slots)) + pk[l][nb:]
+            cv = tuple(c.at[rows, :, piece(sl, i)].set(vi.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+                       for c, sl in zip(pv[l][:nb], slots)) + pv[l][nb:]
+            atts.append(_block_attention(piece(q, i), [c.astype(cfg.dtype) for c in ck[:nb]],
+                                         [c.astype(cfg.dtype) for c in cv[:nb]], piece(pos, i), bounds, cfg))
+            new[i][0].append(ck)
+            new[i][1].append(cv)
+        att = atts[0] if n_parts == 1 else jnp.concatenate(atts)  # [R, 1, K·H]
         h = h + model_lib.dense(att, lp["o_proj"], dtype=cfg.dtype)
         m = model_lib.rms_norm(h, lp["post_attention_layernorm"], eps=eps)
         h = h + _decode_mlp(lp, m, cfg)
-        new_k.append(ck)
-        new_v.append(cv)
     hn = model_lib.rms_norm(h[:, 0], w["norm"], eps=eps)
     logits = model_lib.dense(hn, w["head"], dtype=cfg.dtype, preferred_element_type=jnp.float32)  # [R, V]
-    return logits, (tuple(new_k), tuple(new_v))
+    return logits, tuple((tuple(nk), tuple(nv)) for nk, nv in new)
+
+
+def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
+    """How many row parts the decode step's cache writes and attention run in (``_decode_token``):
+    ``scfg.row_parts``; None = 2 on a single device for an even R >= 8, else 1.
+
+    Why 2 (#20, benchmarks/README.md): XLA:CPU runs each attention reduce and cache scatter on
+    one thread, ~45% of a 10m decode step; as two independent ops they run on both threads."""
+    single = mesh is None and explicit.explicit_mesh() is None
+    if scfg.row_parts is None:
+        return 2 if single and R % 2 == 0 and R >= 8 else 1
+    if scfg.row_parts > 1 and not single:
+        raise ValueError(f"SamplerConfig.row_parts={scfg.row_parts} needs a single device (no mesh); use 1 or None")
+    if R % scfg.row_parts:
+        raise ValueError(f"SamplerConfig.row_parts={scfg.row_parts} must divide the rows of a call, {R}")
+    return scfg.row_parts
+
+
+def _split_parts(cache: Cache, bounds: tuple[int, ...], mesh, parts: int) -> tuple:
+    """``_split_cache`` of each of ``parts`` equal row ranges: a tuple over parts."""
+    R = cache["k"].shape[1]
+    n = R // parts
+    if parts == 1:
+        return (_split_cache(cache, bounds, mesh),)
+    return tuple(_split_cache(jax.tree.map(lambda c: c[:, i * n:(i + 1) * n], cache), bounds, mesh)
+                 for i in range(parts))
+
+
+def _stack_parts(parts: tuple) -> Cache:
+    """Inverse of ``_split_parts``."""
+    stacked = [_stack_cache(p) for p in parts]
+    if len(stacked) == 1:
+        return stacked[0]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *stacked)
 
 
 def _advance(tok, done, cur, n_new, limit, stop_ids, L: int):
@@ -520,7 +581,7 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 def _sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
                 return_cache: bool = True):
     s = _sample_state(params, tokens, lengths, key, budget, row0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_cache(s.cache) if return_cache else None)
+    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_parts(s.cache) if return_cache else None)
 
 
 def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig,
@@ -538,7 +599,7 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
         done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
-        logits=logits, cache=_split_cache(cache, _blocks(P, scfg), mesh),
+        logits=logits, cache=_split_parts(cache, _blocks(P, scfg), mesh, _row_parts(R, mesh, scfg)),
     )
     return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh)
 
@@ -576,10 +637,10 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
         sampling_logprobs=grow(prev.sampling_logprobs, 0.0),
         cur=cur, n_new=jnp.zeros((R,), jnp.int32), done=~resumed,
         stop_token=jnp.full((R,), -1, jnp.int32), limit=jnp.full((R,), T, jnp.int32), logits=logits,
-        cache=_split_cache(cache, _blocks(L0 + O, scfg), mesh),
+        cache=_split_parts(cache, _blocks(L0 + O, scfg), mesh, _row_parts(R, mesh, scfg)),
     )
     s = _decode_loop(params, state, key, 0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_cache(s.cache)
+    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_parts(s.cache)
 
 
 # ----------------------------------------------------------------------------- public API
