@@ -437,3 +437,25 @@ def test_row_parts_bad_values_raise(params, rows, eight_devices):
     with pytest.raises(ValueError, match="needs a single device"):
         S.sample(params, rows, LENGTHS, jax.random.key(0), cfg=CFG, mesh=make_mesh(eight_devices[:2]),
                  scfg=dataclasses.replace(GREEDY, row_parts=2))
+
+
+def test_rl_row_parts_reaches_the_trainers_sampler_and_keeps_the_tokens():
+    """``algo``/``sampler.row_parts`` (``RLConfig.row_parts``) is the trainer's ``SamplerConfig.row_parts``;
+    2 parts give the 1-part rollout's tokens (log-probs to float rounding); a bad value is one error."""
+    import dataclasses as dc
+
+    from prs.core import prefix as ps
+    from prs.rl import trainer as T
+    from tests._arith_tiny import MODEL, RL, TASK, warm_params
+
+    eps = []
+    for parts in (1, 2):
+        tr = T.Trainer(TASK, MODEL, dc.replace(RL, row_parts=parts), ps.PrefixConfig(n=RL.group_size))
+        assert tr.rollouts.scfg.row_parts == parts
+        probs = TASK.train_problems(seed=0, step=0, count=RL.tasks_per_step)
+        eps.append(tr.rollouts.rollout(warm_params(), probs, jax.random.PRNGKey(4), group_size=RL.group_size))
+    np.testing.assert_array_equal(np.asarray(eps[0].tokens), np.asarray(eps[1].tokens))
+    np.testing.assert_array_equal(np.asarray(eps[0].rewards), np.asarray(eps[1].rewards))
+    np.testing.assert_allclose(np.asarray(eps[0].logprobs), np.asarray(eps[1].logprobs), atol=1e-5)
+    with pytest.raises(ValueError, match="row_parts"):
+        T.RLConfig(row_parts=0)

@@ -95,6 +95,9 @@ class RLConfig:
       row_chunk: sample the R rollout rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``:
         only that many rows' KV cache is live; tokens identical to one call, per-row key streams);
         ``None``: one call.
+      row_parts: ``SamplerConfig.row_parts`` (the decode step's cache writes and attention in this
+        many concurrent row parts; 1: one, the program committed runs replay; ``None``: 2 on a
+        single device for an even R >= 8). Same tokens; log-probs move by float rounding.
       continuous_slots: sample with continuous batching over this many decode slots
         (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
         row; same tokens as static sampling, per-row key streams); ``None``: static batches.
@@ -163,6 +166,7 @@ class RLConfig:
     top_p: float = 1.0
     max_new_tokens: int | None = None
     row_chunk: int | None = None
+    row_parts: int | None = 1
     continuous_slots: int | None = None
     eval_count: int = 256
     eval_samples: int = 2
@@ -203,6 +207,9 @@ class RLConfig:
             raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
         if self.row_chunk is not None and (isinstance(self.row_chunk, bool) or int(self.row_chunk) < 1):
             raise ValueError(f"RLConfig.row_chunk (sampler.row_chunk) must be None or an integer >= 1, got {self.row_chunk}")
+        if self.row_parts is not None and (isinstance(self.row_parts, bool) or not isinstance(self.row_parts, int)
+                                           or self.row_parts < 1):
+            raise ValueError(f"RLConfig.row_parts (sampler.row_parts) must be None or an integer >= 1, got {self.row_parts!r}")
         if self.continuous_slots is not None and (isinstance(self.continuous_slots, bool)
                                                   or not isinstance(self.continuous_slots, int) or self.continuous_slots < 1):
             raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots) must be None or an integer >= 1, "

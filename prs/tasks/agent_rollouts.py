@@ -150,7 +150,7 @@ class AgentRollouts:
         self.width = env.episode_width                                          # L
         self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=rl.temperature, top_k=rl.top_k,
                                   top_p=rl.top_p, eos_id=EOS, stop_ids=(EOT,), pad_id=PAD,
-                                  buckets=(self.P, self.width))
+                                  buckets=(self.P, self.width), row_parts=rl.row_parts)
         self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
         # widths of a rebuilt context (both modes): quarters of L rounded up to 8, so a short prefix
         # is not prefilled (replay) or attended (regenerate) over the whole episode width
