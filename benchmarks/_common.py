@@ -12,6 +12,24 @@ import numpy as np
 SIZES = ("tiny", "small", "10m")
 
 
+def sampler_arguments(ap):
+    """The decode benchmarks' shape flags: --size, --rows, --prompt (longest prompt), --new."""
+    ap.add_argument("--size", default="10m", choices=SIZES)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--prompt", type=int, default=16)
+    ap.add_argument("--new", type=int, default=64)
+    return ap
+
+
+def ragged_prompts(vocab_size: int, rows: int, prompt: int, seed: int = 0):
+    """The sampler benchmarks' input: ``rows`` right-padded prompts of lengths drawn in [4, prompt]
+    (random ids in [1, vocab_size), pad 0) -> (tokens [rows, prompt] int32, lengths [rows] int32)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, prompt + 1, rows).astype(np.int32)
+    tokens = rng.integers(1, vocab_size, (rows, prompt)).astype(np.int32)
+    return np.where(np.arange(prompt)[None] < lengths[:, None], tokens, 0), lengths
+
+
 def best_of(fn, repeats: int = 3) -> tuple[float, float]:
     """Best wall-clock and best process-CPU seconds of ``fn()`` over ``repeats`` calls (warm-up excluded
     by the caller). CPU time is the steadier figure on a machine shared with other jobs."""

@@ -50,10 +50,7 @@ def load_sampler(rev: str | None, name: str = "tree"):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="10m", choices=C.SIZES)
-    ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--prompt", type=int, default=16)
-    ap.add_argument("--new", type=int, default=64)
+    C.sampler_arguments(ap)
     ap.add_argument("--temperature", type=float, nargs="+", default=[0.0, 1.0])
     ap.add_argument("--before", default=None, help="git revision whose sampler.py is the 'before' variant")
     ap.add_argument("--variants", nargs="*", default=[], help="SamplerConfig overrides k=v[,k=v] of this tree")
@@ -62,10 +59,7 @@ def main():
     a = ap.parse_args()
     cfg = M.ModelConfig.preset(a.size)
     params = M.init_params(cfg, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(4, a.prompt + 1, a.rows).astype(np.int32)
-    tokens = rng.integers(1, cfg.vocab_size, (a.rows, a.prompt)).astype(np.int32)
-    tokens = np.where(np.arange(a.prompt)[None] < lengths[:, None], tokens, 0)
+    tokens, lengths = C.ragged_prompts(cfg.vocab_size, a.rows, a.prompt)
     mods = ([("before " + a.before, load_sampler(a.before), {})] if a.before else []) + [("this tree", S, {})]
     for v in a.variants:
         over = {k: ast.literal_eval(x) for k, x in (kv.split("=", 1) for kv in v.split(";"))}

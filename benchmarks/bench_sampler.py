@@ -186,10 +186,7 @@ def side_by_side(name, *, rows, prompt, new, repeats, peak, before_rev=None, row
     cfg = M.ModelConfig.preset(name)
     params = M.init_params(cfg, jax.random.key(0))
     hf = C.hf_model(cfg, params)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(4, prompt + 1, rows).astype(np.int32)
-    tokens = rng.integers(1, cfg.vocab_size, (rows, prompt)).astype(np.int32)
-    tokens = np.where(np.arange(prompt)[None] < lengths[:, None], tokens, 0)
+    tokens, lengths = C.ragged_prompts(cfg.vocab_size, rows, prompt)
     left = np.zeros_like(tokens)
     att = np.zeros_like(tokens)
     for r in range(rows):  # host-side setup of the HF input only

@@ -41,22 +41,6 @@ _GROUPS = [
 ]
 
 
-def _parse(hlo: str):
-    comps, cur, entry = {}, None, None
-    for ln in hlo.splitlines():
-        m = re.match(r"^(?:ENTRY )?%([\w.\-]+) .*\{$", ln)
-        if m:
-            cur = m.group(1)
-            comps[cur] = []
-            if ln.startswith("ENTRY"):
-                entry = cur
-        elif ln.startswith("}"):
-            cur = None
-        elif cur:
-            comps[cur].append(ln)
-    return comps, entry
-
-
 def _label(chain, op, ln):
     fnames = [f for f, _ in chain]
     g = next((g for f, g in _GROUPS if f in fnames), None)
@@ -91,10 +75,7 @@ def _label(chain, op, ln):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="10m", choices=C.SIZES)
-    ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--prompt", type=int, default=16)
-    ap.add_argument("--new", type=int, default=64)
+    C.sampler_arguments(ap)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--traces", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
@@ -105,10 +86,7 @@ def main():
     a = ap.parse_args()
     cfg = M.ModelConfig.preset(a.size)
     params = M.init_params(cfg, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(4, a.prompt + 1, a.rows).astype(np.int32)
-    tokens = rng.integers(1, cfg.vocab_size, (a.rows, a.prompt)).astype(np.int32)
-    tokens = np.where(np.arange(a.prompt)[None] < lengths[:, None], tokens, 0)
+    tokens, lengths = C.ragged_prompts(cfg.vocab_size, a.rows, a.prompt)
     scfg = S.SamplerConfig(max_new_tokens=a.new, temperature=a.temperature, row_parts=a.parts)
     padded = S.pad_to_bucket(tokens, lengths, buckets=scfg.buckets)
     args = (params, jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(3),
@@ -130,7 +108,7 @@ def main():
         print(f"cost_analysis (whole call; XLA counts a while body once): flops {ca.get('flops', 0) / 1e9:.3f} G, "
               f"bytes accessed {ca.get('bytes accessed', 0) / 1e6:.1f} MB")
 
-    comps, entry = _parse(hlo)
+    comps, entry = PU.computations(hlo)
     shapes = {}
     for lines in comps.values():
         for ln in lines:

@@ -83,8 +83,9 @@ def _dot_flops(comp_lines, shapes):
     return total
 
 
-def analyse(hlo: str, durations: dict[str, float]):
-    comps, cur = {}, None
+def computations(hlo: str):
+    """HLO text -> ({computation name: its instruction lines}, the ENTRY computation's name)."""
+    comps, cur, entry = {}, None, None
     for ln in hlo.splitlines():
         m = re.match(r"^(?:ENTRY )?%([\w.\-]+) .*\{$", ln)
         if m:
@@ -96,6 +97,11 @@ def analyse(hlo: str, durations: dict[str, float]):
             cur = None
         elif cur:
             comps[cur].append(ln)
+    return comps, entry
+
+
+def analyse(hlo: str, durations: dict[str, float]):
+    comps, entry = computations(hlo)
     shapes = {}
     for lines in comps.values():
         for ln in lines:

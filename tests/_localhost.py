@@ -18,19 +18,32 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def run_processes(worker: str, args, *, cwd, timeout: int, n: int = 2, tail: int = 6000) -> list[str]:
     """Runs ``python tests/<worker> *args(i)`` as process i of ``n``; ``args`` is a function of i.
     Returns the processes' logs (stdout + stderr)."""
+    codes, logs = start_processes(worker, args, cwd=cwd, timeout=timeout, n=n)
+    assert codes == [0] * n, "\n".join(logs)[-tail:]
+    return logs
+
+
+def start_processes(worker: str, args, *, cwd, timeout: int, n: int = 2, env=None) -> tuple[list[int], list[str]]:
+    """``run_processes`` without the exit-code check (extra ``env`` entries allowed): waits at most
+    ``timeout`` s for each and returns (exit codes, logs); a process still running then is killed
+    and the call raises ``subprocess.TimeoutExpired``."""
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PRS_COORDINATOR=f"localhost:{port}",
-               PRS_NUM_PROCESSES=str(n))
+    base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    base.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PRS_COORDINATOR=f"localhost:{port}",
+                PRS_NUM_PROCESSES=str(n), **(env or {}))
     path = str(pathlib.Path(__file__).with_name(worker))
-    procs = [subprocess.Popen([sys.executable, path, *map(str, args(i))], env={**env, "PRS_PROCESS_ID": str(i)},
+    procs = [subprocess.Popen([sys.executable, path, *map(str, args(i))], env={**base, "PRS_PROCESS_ID": str(i)},
                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(n)]
-    logs = [p.communicate(timeout=timeout)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0] * n, "\n".join(logs)[-tail:]
-    return logs
+    try:
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [p.returncode for p in procs], logs
 
 
 def start_worker(*, devices: int = 2, processes: int = 2):

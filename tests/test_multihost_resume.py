@@ -76,3 +76,45 @@ def test_two_process_run_resumed_from_its_checkpoint_equals_the_uninterrupted_ru
             # atol 1e-5 as in test_multihost_train (Adam amplifies the sharded reductions' rounding)
             np.testing.assert_allclose(res[jax.tree_util.keystr(key)], np.asarray(leaf), rtol=1e-5, atol=1e-5,
                                        err_msg=f"{name} {jax.tree_util.keystr(key)}")
+
+
+@pytest.mark.slow
+def test_a_kill_9_of_one_process_ends_the_job_and_a_rerun_resumes_to_the_same_run(tmp_path, monkeypatch):
+    """Process 1 of two is SIGKILLed at the start of step 2 (after the step-2 checkpoint), as a
+    preempted or OOM-killed host: process 0 does not hang, ``jax.distributed``'s heartbeat timeout
+    ends it with an error; the same command re-run in the same directory resumes from step 2 and
+    writes the single-process run's metrics (every number but wall-clock times, to 1e-5) and final
+    parameters (to 1e-5)."""
+    import time
+
+    from _localhost import start_processes
+
+    base_dir = tmp_path / "base"
+    runner.base_params(TASK, MODEL, run_cfg(base_dir), base_dir, log=lambda *a: None)
+    CapturingTrainer, captured = capturing_trainer()
+    monkeypatch.setattr(runner, "Trainer", CapturingTrainer)
+    runner.run(TASK, MODEL, rl_cfg(), prefix_cfg(), run_cfg(base_dir), tmp_path / "ref", log=lambda *a: None)
+    want_params = captured[0].params
+
+    t0 = time.monotonic()
+    codes, logs = start_processes("_multihost_kill_worker.py", lambda i: [tmp_path, base_dir, "kill"], cwd=tmp_path,
+                                  timeout=600, env={"PRS_HEARTBEAT_TIMEOUT_S": "10"})
+    waited = time.monotonic() - t0
+    assert codes[1] == -9, "\n".join(logs)[-4000:]  # killed
+    assert codes[0] != 0, "\n".join(logs)[-4000:]   # ended by the lost peer, not finished, not hung
+    assert (tmp_path / "killed" / "checkpoints" / str(CRASH_AT)).is_dir()
+    run_processes("_multihost_kill_worker.py", lambda i: [tmp_path, base_dir, "resume"], cwd=tmp_path, timeout=900,
+                  tail=6000)
+    summary = json.loads((tmp_path / "killed_summary.json").read_text())
+    assert summary["resumed_from_step"] == CRASH_AT
+    want, got = _records(tmp_path / "ref" / "metrics.jsonl"), _records(tmp_path / "killed" / "metrics.jsonl")
+    assert [(m["kind"], m["step"]) for m in got] == [(m["kind"], m["step"]) for m in want]
+    for i, (w, g) in enumerate(zip(want, got)):
+        assert sorted(g) == sorted(w)
+        for key in w:
+            _same(g[key], w[key], f"record {i} ({w['kind']}, step {w['step']}) key {key}: {g[key]} vs {w[key]}")
+    res = np.load(tmp_path / "killed.npz")
+    for key, leaf in jax.tree_util.tree_leaves_with_path(want_params):
+        np.testing.assert_allclose(res[jax.tree_util.keystr(key)], np.asarray(leaf), rtol=1e-5, atol=1e-5,
+                                   err_msg=jax.tree_util.keystr(key))
+    print(f"kill phase ended after {waited:.0f} s; process 0 exit code {codes[0]}")
