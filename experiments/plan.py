@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from prs.models.qwen3 import ModelConfig
-    from prs.plan import plan_run
+    from prs.plan import plan_run, sampler_cache_slots
     from prs.rl.trainer import RLConfig
 
     flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
                  prefix_rerolls=rerolls, **sizes)
     rows = rl.tasks_per_step * rl.group_size
     print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
-          f"{prompt + 2 * budget}, sampler cache {prompt + (2 if rerolls else 1) * budget} slots"
+          f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=rerolls)} slots"
           f"{' (prefix re-rolls)' if rerolls else ''}, mesh {sizes} on {devices} devices of {gib:g} GiB, remat={model_cfg.remat}, "
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())

@@ -167,15 +167,21 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
                 device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0)
 
 
+def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls: bool) -> int:
+    """KV-cache slots per row of the run's largest sampler call: prompt + budget for fresh rollouts;
+    prompt + 2 · budget with ``prefix_rerolls`` (``prs.rl.episodes.SingleTurnRollouts``: the re-roll
+    rows, prompt + replayed prefix, fall in the prompt + budget width bucket, then the budget is added)."""
+    return prompt_len + (2 if prefix_rerolls else 1) * max_new_tokens
+
+
 def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
              tensor: int, device_gib: float, prefix_rerolls: bool = True) -> Plan:
     """``plan`` for a trainer run: R = B·N rows (doubled with ``reroll=append``), the trainer's
     width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``; with
     ``prefix_rerolls`` (a method that continues replayed prefixes) the sampler's KV cache is sized
-    for a re-roll call, prompt + 2 · budget slots (``prs.rl.episodes.SingleTurnRollouts``: the
-    re-roll rows fall in the prompt + budget width bucket, then the budget is added)."""
+    for a re-roll call (``sampler_cache_slots``)."""
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
-    slots = prompt_len + (2 if prefix_rerolls else 1) * max_new_tokens
+    slots = sampler_cache_slots(prompt_len, max_new_tokens, prefix_rerolls=prefix_rerolls)
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len, cache_slots=slots,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
                 data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),

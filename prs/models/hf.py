@@ -48,6 +48,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from prs.models.qwen3 import _HF_LAYER, ModelConfig, Params, init_params
+from prs.parallel.explicit import has_explicit_axes
 from prs.parallel.sharding import param_shardings
 
 SUPPORTED = ("qwen3", "llama", "mistral")
@@ -321,8 +322,7 @@ def load_checkpoint(path, *, mesh: Mesh | None = None, shardings: Params | Calla
     if callable(shardings):
         shardings = shardings(cfg, mesh)
     elif shardings is None and mesh is not None:
-        explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
-        shardings = param_shardings(cfg, mesh) if explicit else fsdp_shardings(cfg, mesh)
+        shardings = param_shardings(cfg, mesh) if has_explicit_axes(mesh) else fsdp_shardings(cfg, mesh)
     return cfg, load_params(tensors, cfg, shardings=shardings)
 
 

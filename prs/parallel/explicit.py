@@ -130,11 +130,16 @@ def reshape_rows(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return jax.lax.reshape(x, tuple(shape), out_sharding=P(spec(x)[0], *([None] * (len(shape) - 1))))
 
 
+def has_explicit_axes(mesh) -> bool:
+    """True for a concrete ``mesh`` with an ``AxisType.Explicit`` axis (``make_mesh``'s default)."""
+    return bool(mesh.abstract_mesh.explicit_axes)
+
+
 def mesh_context(mesh):
     """Inside a jitted function that takes a concrete ``mesh`` as a static argument (the sampler):
     a context that makes ``mesh``'s abstract mesh the context's when it has explicit axes, so the
     helpers above see it; a null context for ``None`` or an Auto mesh (unchanged tracing)."""
-    if mesh is None or not mesh.abstract_mesh.explicit_axes:
+    if mesh is None or not has_explicit_axes(mesh):
         return contextlib.nullcontext()
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models.continuous import sample_continuous
-from prs.models.sampler import Rollout, SamplerConfig, all_rows_on_host, sample
+from prs.models.sampler import Rollout, SamplerConfig, sample
 from prs.rl import multihost
 
 
@@ -100,17 +100,13 @@ class SingleTurnRollouts:
 
     def _sample(self, params, rows, rows_len, key, scfg, budget=None):
         tr = self.trainer
-        if multihost.multi_process(tr.mesh):  # each process feeds its own rows; all get the whole rollout
+        if tr.mesh is not None:  # each process feeds its own rows; all get the whole rollout, on the host
             return multihost.sample_rows(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
                                          budget=budget)
         if tr.rl.continuous_slots is not None:  # same tokens as ``sample`` (per-row keys), slots refilled
             return sample_continuous(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg,
                                      slots=tr.rl.continuous_slots, budget=budget)
-        ro = sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh, budget=budget)
-        # on a mesh the host glue (rewards, buckets, sources, cut points) runs on a host copy of the
-        # whole rollout, as with several processes: eager ops on arrays typed with an Explicit mesh's
-        # row split (e.g. the rewards' [R] -> [B, N] reshape with B < the row shards) are an error
-        return ro if tr.mesh is None else jax.tree.map(all_rows_on_host, ro)
+        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, budget=budget)
 
     def _score(self, problems, ro, group_size: int):
         if multihost.multi_process(self.trainer.mesh):  # each process scores its own rows

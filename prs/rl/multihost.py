@@ -55,7 +55,10 @@ def multi_process(mesh) -> bool:
 
 def host_view(tree):
     """Global arrays (a ``Rollout`` row-split over the processes) -> host numpy arrays of all rows,
-    the same on every process (``process_allgather``; module docstring, step 3)."""
+    the same on every process (``process_allgather``; module docstring, step 3). One process: the
+    arrays copied to the host."""
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, tree)
     from jax.experimental import multihost_utils as mhu
 
     return jax.tree.map(np.asarray, mhu.process_allgather(tree, tiled=True))
@@ -64,7 +67,9 @@ def host_view(tree):
 def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
     """``prs.models.sampler.sample_all_rows`` (each process feeds its own rows of the full ``rows
     [R, P]``, the same on every process) gathered: the whole ``Rollout`` as host arrays, the same on
-    every process (module docstring, steps 2-3)."""
+    every process (module docstring, steps 2-3). On one process with a mesh: ``sample`` on the mesh,
+    copied to the host, so the host glue never runs eager ops on arrays typed with an Explicit
+    mesh's row split (a task's ``[R] -> [B, N]`` reshape with B below the row shards is an error)."""
     return host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
 
 
