@@ -74,6 +74,7 @@ METHODS = {  # name -> (PrefixConfig kwargs, RLConfig kwargs)
 NEW_WIDTH_OK = {"jit(_update_fn)", "jit(dynamic_slice)", "jit(broadcast_in_dim)", "jit(_longest_row)"}
 
 
+@pytest.mark.slow
 def test_training_steps_3_to_6_compile_nothing(base_params, monkeypatch):
     """After steps 0-2 a step compiles nothing, unless its update width is a bucket (``update_width``:
     a quarter of the run's width, at most 4 per run) no earlier step had: that step may compile the

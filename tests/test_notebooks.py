@@ -48,6 +48,7 @@ def test_committed_notebook_shows_its_outputs_and_matches_a_fresh_execution(name
         f"{name}: committed outputs differ from what the code produces now; run python -m experiments.notebooks {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUN_NOTEBOOKS)
 def test_run_notebook_executes_on_tiny_runs(name):
     nb = nbs.execute(nbs.NOTEBOOK_DIR / name, run_root="tiny")

@@ -3,11 +3,19 @@
 ``code_state()`` is recorded in every run's ``summary.json`` (``provenance``), so a committed
 result names the commit that produced it and whether uncommitted changes were present; a result
 made on a dirty tree cannot be re-run from its commit alone, and ``experiments.analyze`` says so.
+
+``machine_fingerprint()`` is recorded beside it: XLA:CPU compiles for the host's instruction set
+(an AVX-512 machine vectorises reductions differently from an AVX2-only one) and splits work by the
+host's device count and cores, so a run's floating-point results, and after a few steps its sampled
+tokens, are a function of the machine as well as of the seed. ``numerics_key`` is the part of the
+fingerprint that decides those results; ``experiments.reproduce`` compares a re-run exactly only
+when it matches the record's.
 """
 from __future__ import annotations
 
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 from typing import Any
@@ -23,8 +31,77 @@ def _git(args: list[str], cwd: pathlib.Path) -> str | None:
     return out.stdout.rstrip("\n") if out.returncode == 0 else None
 
 
+# The CPU feature flags XLA:CPU's code generation can select on (LLVM target features of x86-64 and
+# aarch64); the rest of /proc/cpuinfo's flags do not change compiled code.
+_ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512cd", "avx512bw",
+              "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm")
+# the fingerprint fields that decide a run's numerics (the CPU model is recorded, not compared:
+# two models with the same instruction set and cores compile and split the same programs)
+NUMERICS_FIELDS = ("arch", "isa", "cores", "platform", "device_count", "jax", "jaxlib", "xla_flags")
+
+
+def _cpu_info(path: str = "/proc/cpuinfo") -> tuple[str | None, list[str]]:
+    """(model name, sorted XLA-relevant ISA flags) from ``/proc/cpuinfo`` (Linux; elsewhere (None, []))."""
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError:
+        return None, []
+    model, flags = None, set()
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu model") and model is None:
+            model = val.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(val.split())
+    return model, sorted(f for f in flags if f in _ISA_FLAGS)
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """The machine a run ran on: ``{"cpu_model", "arch", "isa", "cores", "platform", "device_count",
+    "jax", "jaxlib", "xla_flags"}``. ``isa`` is the sorted subset of the CPU's flags that XLA's
+    compiler can use (e.g. ``avx2``, ``avx512f``); ``cores`` the CPUs this process may run on."""
+    import jax
+    import jaxlib
+
+    model, isa = _cpu_info()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    return {
+        "cpu_model": model or platform.processor() or None,
+        "arch": platform.machine(),
+        "isa": isa,
+        "cores": cores,
+        "platform": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+    }
+
+
+def numerics_key(fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fields of a fingerprint that decide a run's floating-point results (None: no fingerprint)."""
+    if not fingerprint:
+        return None
+    return {k: fingerprint.get(k) for k in NUMERICS_FIELDS}
+
+
+def fingerprint_mismatch(recorded: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """Why a run recorded on ``recorded`` cannot be expected to re-run bit-exactly here: one line per
+    differing numerics field (empty: the machines match). A record without a fingerprint (made before
+    it was recorded) cannot be matched."""
+    if not recorded:
+        return ["the record has no machine fingerprint (made before fingerprints were recorded)"]
+    a, b = numerics_key(recorded), numerics_key(now)
+    return [f"{k}: recorded {a[k]!r}, here {b[k]!r}" for k in NUMERICS_FIELDS if a[k] != b[k]]
+
+
 def code_state(repo: str | pathlib.Path | None = None) -> dict[str, Any]:
-    """``{"commit", "dirty", "dirty_files", "python", "jax", "jaxlib", "xla_flags"}`` for the source tree at ``repo``
+    """``{"commit", "dirty", "dirty_files", "python", "jax", "jaxlib", "xla_flags", "machine"}`` for the source tree at ``repo``
     (default: the tree this module was imported from).
 
     ``commit`` is None outside a git checkout (an installed wheel). ``dirty`` counts tracked files
@@ -48,4 +125,5 @@ def code_state(repo: str | pathlib.Path | None = None) -> dict[str, Any]:
         # XLA:CPU's numerics depend on the host device count (--xla_force_host_platform_device_count):
         # a re-run must use the same flags to reproduce the records (experiments.reproduce)
         "xla_flags": os.environ.get("XLA_FLAGS"),
+        "machine": machine_fingerprint(),
     }
