@@ -76,13 +76,14 @@ def test_diff_reports_a_changed_record():
 
 
 def _fp(**kw) -> dict:
-    base = {"cpu_model": "AMD EPYC", "arch": "x86_64", "isa": ["avx", "avx2", "avx512f", "fma"], "cores": 2,
+    base = {"cpu_model": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 17", "arch": "x86_64", "isa": ["avx", "avx2", "avx512f", "fma"], "cores": 2,
             "platform": "cpu", "device_count": 1, "jax": "0.10.2", "jaxlib": "0.10.2", "xla_flags": None}
     return {**base, **kw}
 
 
 def test_fingerprint_mismatch_names_each_field_that_decides_numerics():
-    assert provenance.fingerprint_mismatch(_fp(), _fp(cpu_model="AMD EPYC 9004")) == []  # model alone: same code
+    assert provenance.fingerprint_mismatch(_fp(), _fp(cpu_model="AMD EPYC 9004")) == []  # the name alone: same code
+    assert provenance.fingerprint_mismatch(_fp(), _fp(cpu_id="AuthenticAMD family 25 model 1"))[0].startswith("cpu_id")
     why = provenance.fingerprint_mismatch(_fp(), _fp(isa=["avx", "avx2", "fma"], device_count=8))
     assert len(why) == 2 and why[0].startswith("isa:") and why[1].startswith("device_count:")
     assert provenance.fingerprint_mismatch(None, _fp())[0].startswith("the record has no machine fingerprint")
@@ -91,7 +92,9 @@ def test_fingerprint_mismatch_names_each_field_that_decides_numerics():
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     f = tmp_path / "cpuinfo"
-    f.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f pni\n"
-                 "processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: fpu\n")
-    assert provenance._cpu_info(str(f)) == ("Some CPU", ["avx", "avx2", "avx512f", "fma", "sse4_2"])
-    assert provenance._cpu_info(str(tmp_path / "missing")) == (None, [])
+    f.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+                 "model name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f pni\n"
+                 "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n")
+    assert provenance._cpu_info(str(f)) == ("Some CPU", "GenuineIntel family 6 model 143",
+                                            ["avx", "avx2", "avx512f", "fma", "sse4_2"])
+    assert provenance._cpu_info(str(tmp_path / "missing")) == (None, None, [])

@@ -36,42 +36,48 @@ def _git(args: list[str], cwd: pathlib.Path) -> str | None:
 _ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512cd", "avx512bw",
               "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bf16",
               "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm")
-# the fingerprint fields that decide a run's numerics (the CPU model is recorded, not compared:
-# two models with the same instruction set and cores compile and split the same programs)
-NUMERICS_FIELDS = ("arch", "isa", "cores", "platform", "device_count", "jax", "jaxlib", "xla_flags")
+# the fingerprint fields that decide a run's numerics: LLVM compiles XLA:CPU's kernels for the host
+# CPU it detects from vendor, family and model (``cpu_id``: e.g. AMD family 25 model 17 = znver4)
+# and its instruction set; the marketing name (``cpu_model``, often just "AMD EPYC" in a VM) is
+# recorded, not compared
+NUMERICS_FIELDS = ("arch", "cpu_id", "isa", "cores", "platform", "device_count", "jax", "jaxlib", "xla_flags")
 
 
-def _cpu_info(path: str = "/proc/cpuinfo") -> tuple[str | None, list[str]]:
-    """(model name, sorted XLA-relevant ISA flags) from ``/proc/cpuinfo`` (Linux; elsewhere (None, []))."""
+def _cpu_info(path: str = "/proc/cpuinfo") -> tuple[str | None, str | None, list[str]]:
+    """(model name, "vendor family F model M", sorted XLA-relevant ISA flags) of the first CPU in
+    ``/proc/cpuinfo`` (Linux; elsewhere (None, None, []))."""
     try:
         text = pathlib.Path(path).read_text()
     except OSError:
-        return None, []
-    model, flags = None, set()
+        return None, None, []
+    first: dict[str, str] = {}
     for line in text.splitlines():
         key, _, val = line.partition(":")
-        key = key.strip().lower()
-        if key in ("model name", "cpu model") and model is None:
-            model = val.strip()
-        elif key in ("flags", "features") and not flags:
-            flags = set(val.split())
-    return model, sorted(f for f in flags if f in _ISA_FLAGS)
+        first.setdefault(key.strip().lower(), val.strip())
+    flags = set((first.get("flags") or first.get("features") or "").split())
+    ident = [first.get("vendor_id") or first.get("cpu implementer")]
+    ident += [f"family {first['cpu family']}"] if "cpu family" in first else []
+    ident += [f"model {first['model']}"] if "model" in first else []
+    ident += [f"part {first['cpu part']}"] if "cpu part" in first else []
+    cpu_id = " ".join(x for x in ident if x) or None
+    return first.get("model name") or first.get("cpu model"), cpu_id, sorted(f for f in flags if f in _ISA_FLAGS)
 
 
 def machine_fingerprint() -> dict[str, Any]:
-    """The machine a run ran on: ``{"cpu_model", "arch", "isa", "cores", "platform", "device_count",
+    """The machine a run ran on: ``{"cpu_model", "cpu_id", "arch", "isa", "cores", "platform", "device_count",
     "jax", "jaxlib", "xla_flags"}``. ``isa`` is the sorted subset of the CPU's flags that XLA's
     compiler can use (e.g. ``avx2``, ``avx512f``); ``cores`` the CPUs this process may run on."""
     import jax
     import jaxlib
 
-    model, isa = _cpu_info()
+    model, cpu_id, isa = _cpu_info()
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return {
         "cpu_model": model or platform.processor() or None,
+        "cpu_id": cpu_id,
         "arch": platform.machine(),
         "isa": isa,
         "cores": cores,
