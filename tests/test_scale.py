@@ -333,7 +333,8 @@ def test_kl_to_the_frozen_reference_equals_an_independent_computation():
     g = jax.jit(functools.partial(T._grads, cfg=MODEL, norm_len=11), static_argnames="rl")
     _, _, g1 = g(p1, batch, p0, rl=rl)
     _, _, g4 = g(p1, batch, p0, rl=dataclasses.replace(rl, micro_batches=4))
-    assert _rel_norm(g4, g1) < 1e-6
+    # float32 sums in another order: 1.18e-6 on an AMD family 25 model 17 (AVX-512) machine, < 1e-6 on others
+    assert _rel_norm(g4, g1) < 5e-6
 
 
 def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
