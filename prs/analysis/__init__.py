@@ -29,6 +29,8 @@ from prs.analysis.stats import (  # noqa: F401
     reference_level,
     first_reach,
     last_step,
+    percentile_ci,
+    censoring_bound,
     bootstrap_mean,
     bootstrap_ratio_of_means,
     bootstrap_diff_of_means,

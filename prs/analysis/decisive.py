@@ -255,10 +255,16 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
         elif rec.get(f, {}).get("n_censored_baseline") is not None and "error" not in rec:
             r = rec[f]
             at0 = sum(1 for x in (r.get("base_steps") or []) if x is not None and x == 0)
-            why = (f"baseline start {lv.get('start', math.nan):.3f} -> final {lv.get('final', math.nan):.3f}; "
-                   f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
-                   f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above "
-                   "it (steps 0), so the step ratios of too many resamples are undefined")
+            u = (S or {}).get("undefined_share", math.nan)
+            thr = (S or {}).get("max_undefined", math.nan)
+            counts = (f"baseline start {lv.get('start', math.nan):.3f} -> final {lv.get('final', math.nan):.3f}; "
+                      f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
+                      f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above it")
+            if math.isfinite(u) and math.isfinite(thr) and u > thr:
+                why = (f"{counts}; {100 * u:.1f}% of the bootstrap resamples are undefined (a resampled baseline "
+                       f"without a gap, or 0/0), more than the {100 * thr:.1f}% a percentile interval tolerates")
+            else:
+                why = f"{counts}; fewer than 2 paired seeds or no defined resample"
         text = f"Undetermined: {ps} vs {rec['vs']} has no CI for the steps to {pct}% of the gap ({why})."
         A, Q = (rec.get("auc") or {}).get("improvement"), (rec.get("equal_step") or {}).get("improvement")
         if A and A.get("value") is not None and Q and Q.get("value") is not None:
@@ -355,11 +361,16 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
 
 
 def _cell(d: Mapping[str, Any] | None, nd: int = 2, scale: float = 1.0) -> str:
+    """``value [lo, hi]`` plus the censoring mark: `` ≤`` an upper bound (censored method seeds), `` ≥``
+    a lower bound (censored baseline seeds); censored seeds in both arms bound the ratio in neither
+    direction, so that cell prints as undefined (``stats.censoring_bound``)."""
     if not d or not math.isfinite(d.get("value", math.nan)):
         return "-"
+    if d.get("bound") == "both":
+        return "undefined (censored both)"
     f = lambda v: "?" if not math.isfinite(v) else f"{scale * v:.{nd}f}"  # noqa: E731
     s = f"{f(d['value'])} [{f(d.get('lo', math.nan))}, {f(d.get('hi', math.nan))}]"
-    return s + (" ≤" if d.get("bound") in ("upper", "both") else " ≥" if d.get("bound") == "lower" else "")
+    return s + (" ≤" if d.get("bound") == "upper" else " ≥" if d.get("bound") == "lower" else "")
 
 
 def arms_table(res: Mapping[str, Any], *, cost: str = "tokens") -> str:

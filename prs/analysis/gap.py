@@ -54,7 +54,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from prs.analysis.runs import Run
-from prs.analysis.stats import (_ci, _check_boot, _ratio, bootstrap_diff_of_means, bootstrap_mean,
+from prs.analysis.stats import (_check_boot, _ratio, bootstrap_diff_of_means, bootstrap_mean, censoring_bound, percentile_ci,
                                 bootstrap_ratio_of_means, eval_matrix, last_step, moving_average, seed_mean)
 
 __all__ = ["gap_levels", "crossing_steps", "cost_at_steps", "auc", "window_mean_at", "gap_compare", "gap_task"]
@@ -191,11 +191,6 @@ def window_mean_at(steps, y, *, at_step: float, k: int = 1) -> np.ndarray:
     return y[:, e + 1 - k: e + 1].mean(1)
 
 
-def _bound(cens_b: np.ndarray, cens_m: np.ndarray) -> str:
-    b, m = bool(cens_b.any()), bool(cens_m.any())
-    return "both" if b and m else "upper" if m else "lower" if b else "exact"
-
-
 def _nanmean_rows(y: np.ndarray) -> np.ndarray:
     """NaN-skipping mean over axis 1: [R, S, E] -> [R, E] (NaN where no seed has the point)."""
     ok = np.isfinite(y)
@@ -221,11 +216,10 @@ def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, see
     boots = stats(np.random.default_rng(seed).integers(0, S, size=(n_boot, S))) if S >= 2 else None
     for j, f in enumerate(fractions):
         r, xb, xm = point[j]
-        # a resample whose baseline has no gap (NaN level) or 0/0 is undefined: left out, unless most are
-        rb = boots[j][0] if boots is not None else None
-        lo, hi = (_ci(rb[~np.isnan(rb)], level) if rb is not None and np.isnan(rb).mean() < 0.5
-                  else (math.nan, math.nan))
-        res[f] = {"value": float(r[0]), "lo": lo, "hi": hi, "base_steps": float(xb[0]), "method_steps": float(xm[0]),
+        # a resample whose baseline has no gap (NaN level) or 0/0 is undefined: left out (percentile_ci)
+        ci = (percentile_ci(boots[j][0], level=level) if boots is not None
+              else {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": math.nan})
+        res[f] = {"value": float(r[0]), **ci, "base_steps": float(xb[0]), "method_steps": float(xm[0]),
                   "censored": bool(not np.isfinite(xm[0])), "paired": True}
     return res
 
@@ -268,7 +262,7 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
         rec: dict[str, Any] = {
             "level": L, "base_steps": xb.tolist(), "method_steps": xm.tolist(),
             "n_censored_baseline": int(cb.sum()), "n_censored_method": int(cm.sum()),
-            "bound": _bound(cb, cm),
+            "bound": censoring_bound(cb, cm),
         }
         if lv["degenerate"]:
             nan = {"value": math.nan, "lo": math.nan, "hi": math.nan, "paired": True}

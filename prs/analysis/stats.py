@@ -39,10 +39,15 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   seeds and method seeds are resampled independently (runs of different methods share no state
   beyond the warm start, and unpaired uses every seed); ``paired=True`` resamples common seeds
   jointly. A censored seed enters the ratio with its last evaluated step (a lower bound on its
-  steps), so censored method seeds make the speed-up an upper bound (marked ``<=``). Baseline
+  steps), so censored method seeds make the speed-up an upper bound (``bound="upper"``, ``<=``),
+  censored baseline seeds a lower bound (``"lower"``, ``>=``), and censored seeds in both arms
+  leave it no bound at all (``"both"``, printed as undefined): ``censoring_bound``. Baseline
   seeds below ``L`` at their last evaluation enter with their run length: with ``ref="final"``
   about half of them are, by construction, and the baseline's steps are then its run length, as
   in the paper's "baseline's step 300". Both censoring counts are reported.
+* **CIs** of every statistic here and in ``prs.analysis.gap`` / ``decisive``: ``percentile_ci``, which
+  leaves undefined resamples (0/0, a resample without a gap) out, reports their share, and gives no
+  interval when the share exceeds one tail's mass ((1 - level)/2).
 * **Settled re-roll pass rate** of bucket ``k`` in one run: the mean of ``bucket/k/reroll_pass_rate``
   over the last ``settle_frac`` (default 50%) of its train steps, weighted by ``bucket/k/count``
   (groups in the bucket that step); steps without re-rolls are skipped. Per method: the mean over
@@ -143,12 +148,34 @@ def last_step(steps, y) -> np.ndarray:
 # Bootstrap (vectorised over resamples, seeded)
 
 
-def _ci(samples: np.ndarray, level: float) -> tuple[float, float]:
-    finite = samples[np.isfinite(samples)]
-    if finite.size < samples.size / 2:  # the statistic is infinite/undefined in most resamples
-        return math.nan, math.nan
-    lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+def percentile_ci(samples, *, level: float = 0.95, max_undefined: float | None = None) -> dict[str, float]:
+    """Percentile interval of bootstrap replicates that leaves the undefined ones out.
+
+    samples [n_boot]: NaN = an undefined replicate (0/0, a resample without a gap); ±inf are defined,
+    ordered values (x/0 with x > 0). With u the share of NaN replicates, the interval is the
+    ((1 - level)/2, (1 + level)/2) quantiles of the defined ones, reported with u; it is undefined
+    (lo = hi = NaN) only when u > ``max_undefined``, default (1 - level)/2: the mass of one tail, so an
+    interval is given only when the undefined replicates, wherever they would fall, could move either
+    end by at most one tail's share of the replicates. Efron & Tibshirani 1993, ch. 13.
+
+    Returns {"lo", "hi", "undefined_share", "max_undefined"}. The one CI helper of ``prs.analysis``.
+    """
+    x = np.asarray(samples, float).reshape(-1)
+    thr = (1.0 - level) / 2 if max_undefined is None else float(max_undefined)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    if not 0.0 <= thr < 1.0:
+        raise ValueError(f"max_undefined must lie in [0, 1), got {max_undefined!r}")
+    if x.size == 0:
+        return {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": thr}
+    ok = ~np.isnan(x)
+    u = float(1.0 - ok.mean())
+    if u > thr or not ok.any():
+        return {"lo": math.nan, "hi": math.nan, "undefined_share": u, "max_undefined": thr}
+    q = [(1 - level) / 2, (1 + level) / 2]
+    with np.errstate(invalid="ignore"):                       # inf - inf between two infinite replicates
+        lo, hi = np.where(np.isnan(v := np.quantile(x[ok], q)), np.quantile(x[ok], q, method="nearest"), v)
+    return {"lo": float(lo), "hi": float(hi), "undefined_share": u, "max_undefined": thr}
 
 
 def _check_boot(n_boot: int, level: float) -> None:
@@ -165,6 +192,19 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=fill, where=den != 0)
 
 
+def censoring_bound(censored_base, censored_method) -> str:
+    """Which way censoring biases a speed-up ``mean(x_base) / mean(x_method)``.
+
+    A censored seed enters with a step below its true steps (its last evaluated step, or the horizon):
+    censored *method* seeds shrink the denominator, so the ratio can only overstate the true speed-up
+    (``"upper"``: the true value is <= the estimate); censored *baseline* seeds shrink the numerator
+    (``"lower"``: true >= estimate); censored seeds in both arms push both ways, so the estimate bounds
+    the true speed-up in neither direction (``"both"``: no bound); none: ``"exact"``.
+    """
+    b, m = bool(np.any(censored_base)), bool(np.any(censored_method))
+    return "both" if b and m else "upper" if m else "lower" if b else "exact"
+
+
 def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """Mean of x [S] with a percentile bootstrap CI: {"value", "lo", "hi", "n"} (NaN CI if S < 2)."""
     x = np.asarray(x, float)
@@ -176,8 +216,7 @@ def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0)
     if x.size < 2:
         return {"value": float(x.mean()), "lo": math.nan, "hi": math.nan, "n": 1}
     idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))  # [n_boot, S]
-    lo, hi = _ci(x[idx].mean(1), level)
-    return {"value": float(x.mean()), "lo": lo, "hi": hi, "n": int(x.size)}
+    return {"value": float(x.mean()), **percentile_ci(x[idx].mean(1), level=level), "n": int(x.size)}
 
 
 def _two_sample(a, b, stat, *, paired: bool, n_boot: int, level: float, seed: int) -> dict[str, Any]:
@@ -197,7 +236,7 @@ def _two_sample(a, b, stat, *, paired: bool, n_boot: int, level: float, seed: in
     rng = np.random.default_rng(seed)
     ia = rng.integers(0, a.size, size=(n_boot, a.size))                     # [n_boot, Sa]
     ib = ia if paired else rng.integers(0, b.size, size=(n_boot, b.size))   # [n_boot, Sb]
-    out["lo"], out["hi"] = _ci(stat(a[ia].mean(1), b[ib].mean(1)), level)
+    out.update(percentile_ci(stat(a[ia].mean(1), b[ib].mean(1)), level=level))
     return out
 
 
@@ -352,7 +391,8 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
             rec[name] = (bootstrap_ratio_of_means(bx, mx, paired=paired, **boot) if method != baseline else
                          {"value": 1.0, "lo": 1.0, "hi": 1.0, "n_a": int(bx.size), "n_b": int(mx.size),
                           "paired": paired})  # the reference itself, by definition
-            rec[name]["bound"] = "upper" if conv["censored"].any() and method != baseline else "exact"
+            rec[name]["bound"] = (censoring_bound(base_conv["censored"], conv["censored"]) if method != baseline
+                                  else "exact")
             rec[name]["n_censored_method"] = int(conv["censored"].sum())
             rec[name]["n_censored_baseline"] = int(base_conv["censored"].sum())
         for key in ("wall", "tokens", "steps_bound"):
