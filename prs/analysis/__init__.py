@@ -90,6 +90,9 @@ from prs.analysis.gap import (  # noqa: F401
     cost_at_steps,
     auc,
     window_mean_at,
+    common_horizon,
+    restricted_steps,
+    restricted_speedup,
     gap_compare,
     gap_task,
 )
