@@ -146,3 +146,28 @@ def test_a_ratio_censored_in_both_arms_prints_as_undefined():
     assert dc._cell({**d, "bound": "lower"}).endswith("≥")
     t = tables._fmt_ci(d, bound=True)
     assert "<=" not in t and "1.07" not in t and "censored both" in t
+
+
+# ------------------------------------------------------------------ defect 4: the paper's labels
+
+
+def test_the_ablation_is_not_labelled_as_the_14b_swe_bench_result():
+    """The source's ablation (211 -> 110 steps) names no model or task; its Qwen3-14B SWE-bench result is
+    300 -> 170. No markdown table in results/ or docs/ whose header names Qwen3-14B may carry 211."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert an.PAPER_HEADLINE_14B["base_step"] == 300 and an.PAPER_HEADLINE_14B["ps_step"] == 170
+    pages = [*root.glob("results/**/*.md"), *root.glob("docs/**/*.md"), root / "README.md"]
+    pages = [p for p in pages if "runs" not in p.parts]
+    assert any(p.name == "README.md" and p.parent.name == "results" for p in pages)
+    for page in pages:
+        table: list[str] = []
+        for line in page.read_text().splitlines() + [""]:
+            if line.startswith("|"):
+                table.append(line)
+                continue
+            if table and "14B" in table[0]:
+                rows = "\n".join(table[1:])
+                assert "211" not in rows and "110 steps" not in rows, f"{page}: {table[0]}"
+            table = []

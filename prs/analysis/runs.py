@@ -14,6 +14,8 @@ import numpy as np
 
 # The paper's reported values (Zhu et al. 2026, arXiv 2605.05112): references to compare against,
 # not results of this code base.
+# The ablation table (steps to converge): the source names no model or task for it; it is *not* the
+# Qwen3-14B SWE-bench result (that one is PAPER_HEADLINE_14B: step 300 -> 170, 2.01x end-to-end).
 PAPER_ABLATION_STEPS = {"baseline": 211, "ps_fix": 131, "ps_ada_hard": 186, "ps_ada": 110}  # steps to converge
 PAPER_ABLATION_SPEEDUP = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada": 1.92}  # as printed
 PAPER_EQUAL_STEP_PP = {"Qwen3-4B": 7.3, "Qwen3-8B": 10.8}  # AIME 2025, PS-ada vs baseline at equal steps (pp)
