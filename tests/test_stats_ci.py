@@ -171,3 +171,25 @@ def test_the_ablation_is_not_labelled_as_the_14b_swe_bench_result():
                 rows = "\n".join(table[1:])
                 assert "211" not in rows and "110 steps" not in rows, f"{page}: {table[0]}"
             table = []
+
+
+# ------------------------------------------------------------------ defect 7: step time
+
+
+def test_step_time_includes_the_replay_of_next_visit_agent_steps(tmp_path):
+    import json
+
+    rng = np.random.default_rng(0)
+    parts = rng.uniform(0.1, 2.0, size=(6, 4))                       # sample, replay, batch, update [T, 4]
+    lines = [{"kind": "eval", "step": 0, "eval/pass_at_1": 0.1}]
+    for t, (a, r, b, u) in enumerate(parts):
+        lines.append({"kind": "train", "step": t, "time_sample": a, "time_replay": r, "time_batch": b,
+                      "time_update": u, "tokens_generated": 10})
+    lines.append({"kind": "eval", "step": 6, "eval/pass_at_1": 0.2})
+    d = tmp_path / "toy-ps_ada-next_visit-s0"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    run = an.load_run(d)
+    np.testing.assert_allclose(run.step_time, parts.sum(1))
+    wall, _ = run.cumulative_cost()
+    assert wall[-1] == pytest.approx(parts.sum())

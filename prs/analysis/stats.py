@@ -24,7 +24,7 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   never reaches ``L`` is **censored**: steps = ``inf``, reported as ``>= last evaluated step``;
   censored and partial (killed) runs stay in the tables with their status, never dropped. A run
   with no train line at all (``empty``) is listed in the tables but excluded from the statistics.
-* **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_batch_t + time_update_t)``
+* **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_replay_t + time_batch_t + time_update_t)``
   (seconds) and generated tokens
   ``Σ_{t < s} tokens_generated_t`` over the train lines before the convergence step ``s``.
   Compilation makes some steps (the first, a first re-roll of a new width) far slower than the
