@@ -193,3 +193,26 @@ def test_step_time_includes_the_replay_of_next_visit_agent_steps(tmp_path):
     np.testing.assert_allclose(run.step_time, parts.sum(1))
     wall, _ = run.cumulative_cost()
     assert wall[-1] == pytest.approx(parts.sum())
+
+
+# ------------------------------------------------------------------ defect 5: settled re-roll weights
+
+
+def test_settled_reroll_rates_weight_by_the_steered_groups():
+    T, K = 8, 2
+    rng = np.random.default_rng(2)
+    rate = rng.uniform(size=(T, K))
+    rate[1, 0] = np.nan                                                 # no re-roll that step
+    count = np.zeros((T, K))                                            # next_visit: this step's k, often 0
+    steered = rng.integers(1, 5, size=(T, K)).astype(float)
+    base = _run("ps_ada", 0, np.zeros(2), every=T)
+    run = base.__class__(**{**base.__dict__, "ks": (1, 7), "reroll_rate": rate, "count": count, "steered": steered,
+                            "rho": np.zeros((T, K)), "ema": np.zeros((T, K)), "schedule": "next_visit"})
+    got = an.settled_reroll_rates(run, settle_frac=1.0)
+    ref = [np.nansum(rate[:, j] * steered[:, j]) / steered[np.isfinite(rate[:, j]), j].sum() for j in range(K)]
+    np.testing.assert_allclose(got, ref)
+    half = an.settled_reroll_rates(run, settle_frac=0.5)
+    np.testing.assert_allclose(half, [(rate[4:, j] * steered[4:, j]).sum() / steered[4:, j].sum() for j in range(K)])
+    # a next_visit run that did not log steered: each step with a rate counts once (count is not its weight)
+    old = run.__class__(**{**run.__dict__, "steered": np.full((T, K), np.nan)})
+    np.testing.assert_allclose(an.settled_reroll_rates(old, settle_frac=1.0), np.nanmean(rate, 0))

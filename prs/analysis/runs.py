@@ -55,7 +55,9 @@ class Run:
       train_step [T] int, step_time [T] s (sample + replay + batch + update: ``STEP_TIME_KEYS``),
         step_tokens [T] generated tokens.
       ks [K]: controller buckets (k successes of n).  n: group size.
-      reroll_rate [T, K] (NaN: no re-roll that step), count [T, K], rho [T, K], ema [T, K].
+      reroll_rate [T, K] (NaN: no re-roll that step), count [T, K] (groups whose k is in the bucket),
+        rho [T, K], ema [T, K]; steered [T, K] groups re-rolled / steered with the bucket's prefix (the
+        groups reroll_rate averages; NaN in runs that did not log it).
     """
 
     name: str
@@ -83,6 +85,7 @@ class Run:
     series: dict = dataclasses.field(default_factory=dict)
     k_hist0: tuple = ()
     method_params: dict = dataclasses.field(default_factory=dict)
+    steered: np.ndarray | None = None   # [T, K] groups steered with bucket k's prefix (NaN: not logged)
 
     @property
     def steps_done(self) -> int:
@@ -246,6 +249,7 @@ def load_run(path) -> Run:
         step_time=np.array([sum(_f(r.get(k, 0.0)) for k in STEP_TIME_KEYS) for r in train], float),
         step_tokens=np.array([_f(r.get("tokens_generated", 0)) for r in train], float),
         ks=ks, n=n, reroll_rate=table("reroll_pass_rate"), count=table("count"), rho=table("rho"), ema=table("ema"),
+        steered=table("steered"),
         error=error, schedule=schedule, task_params=task_params, method_params=dict(config.get("method") or {}),
         k_hist0=tuple(int(v) for v in (train[0].get("k_hist") or ())) if train else (),
         series={k: np.array([_f(r.get(k)) for r in train], float) for k in SERIES if any(k in r for r in train)})

@@ -49,8 +49,9 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   leaves undefined resamples (0/0, a resample without a gap) out, reports their share, and gives no
   interval when the share exceeds one tail's mass ((1 - level)/2).
 * **Settled re-roll pass rate** of bucket ``k`` in one run: the mean of ``bucket/k/reroll_pass_rate``
-  over the last ``settle_frac`` (default 50%) of its train steps, weighted by ``bucket/k/count``
-  (groups in the bucket that step); steps without re-rolls are skipped. Per method: the mean over
+  over the last ``settle_frac`` (default 50%) of its train steps, weighted by ``bucket/k/steered``
+  (the groups re-rolled / steered with the bucket's prefix that step: the ones the rate averages;
+  ``settled_reroll_rates`` for runs that did not log it); steps without re-rolls are skipped. Per method: the mean over
   seeds with a bootstrap CI. The paper reports 0.485/0.489/0.504/0.515 for k = 1, 2, 6, 7 of 8.
 * **Equal-step improvement**: ``mean_s y^method_s(s*) - mean_s y^base_s(s*)`` (raw pass@1, in
   probability units) at a fixed evaluation step ``s*`` (default: the baseline's last planned
@@ -307,13 +308,20 @@ def curves_vs_wallclock(runs: Sequence[Run], *, num: int = 50, clip: float | Non
 
 
 def settled_reroll_rates(run: Run, *, settle_frac: float = 0.5) -> np.ndarray:
-    """[K] count-weighted mean re-rollout pass rate per bucket over the last ``settle_frac`` of the
-    run's train steps (NaN for a bucket with no re-roll there)."""
+    """[K] mean re-rollout pass rate per bucket over the last ``settle_frac`` of the run's train steps,
+    each step weighted by the groups its rate averages: ``bucket/k/steered`` (NaN for a bucket with no
+    re-roll there). Runs that did not log ``steered``: same_step weights by ``bucket/k/count``
+    (max(count, 1)), which there counts the same groups but for sources too short to cut; next_visit
+    weights every step with a rate equally, because there ``count`` counts this step's k, not the
+    groups steered with the bucket's prefix."""
     if not 0.0 < settle_frac <= 1.0:
         raise ValueError(f"settle_frac must lie in (0, 1], got {settle_frac!r}")
     t0 = int(math.floor(run.steps_done * (1.0 - settle_frac)))
     rate, cnt = run.reroll_rate[t0:], run.count[t0:]         # [T', K]
-    w = np.where(np.isfinite(rate), np.maximum(np.nan_to_num(cnt), 1.0), 0.0)
+    st = run.steered[t0:] if run.steered is not None and run.steered.shape == run.reroll_rate.shape \
+        else np.full(rate.shape, np.nan)
+    fallback = np.ones(rate.shape) if run.schedule == "next_visit" else np.maximum(np.nan_to_num(cnt), 1.0)
+    w = np.where(np.isfinite(rate), np.where(np.isfinite(st), st, fallback), 0.0)
     tot = (np.nan_to_num(rate) * w).sum(0)
     return np.where(w.sum(0) > 0, tot / np.maximum(w.sum(0), 1e-12), np.nan)
 
