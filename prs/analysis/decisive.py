@@ -253,10 +253,10 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
     h2h = res.get("head_to_head", {})
     pct = int(round(100 * f))
     parts = []
-    # rule 1: effect (a restricted mean in which no seed of either arm crosses the level inside
-    # (first evaluation, horizon) counts only seeds already above it or never reaching it: no timing)
+    # rule 1: effect (restricted crossings of the seed-mean curves at the first evaluation or the
+    # horizon in both arms say only "already above" / "not by the horizon": no timing)
     r1 = rec.get(f, {})
-    xs = list(r1.get("restricted_base_steps") or []) + list(r1.get("restricted_method_steps") or [])
+    xs = list(r1.get("mean_curve_steps") or [])
     timed = any(r1["first_step"] < x < r1["horizon"] for x in xs) if xs and r1.get("horizon") is not None else True
     if S is None or not math.isfinite(S.get("lo", math.nan)) or not timed:
         lv = rec.get("levels") or {}
@@ -273,8 +273,8 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
                       f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
                       f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above it")
             if not timed:
-                why = (f"{counts}; no seed of either arm crosses the level between the first evaluation and the "
-                       f"horizon (step {r1['horizon']:g}), so the restricted means carry no timing")
+                why = (f"{counts}; neither arm's seed-mean curve crosses the level between the first evaluation "
+                       f"and the horizon (step {r1['horizon']:g}), so the restricted crossings carry no timing")
             elif math.isfinite(u) and math.isfinite(thr) and u > thr:
                 why = (f"{counts}; {100 * u:.1f}% of the bootstrap resamples are undefined (a resampled baseline "
                        f"without a gap, or 0/0), more than the {100 * thr:.1f}% a percentile interval tolerates")
