@@ -216,3 +216,17 @@ def test_settled_reroll_rates_weight_by_the_steered_groups():
     # a next_visit run that did not log steered: each step with a rate counts once (count is not its weight)
     old = run.__class__(**{**run.__dict__, "steered": np.full((T, K), np.nan)})
     np.testing.assert_allclose(an.settled_reroll_rates(old, settle_frac=1.0), np.nanmean(rate, 0))
+
+
+def test_expanded_percentile_of_a_mean_matches_the_t_interval():
+    """Hesterberg's expanded percentile: the bootstrap mean's interval at tails Φ(-sqrt(n/(n-1)) t) has
+    the t interval's half-width t_{0.975, n-1} · sd / sqrt(n) (independent closed form)."""
+    from scipy import stats as sps
+
+    x = np.random.default_rng(5).normal(size=8)
+    r = an.bootstrap_mean(x, n_boot=40000, seed=1, expand=True)
+    half = sps.t.ppf(0.975, 7) * x.std(ddof=1) / math.sqrt(8)
+    assert (r["hi"] - r["lo"]) / 2 == pytest.approx(half, rel=0.06)
+    plain = an.bootstrap_mean(x, n_boot=40000, seed=1)
+    assert plain["hi"] - plain["lo"] < 0.85 * (r["hi"] - r["lo"])        # the plain one is too narrow
+    assert an.expanded_tail(8) == pytest.approx(sps.norm.cdf(-math.sqrt(8 / 7) * sps.t.ppf(0.975, 7)))

@@ -30,6 +30,7 @@ from prs.analysis.stats import (  # noqa: F401
     first_reach,
     last_step,
     percentile_ci,
+    expanded_tail,
     censoring_bound,
     bootstrap_mean,
     bootstrap_ratio_of_means,

@@ -30,7 +30,8 @@ mean zero). Expectations over seeds by quadrature on 4001 normal quantiles.
   inside every resample, undefined resamples left out (``stats.percentile_ci``);
 * ``mean_curve``: the crossing of the seed-mean curves (``gap_compare``'s ``mean_curve``);
 * ``auc`` / ``equal_step``: paired differences of the normalised area and of the mean of the last k
-  points (``gap_compare``).
+  points (``gap_compare``: expanded percentile intervals), and ``auc_plain`` / ``equal_step_plain``:
+  the same with the plain percentile interval (as before this change).
 
 ``coverage_study`` returns per estimator the median and mean estimate, the share of studies whose
 interval holds the truth (coverage, with its Monte Carlo standard error sqrt(c (1 - c) / n)), the
@@ -43,11 +44,12 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-import numpy as np
-from scipy import stats as sps
+from statistics import NormalDist
 
-from prs.analysis.gap import crossing_steps, gap_compare, gap_levels, restricted_speedup
-from prs.analysis.stats import _ratio
+import numpy as np
+
+from prs.analysis.gap import auc, crossing_steps, gap_compare, gap_levels, restricted_speedup
+from prs.analysis.stats import _ratio, bootstrap_diff_of_means
 
 __all__ = ["Scenario", "SCENARIOS", "simulate_study", "truths", "old_speedup", "estimate_study", "coverage_study",
            "coverage_markdown"]
@@ -97,7 +99,7 @@ def simulate_study(sc: Scenario, rng: np.random.Generator) -> tuple[np.ndarray, 
 
 def truths(sc: Scenario, *, nodes: int = 4001) -> dict[str, float]:
     """The estimands' true values (module docstring)."""
-    z = sps.norm.ppf((np.arange(nodes) + 0.5) / nodes)                           # equal-mass quadrature
+    z = np.array([NormalDist().inv_cdf((i + 0.5) / nodes) for i in range(nodes)])  # equal-mass quadrature
     tau = sc.tau * np.exp(sc.seed_sd * z)[:, None]                               # [Q, 1]
     t = sc.steps
     pb, pm = _curve(sc, t, tau), _curve(sc, sc.speedup * t, tau)                  # [Q, E]
@@ -159,13 +161,19 @@ def estimate_study(sc: Scenario, steps, yb, ym, *, n_boot: int = 2000, seed: int
         out["mean_curve"] = {"value": math.nan, "lo": math.nan, "hi": math.nan}
     out["auc"] = g["auc"]["improvement"]
     out["equal_step"] = g["equal_step"]["improvement"]
+    h = float(steps[-1])
+    plain = {"auc": (auc(steps, yb, horizon=h), auc(steps, ym, horizon=h)),
+             "equal_step": (yb[:, -sc.k:].mean(1), ym[:, -sc.k:].mean(1))}
+    for key, (xb, xm) in plain.items():
+        out[key + "_plain"] = bootstrap_diff_of_means(xm, xb, paired=True, n_boot=n_boot, seed=seed)
     return {k: {"value": float(v["value"]), "lo": float(v["lo"]), "hi": float(v["hi"])} for k, v in out.items()}
 
 
 # the truth each estimator is scored against (the first) and, for the speed-ups, the planted one too
 TARGETS = {"old": ("speedup",), "restricted": ("restricted", "speedup"), "restricted_w3": ("speedup",),
            "restricted_mean_curve": ("speedup",), "mean_curve": ("speedup",),
-           "auc": ("auc",), "equal_step": ("equal_step",)}
+           "auc": ("auc",), "auc_plain": ("auc",), "equal_step": ("equal_step",),
+           "equal_step_plain": ("equal_step",)}
 
 
 def coverage_study(sc: Scenario, *, studies: int = 400, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
@@ -198,7 +206,10 @@ def coverage_study(sc: Scenario, *, studies: int = 400, n_boot: int = 2000, seed
 LABELS = {"old": "old: fixed level, censored at last step", "restricted": "new: restricted mean, level per resample",
           "restricted_w3": "restricted mean, trailing window 3",
           "restricted_mean_curve": "new: restricted seed-mean-curve crossing, level per resample",
-          "mean_curve": "seed-mean curve crossing", "auc": "AUC difference", "equal_step": "equal-step difference"}
+          "mean_curve": "seed-mean curve crossing (unrestricted)",
+          "auc": "new: AUC difference, expanded percentile", "auc_plain": "old: AUC difference, plain percentile",
+          "equal_step": "new: equal-step difference, expanded percentile",
+          "equal_step_plain": "old: equal-step difference, plain percentile"}
 
 
 def coverage_markdown(results: Sequence[dict[str, Any]], *, command: str, commit: str | None = None) -> str:
