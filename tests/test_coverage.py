@@ -49,3 +49,15 @@ def test_new_estimator_covers_the_planted_speedup_within_tolerance():
     assert abs(e["median"] / 1.9 - 1) < 0.07, e
     assert e["no_interval"] == 0.0
     assert res["estimators"]["old:speedup"]["coverage"] < tol
+
+
+def test_cli_writes_the_page_and_rerenders_it_from_the_numbers(tmp_path):
+    from experiments import coverage as cli
+
+    out = tmp_path / "cov.md"
+    assert cli.main(["--studies", "3", "--n-boot", "50", "--scenarios", "committed", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "## committed" in page and "**new headline**" in page and "old: per-seed crossing" in page
+    out.unlink()
+    assert cli.main(["--render", str(tmp_path / "cov.json"), "--out", str(out)]) == 0
+    assert out.read_text() == page
