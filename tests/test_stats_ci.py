@@ -144,6 +144,9 @@ def test_a_ratio_censored_in_both_arms_prints_as_undefined():
     assert "≤" not in cell and "≥" not in cell and "1.07" not in cell and "censored both" in cell
     assert dc._cell({**d, "bound": "upper"}).endswith("≤")
     assert dc._cell({**d, "bound": "lower"}).endswith("≥")
+    # a restricted mean (at a stated horizon) is defined whatever the censoring: it prints, marked
+    r = dc._cell({**d, "estimator": "restricted (mean_curve)"})
+    assert r.startswith("1.07 [0.90, 1.20]") and "censored both" in r and "≤" not in r
     t = tables._fmt_ci(d, bound=True)
     assert "<=" not in t and "1.07" not in t and "censored both" in t
 

@@ -381,42 +381,49 @@ def _cell(d: Mapping[str, Any] | None, nd: int = 2, scale: float = 1.0) -> str:
     direction, so that cell prints as undefined (``stats.censoring_bound``)."""
     if not d or not math.isfinite(d.get("value", math.nan)):
         return "-"
-    if d.get("bound") == "both":
+    restricted = str(d.get("estimator", "")).startswith("restricted")
+    if d.get("bound") == "both" and not restricted:
         return "undefined (censored both)"
     f = lambda v: "?" if not math.isfinite(v) else f"{scale * v:.{nd}f}"  # noqa: E731
     s = f"{f(d['value'])} [{f(d.get('lo', math.nan))}, {f(d.get('hi', math.nan))}]"
-    return s + (" ≤" if d.get("bound") == "upper" else " ≥" if d.get("bound") == "lower" else "")
+    # a restricted mean is defined whatever the censoring; "both" then only says it bounds the
+    # unrestricted speed-up in neither direction
+    return s + (" ≤" if d.get("bound") == "upper" else " ≥" if d.get("bound") == "lower"
+                else " (restricted; censored both)" if d.get("bound") == "both" else "")
 
 
 def arms_table(res: Mapping[str, Any], *, cost: str = "tokens") -> str:
-    """Markdown: every arm vs its baseline (restricted-mean speed-ups with paired 95% CIs, level
-    re-estimated per resample; as bounds on the unrestricted speed-up ≤ = censored method seeds, ≥ =
-    censored baseline seeds, censored in both: undefined), the paper's ablation beside, and
+    """Markdown: every arm vs its baseline (speed-ups of the seed-mean curves' restricted crossings
+    and, per seed, of the restricted mean steps, with paired 95% CIs, level re-estimated per resample;
+    as bounds on the unrestricted speed-up ≤ = censored method seeds / curve, ≥ = censored baseline;
+    censored in both: a restricted value is still defined, the old metric's is not), the paper's
+    ablation beside, and
     the head-to-head of PS against each control."""
     costs = [cost] + sorted({k[len("speedup_"):] for r in res["arms"].values() for f in r.get("fractions", [])
-                             for k in r.get(f, {}) if k.startswith("speedup_") and k != "speedup_steps"} - {cost})
-    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | "
+                             for k in r.get(f, {}) if k.startswith("speedup_") and k != "speedup_steps"
+                             and not k.endswith("_per_seed")} - {cost})
+    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | to 80% (steps, per seed) | "
              + " | ".join(f"to 80% ({c})" for c in costs) + " | AUC diff (pp) "
              f"| equal-step diff (pp) | old metric | paper steps / speed-up |",
-             "|---|---|---|---|---|" + "---|" * len(costs) + "---|---|---|---|"]
+             "|---|---|---|---|---|---|" + "---|" * len(costs) + "---|---|---|---|"]
     blank = " |" * len(costs)
     old = res.get("old_metric", {})
     for name in res["order"]:
         if name not in res["arms"]:
-            lines.append(f"| {name} | (reference) | | 1 | 1 |" + " 1 |" * len(costs) + " 0 | 0 | 1 | "
+            lines.append(f"| {name} | (reference) | | 1 | 1 | 1 |" + " 1 |" * len(costs) + " 0 | 0 | 1 | "
                          f"{PAPER_ABLATION_STEPS.get(_split(name)[0], '-')} / 1.00 |" if _split(name)[0] == "baseline"
-                         else f"| {name} | | | | |" + blank + " | | | |")
+                         else f"| {name} | | | | | |" + blank + " | | | |")
             continue
         r = res["arms"][name]
         m = _split(name)[0]
         paper = (f"{PAPER_ABLATION_STEPS[m]} / {PAPER_ABLATION_SPEEDUP[m]:.2f}" if m in PAPER_ABLATION_STEPS else "-")
         if "error" in r:
-            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | |" + blank
+            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | | |" + blank
                          + f" | | | {paper} |")
             continue
         fr = r["fractions"]
         lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {_cell(r[fr[0]]['speedup_steps'])} | "
-                     f"{_cell(r[fr[-1]]['speedup_steps'])} | "
+                     f"{_cell(r[fr[-1]]['speedup_steps'])} | {_cell(r[fr[-1]].get('speedup_steps_per_seed'))} | "
                      + " | ".join(_cell(r[fr[-1]].get(f"speedup_{c}")) for c in costs) + " | "
                      f"{_cell(r.get('auc', {}).get('improvement'), 1, 100)} | "
                      f"{_cell(r.get('equal_step', {}).get('improvement'), 1, 100)} | {_cell(old.get(name))} | {paper} |")
