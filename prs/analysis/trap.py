@@ -699,8 +699,10 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                      f"{_f(s['contrast']['last']['value'], 2)} | {_f(s['tokens_generated']['per_step']['value'], 0)} |")
     L += ["", "### Paired differences (a − b, same seeds)", "",
           "Final and AUC of the held-out true resolution; steps / generated tokens to reach 50% and 80% of b's gap "
-          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's, > 1: a is faster, then the "
-          "mean interpolated steps of a vs b; censored seeds enter with their last step: `<=` upper / `>=` lower bound); "
+          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's crossing of the seed-mean "
+          "curves, > 1: a is faster, restricted to the horizon = the last evaluation (not reached by then counts the "
+          "horizon; `<=` / `>=`: a's / b's curve did not reach it, so an upper / lower bound on the unrestricted speed-up), "
+          "level re-estimated in each resample (`prs.analysis.gap`); then the restricted mean steps of a vs b per seed); "
           "tokens per step a / b (sampled includes the agent path's discarded fresh rows of steered tasks).", ""]
     L += ["| target p_A | a − b | seeds | at step | Δ final true resolution | Δ AUC | Δ final hack rate | Δ contrast share "
           "| speed-up steps to 50% | to 80% | speed-up tokens to 50% | generated tok/step a/b | sampled tok/step a/b |",
