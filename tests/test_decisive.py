@@ -95,19 +95,37 @@ def test_a_baseline_that_does_not_improve_is_undetermined_and_says_so():
     assert f"at equal steps {100 * eq:.1f} [" in v["text"] and "Without a level: AUC ps_ada - baseline" in v["text"]
 
 
-def test_a_gap_within_seed_noise_is_undetermined_and_says_why():
-    """A 2.5-pp baseline gap with half the seeds starting above its 80% level: their steps are 0, the
-    step ratios of most resamples 0/0, so no CI; the text counts those seeds."""
+def test_a_gap_within_the_seed_offsets_is_timed_by_the_seed_mean_curves():
+    """A 2.5-pp baseline gap with half the seeds starting above its 80% level and the other half never
+    reaching it: per seed nothing is timed (steps at the first evaluation or the horizon, reported),
+    but the seed-mean curves cross it inside, and an arm of the same law is no faster."""
     def tiny(seed):
         a = arm(20, seed=seed)
         off = np.where(np.arange(S) % 2 == 0, 0.06, 0.0)[:, None]
         a["y"] = 0.12 + 0.025 * STEPS / STEPS[-1] + off + 0.002 * np.random.default_rng(seed).normal(size=a["y"].shape)
         return a
     res, v = run_rules(baseline=tiny(0), ps_ada=tiny(1))
-    base_steps = res["arms"]["ps_ada"][0.8]["base_steps"]
-    assert sum(1 for x in base_steps if x == 0) == S // 2
+    r = res["arms"]["ps_ada"][0.8]
+    assert sum(1 for x in r["base_steps"] if x == 0) == S // 2 and r["n_censored_baseline"] == S // 2
+    assert STEPS[0] < r["mean_curve_steps"][0] < STEPS[-1]
+    sp = r["speedup_steps"]
+    assert v["effect"] == "none" and sp["lo"] <= 1.0 <= sp["hi"]
+
+
+def test_no_timing_when_neither_seed_mean_curve_crosses_inside():
+    """The baseline's seed-mean curve is above the level at the first evaluation (a first point far
+    above the rest) and the method's never reaches it: restricted crossings at the first evaluation and
+    the horizon say nothing about timing (their ratio, 0, is defined): undetermined, and why."""
+    base, ps_ = arm(20, seed=0), arm(20, seed=1)
+    base["y"] = np.full((S, STEPS.size), 0.1)
+    base["y"][:, 0] = 0.9
+    base["y"][:, -3:] = 0.5                        # start 0.367, final 0.5: the 80% level 0.473 < 0.9
+    ps_["y"] = np.full((S, STEPS.size), 0.3)
+    res, v = run_rules(baseline=base, ps_ada=ps_)
+    r = res["arms"]["ps_ada"][0.8]
+    assert r["mean_curve_steps"] == [STEPS[0], STEPS[-1]] and r["speedup_steps"]["value"] == 0.0
     assert v["effect"] == "undetermined"
-    assert f"{S // 2} baseline seeds start at or above it (steps 0)" in v["text"]
+    assert "seed-mean curve crosses the level" in v["text"] and "resamples are undefined" not in v["text"]
 
 
 def test_missing_control_is_undetermined_not_a_pass():

@@ -103,10 +103,16 @@ def test_censored_method_seed_is_reported_and_bounds_the_speedup():
     ym[0] = yb[0, 0]                      # seed 0 of the method never learns
     r = an.gap_compare(steps, yb, ym, n_boot=200)[0.8]
     assert r["n_censored_method"] == 1 and r["bound"] == "upper" and math.isinf(r["method_steps"][0])
-    assert r["speedup_steps"]["bound"] == "upper"
-    # the censored seed enters with its last evaluated step
+    assert r["speedup_steps_per_seed"]["bound"] == "upper"
+    # per seed: restricted means, the censored seed counted at the horizon (here the last evaluation)
     b = np.array(r["base_steps"]); m = np.array(r["method_steps"]); m[0] = steps[-1]
-    assert r["speedup_steps"]["value"] == pytest.approx(b.mean() / m.mean())
+    assert r["horizon"] == steps[-1]
+    assert r["speedup_steps_per_seed"]["value"] == pytest.approx(b.mean() / m.mean())
+    # the headline crosses the seed-mean curves: the method's mean curve does reach the level
+    assert r["mean_curve_censored"] == [False, False] and r["speedup_steps"]["bound"] == "exact"
+    xb, _ = an.crossing_steps(steps, yb.mean(0)[None], r["level"])
+    xm, _ = an.crossing_steps(steps, ym.mean(0)[None], r["level"])
+    assert r["speedup_steps"]["value"] == pytest.approx(xb[0] / xm[0])
 
 
 def test_degenerate_and_bad_inputs():

@@ -262,3 +262,18 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
             p, _, _ = t._update(s0.params, s0.opt_state, batch)
             moved.append(max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(base_params))))
         assert moved[1] == pytest.approx(2 * moved[0], rel=1e-3) and moved[0] == pytest.approx(rl.lr, rel=1e-2)
+
+
+def test_next_visit_logs_the_steered_groups_per_bucket_beside_their_rate(nv_run):
+    """bucket/<k>/steered = groups steered with bucket k's prefix (plan == k), the ones its
+    reroll_pass_rate averages; bucket/<k>/count is this step's k and may differ."""
+    tr, recs = nv_run
+    n_diff = 0
+    for mem, batch, m, src in recs:
+        plan = mem.plan[src["ids"]]
+        for j, kb in enumerate(ps.bucket_ks(WIDE)):
+            in_b = src["steered"] & (plan == j)
+            assert m[f"bucket/{kb}/steered"] == int(in_b.sum())
+            assert (m[f"bucket/{kb}/reroll_pass_rate"] is None) == (not in_b.any())
+            n_diff += m[f"bucket/{kb}/steered"] != m[f"bucket/{kb}/count"]
+    assert n_diff > 0  # the two counts differ on this run: count was the wrong weight

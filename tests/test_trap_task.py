@@ -373,3 +373,41 @@ def test_summary_script_tabulates_paired_runs(tmp_path):
     assert d["mean_diff"] == pytest.approx(0.3)
     # the theory column: a surface patch's expected GRPO advantage at p_A 0.3, q 0.5 (> 0 below 0.4)
     assert arms["binary"]["theory_surface_advantage_at_start"] > 0
+
+
+def test_next_visit_logs_the_strategy_metrics_of_its_fresh_rollouts():
+    """next_visit (every trap arm's schedule) logs hack_rate etc. of the step's fresh call (all B tasks,
+    before the steered tasks' rows are replaced by their prefixed continuations), as same_step does."""
+    import jax.numpy as jnp
+
+    from prs.rl import schedule as S
+
+    task = make_task("trap", max_turns=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size)
+    n, b, M = 4, 2, 2
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=b, eval_samples=n, schedule="next_visit", pool_size=M)
+    tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
+    state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
+    tok, mask = task.demonstrations(S.pool(tr), seed=1)             # stored successes to steer from
+    L = tr.width
+    src_t = np.zeros((M, 2, L), np.int32)
+    src_t[:, 0, : tok.shape[1]] = tok
+    src_m = np.zeros((M, 2, L), bool)
+    src_m[:, 0, : tok.shape[1]] = mask
+    units = np.array([len(action_spans(x)) for x in mask], np.int32)
+    mem = state.memory._replace(
+        plan=jnp.zeros((M,), jnp.int32), k=jnp.ones((M,), jnp.int32), src_tokens=jnp.asarray(src_t),
+        src_mask=jnp.asarray(src_m), src_units=jnp.asarray(np.stack([units, np.zeros_like(units)], 1)),
+        src_success=jnp.asarray(np.tile([True, False], (M, 1))), src_valid=jnp.asarray(np.tile([True, False], (M, 1))),
+        src_id=jnp.asarray(np.arange(2 * M, dtype=np.int32).reshape(M, 2)))
+    for st in (state, state._replace(memory=mem)):                     # nothing steered; every task steered
+        _, _, m = tr.collect(st)
+        ids = S.pool_ids(0, 0, b, M)
+        probs = task.take(S.pool(tr), ids)
+        _, states = tr.rollouts.rollout(tr.sampling_params(st.params), probs, tr._keys(0)[0], group_size=n,
+                                        return_states=True)
+        ref = T.strategy_metrics(probs, np.arange(b * n) // n, states)
+        for key in ("hack_rate", "true_resolution_rate", "p_root", "mean_fraction_reward"):
+            np.testing.assert_equal(m[key], ref[key])                   # NaN (no root attempt) == NaN
+        assert np.isfinite(m["hack_rate"]) and np.isfinite(m["true_resolution_rate"])
+    assert tr.last_sources["steered"].all() and m["tokens_replayed"] > 0

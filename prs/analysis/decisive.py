@@ -20,8 +20,9 @@ for next_visit arms), else with ``baseline``: ``gap_compare`` on their common se
 
 Head-to-head at the 80%-gap level L of PS's baseline (``head_to_head``): for PS (the ps_ada arm with
 the larger step speed-up point estimate: "best schedule") and a control C on their common seeds,
-x_a = the interpolated first step at which arm a reaches L (censored seeds enter with their last
-evaluated step, a lower bound) and c_a = its cost before that step; then
+x_a = the interpolated first step at which arm a reaches L, restricted to the horizon h (the last
+evaluation all their seeds reached; a seed that has not reached L by h counts h: restricted means,
+``gap.restricted_steps``) and c_a = its cost before that step; then
 
     R_steps = mean(x_C) / mean(x_PS),     R_cost = mean(c_C) / mean(c_PS)
 
@@ -58,9 +59,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from prs.analysis.gap import FRACTIONS, cost_at_steps, crossing_steps, gap_compare
+from prs.analysis.gap import FRACTIONS, common_horizon, cost_at_steps, gap_compare, restricted_steps
 from prs.analysis.runs import PAPER_ABLATION_SPEEDUP, PAPER_ABLATION_STEPS, PAPER_EQUAL_STEP_PP, Run
-from prs.analysis.stats import (bootstrap_diff_of_means, bootstrap_ratio_of_means, eval_matrix, last_step,
+from prs.analysis.stats import (bootstrap_diff_of_means, bootstrap_ratio_of_means, censoring_bound, eval_matrix,
                                 moving_average)
 
 __all__ = ["arm_label", "baseline_for", "arm_stats", "head_to_head", "verdict", "arms_table", "lm_arms",
@@ -109,34 +110,41 @@ def _check_arm(name: str, a: Mapping[str, Any], E: int) -> None:
             raise ValueError(f"arm {name!r}: {key} must be [S={y.shape[0]}], got {np.shape(a[key])}")
 
 
-def _at_level(steps, y, cost: Mapping[str, np.ndarray], level: float, window: int) -> dict[str, np.ndarray]:
-    """Per seed: steps to ``level`` (censored -> last evaluated step) and the cost before them."""
-    ys = moving_average(y, window=window)
-    x, cens = crossing_steps(steps, ys, level)
-    xb = np.where(cens, last_step(steps, y).astype(float), x)
-    out = {"steps": xb, "censored": cens}
+def _at_level(steps, y, cost: Mapping[str, np.ndarray], level: float, window: int, horizon: float) -> dict[str, np.ndarray]:
+    """Per seed: restricted steps to ``level`` (not reached by the horizon -> the horizon) and the cost before them."""
+    x, cens = restricted_steps(steps, moving_average(y, window=window), level, horizon=horizon)
+    out = {"steps": x, "censored": cens}
     for c, arr in cost.items():
-        out[c] = cost_at_steps(arr, xb)
+        out[c] = cost_at_steps(arr, x)
     return out
 
 
 def head_to_head(steps, ps: Mapping[str, Any], ctrl: Mapping[str, Any], level: float, *, window: int = 1,
                  n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Control vs PS at one level on their common seeds: {"steps": R_steps, <cost>: R_cost, ...} (> 1: PS faster)."""
+    """Control vs PS at one fixed level on their common seeds: {"steps": R_steps, <cost>: R_cost, ...}
+    (> 1: PS faster), restricted means at the horizon h = the last evaluation all their seeds reached."""
     common, ip, ic = _common(ps, ctrl)
     out: dict[str, Any] = {"level": level, "paired_seeds": common}
     if len(common) < 2 or not math.isfinite(level):
         out["error"] = f"{len(common)} common seeds" if len(common) < 2 else "no level (degenerate gap)"
         return out
+    yp, yc = np.asarray(ps["y"], float)[ip], np.asarray(ctrl["y"], float)[ic]
+    h = common_horizon(steps, yp, yc)
+    if h is None:
+        out["error"] = "no evaluation step that every seed reached"
+        return out
     costs = sorted(set(ps.get("cost", {})) & set(ctrl.get("cost", {})))
-    p = _at_level(steps, np.asarray(ps["y"])[ip], {c: np.asarray(ps["cost"][c])[ip] for c in costs}, level, window)
-    q = _at_level(steps, np.asarray(ctrl["y"])[ic], {c: np.asarray(ctrl["cost"][c])[ic] for c in costs}, level, window)
+    p = _at_level(steps, yp, {c: np.asarray(ps["cost"][c])[ip] for c in costs}, level, window, h)
+    q = _at_level(steps, yc, {c: np.asarray(ctrl["cost"][c])[ic] for c in costs}, level, window, h)
     boot = dict(paired=True, n_boot=n_boot, seed=seed)
+    out["horizon"] = h
     out["steps"] = bootstrap_ratio_of_means(q["steps"], p["steps"], **boot)
     out["n_censored_ps"], out["n_censored_control"] = int(p["censored"].sum()), int(q["censored"].sum())
     for c in costs:
         ok = np.isfinite(p[c]) & np.isfinite(q[c])
         out[c] = bootstrap_ratio_of_means(q[c][ok], p[c][ok], **boot)
+    for key in ["steps"] + costs:
+        out[key].update(estimator="restricted", horizon=h, bound=censoring_bound(q["censored"], p["censored"]))
     return out
 
 
@@ -245,8 +253,12 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
     h2h = res.get("head_to_head", {})
     pct = int(round(100 * f))
     parts = []
-    # rule 1: effect
-    if S is None or not math.isfinite(S.get("lo", math.nan)):
+    # rule 1: effect (restricted crossings of the seed-mean curves at the first evaluation or the
+    # horizon in both arms say only "already above" / "not by the horizon": no timing)
+    r1 = rec.get(f, {})
+    xs = list(r1.get("mean_curve_steps") or [])
+    timed = any(r1["first_step"] < x < r1["horizon"] for x in xs) if xs and r1.get("horizon") is not None else True
+    if S is None or not math.isfinite(S.get("lo", math.nan)) or not timed:
         lv = rec.get("levels") or {}
         why = rec.get("error", "too few seeds or a degenerate gap")
         if lv.get("degenerate"):  # the baseline did not improve: no level to reach; say what it did instead
@@ -255,10 +267,19 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
         elif rec.get(f, {}).get("n_censored_baseline") is not None and "error" not in rec:
             r = rec[f]
             at0 = sum(1 for x in (r.get("base_steps") or []) if x is not None and x == 0)
-            why = (f"baseline start {lv.get('start', math.nan):.3f} -> final {lv.get('final', math.nan):.3f}; "
-                   f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
-                   f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above "
-                   "it (steps 0), so the step ratios of too many resamples are undefined")
+            u = (S or {}).get("undefined_share", math.nan)
+            thr = (S or {}).get("max_undefined", math.nan)
+            counts = (f"baseline start {lv.get('start', math.nan):.3f} -> final {lv.get('final', math.nan):.3f}; "
+                      f"{r['n_censored_baseline']} baseline and {r['n_censored_method']} {ps} seeds of "
+                      f"{len(rec['paired_seeds'])} never reach the level and {at0} baseline seeds start at or above it")
+            if not timed:
+                why = (f"{counts}; neither arm's seed-mean curve crosses the level between the first evaluation "
+                       f"and the horizon (step {r1['horizon']:g}), so the restricted crossings carry no timing")
+            elif math.isfinite(u) and math.isfinite(thr) and u > thr:
+                why = (f"{counts}; {100 * u:.1f}% of the bootstrap resamples are undefined (a resampled baseline "
+                       f"without a gap, or 0/0), more than the {100 * thr:.1f}% a percentile interval tolerates")
+            else:
+                why = f"{counts}; fewer than 2 paired seeds or no defined resample"
         text = f"Undetermined: {ps} vs {rec['vs']} has no CI for the steps to {pct}% of the gap ({why})."
         A, Q = (rec.get("auc") or {}).get("improvement"), (rec.get("equal_step") or {}).get("improvement")
         if A and A.get("value") is not None and Q and Q.get("value") is not None:
@@ -355,41 +376,54 @@ def verdict(res: Mapping[str, Any], *, cost: str = "tokens") -> dict[str, Any]:
 
 
 def _cell(d: Mapping[str, Any] | None, nd: int = 2, scale: float = 1.0) -> str:
+    """``value [lo, hi]`` plus the censoring mark: `` ≤`` an upper bound (censored method seeds), `` ≥``
+    a lower bound (censored baseline seeds); censored seeds in both arms bound the ratio in neither
+    direction, so that cell prints as undefined (``stats.censoring_bound``)."""
     if not d or not math.isfinite(d.get("value", math.nan)):
         return "-"
+    restricted = str(d.get("estimator", "")).startswith("restricted")
+    if d.get("bound") == "both" and not restricted:
+        return "undefined (censored both)"
     f = lambda v: "?" if not math.isfinite(v) else f"{scale * v:.{nd}f}"  # noqa: E731
     s = f"{f(d['value'])} [{f(d.get('lo', math.nan))}, {f(d.get('hi', math.nan))}]"
-    return s + (" ≤" if d.get("bound") in ("upper", "both") else " ≥" if d.get("bound") == "lower" else "")
+    # a restricted mean is defined whatever the censoring; "both" then only says it bounds the
+    # unrestricted speed-up in neither direction
+    return s + (" ≤" if d.get("bound") == "upper" else " ≥" if d.get("bound") == "lower"
+                else " (restricted; censored both)" if d.get("bound") == "both" else "")
 
 
 def arms_table(res: Mapping[str, Any], *, cost: str = "tokens") -> str:
-    """Markdown: every arm vs its baseline (speed-ups with paired 95% CIs; ≤ = censored method seeds
-    make it an upper bound, ≥ censored baseline seeds a lower bound), the paper's ablation beside, and
+    """Markdown: every arm vs its baseline (speed-ups of the seed-mean curves' restricted crossings
+    and, per seed, of the restricted mean steps, with paired 95% CIs, level re-estimated per resample;
+    as bounds on the unrestricted speed-up ≤ = censored method seeds / curve, ≥ = censored baseline;
+    censored in both: a restricted value is still defined, the old metric's is not), the paper's
+    ablation beside, and
     the head-to-head of PS against each control."""
     costs = [cost] + sorted({k[len("speedup_"):] for r in res["arms"].values() for f in r.get("fractions", [])
-                             for k in r.get(f, {}) if k.startswith("speedup_") and k != "speedup_steps"} - {cost})
-    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | "
+                             for k in r.get(f, {}) if k.startswith("speedup_") and k != "speedup_steps"
+                             and not k.endswith("_per_seed")} - {cost})
+    lines = [f"| arm | vs | seeds | speed-up to 50% (steps) | to 80% (steps) | to 80% (steps, per seed) | "
              + " | ".join(f"to 80% ({c})" for c in costs) + " | AUC diff (pp) "
              f"| equal-step diff (pp) | old metric | paper steps / speed-up |",
-             "|---|---|---|---|---|" + "---|" * len(costs) + "---|---|---|---|"]
+             "|---|---|---|---|---|---|" + "---|" * len(costs) + "---|---|---|---|"]
     blank = " |" * len(costs)
     old = res.get("old_metric", {})
     for name in res["order"]:
         if name not in res["arms"]:
-            lines.append(f"| {name} | (reference) | | 1 | 1 |" + " 1 |" * len(costs) + " 0 | 0 | 1 | "
+            lines.append(f"| {name} | (reference) | | 1 | 1 | 1 |" + " 1 |" * len(costs) + " 0 | 0 | 1 | "
                          f"{PAPER_ABLATION_STEPS.get(_split(name)[0], '-')} / 1.00 |" if _split(name)[0] == "baseline"
-                         else f"| {name} | | | | |" + blank + " | | | |")
+                         else f"| {name} | | | | | |" + blank + " | | | |")
             continue
         r = res["arms"][name]
         m = _split(name)[0]
         paper = (f"{PAPER_ABLATION_STEPS[m]} / {PAPER_ABLATION_SPEEDUP[m]:.2f}" if m in PAPER_ABLATION_STEPS else "-")
         if "error" in r:
-            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | |" + blank
+            lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {r['error']} | | |" + blank
                          + f" | | | {paper} |")
             continue
         fr = r["fractions"]
         lines.append(f"| {name} | {r['vs']} | {len(r['paired_seeds'])} | {_cell(r[fr[0]]['speedup_steps'])} | "
-                     f"{_cell(r[fr[-1]]['speedup_steps'])} | "
+                     f"{_cell(r[fr[-1]]['speedup_steps'])} | {_cell(r[fr[-1]].get('speedup_steps_per_seed'))} | "
                      + " | ".join(_cell(r[fr[-1]].get(f"speedup_{c}")) for c in costs) + " | "
                      f"{_cell(r.get('auc', {}).get('improvement'), 1, 100)} | "
                      f"{_cell(r.get('equal_step', {}).get('improvement'), 1, 100)} | {_cell(old.get(name))} | {paper} |")
@@ -590,9 +624,13 @@ def section_markdown(parts: Sequence[str], *, commit: str | None, dirty: bool | 
     head = [BEGIN, "## The decisive experiment (issue #16): computed by `experiments.analyze`", "",
             f"Produced at {state} by `{command}`; do not edit by hand (regenerate). Statistics "
             f"(`prs.analysis.gap`, `prs.analysis.decisive`): start / final = mean of the baseline's first {k_start or k} "
-            f"/ last {k} evaluations; steps to 50% / 80% of its gap interpolated between evaluations; every CI is a paired "
-            "percentile bootstrap over seeds (same seed = same warm start and problem stream); AUC and equal-step "
-            "differences at the last evaluation all paired seeds reached, in percentage points; the old metric is "
+            f"/ last {k} evaluations; steps to 50% / 80% of its gap: the crossing of the seed-mean curves, interpolated "
+            "between evaluations and restricted to the horizon (the last evaluation all paired seeds reached; not "
+            "reached by then counts the horizon); every CI is a paired percentile bootstrap over seeds (same seed = same "
+            "warm start and problem stream) with the level re-estimated inside each resample, undefined resamples left "
+            "out up to (1 - level)/2 of them; AUC and equal-step differences at the horizon, in percentage points, with "
+            "expanded percentile intervals; actual coverage of these intervals by simulation: "
+            "[coverage.md](coverage.md); the old metric is "
             "the steps-to-converge speed-up of the first table (window 3, the baseline's final level). The paper's "
             "ablation (" + ", ".join(f"{m} {v}" for m, v in PAPER_ABLATION_STEPS.items()) + " steps to converge; "
             + " / ".join(f"+{v} pp" for v in PAPER_EQUAL_STEP_PP.values()) + " at equal steps, "

@@ -26,22 +26,32 @@ pass@1, NaN = no point):
   little late, the more so the fewer evaluation intervals lie before it (measured: a 2x
   time-compressed saturating curve reads 1.97x when the 50% level falls in the first 2 intervals,
   1.996x when it falls after ~8). Optional trailing smoothing of each curve (``window``; default 1 = raw).
-* **Censoring.** A seed whose curve never reaches L_f is censored: its steps are ``inf``; in the
-  ratio it enters with its last evaluated step (a lower bound on its true steps). So censored
-  *method* seeds make a speed-up an **upper** bound, censored *baseline* seeds make it a **lower**
-  bound; ``bound`` says which ("exact", "upper", "lower", "both") and both counts are reported.
+* **Horizon and censoring (restricted mean).** The horizon h is the last evaluation step that every
+  paired seed of both arms reached (``common_horizon``; stated in every record). A seed's steps to
+  L_f are ``min(x, h)``: a seed that has not crossed by h is censored and counted at h
+  (``restricted_steps``), so every arm's mean is the *restricted* mean steps to L_f over [s_0, h]
+  (Royston & Parmar 2013), a well-defined quantity whatever the censoring, and the same h for all
+  seeds (a run that went on longer is not credited with a crossing after h). As a bound on the
+  unrestricted speed-up, censored *method* seeds make it an upper bound, censored *baseline* seeds a
+  lower bound, both no bound (``bound``: "exact", "upper", "lower", "both"; ``stats.censoring_bound``);
+  both counts are reported.
 * **Generated tokens and wall-clock to L_f**: the seed's cumulative cost before train step t,
-  c [S, T+1] (``Run.cumulative_cost``), linearly interpolated at the (fractional) crossing step.
-* **Speed-up** at L_f: ``mean_s(x^base_s) / mean_s(x^method_s)`` (steps, tokens or wall-clock), with
-  the **paired** percentile bootstrap CI of ``prs.analysis.stats.bootstrap_ratio_of_means``
-  (one resample index for both methods). A second, smoother estimate ``mean_curve``: the crossing
-  of the seed-mean curves, bootstrapped by resampling seeds jointly and **recomputing the levels**
-  from each resampled baseline, so the CI also carries the uncertainty of start and final.
+  c [S, T+1] (``Run.cumulative_cost``), linearly interpolated at the restricted crossing step.
+* **Speed-up** at L_f (``restricted_speedup``): ``mean_s(x^base_s) / mean_s(x^method_s)`` of the
+  restricted steps (or costs), with a **paired** percentile bootstrap CI (one resample index for both
+  methods) in which the **level is re-estimated inside every resample** from the resampled baseline
+  (start*, final*, L_f*), so the CI carries the uncertainty of the level too; a resample whose
+  baseline has no gap, or 0/0, is undefined and left out (``stats.percentile_ci``: its share is
+  reported, no interval when it exceeds (1 - level)/2). A second, smoother estimate ``mean_curve``: the
+  crossing of the seed-mean curves, bootstrapped the same way. ``experiments.coverage`` measures
+  the actual coverage of these intervals on synthetic curves with a planted speed-up.
 * **Area under the learning curve** (normalised): ``AUC = (1 / (h - s_0)) ∫_{s_0}^{h} y(s) ds`` by the
   trapezoid rule on the evaluation points, i.e. the mean pass@1 over the horizon h (default the
   last evaluation step that every paired seed of both methods reached); seeds missing a point in
   [s_0, h] are excluded and listed. Reported per method, their paired difference with a CI, and
-  that difference as a fraction of the baseline's gap.
+  that difference as a fraction of the baseline's gap. The two differences' CIs are *expanded*
+  percentile intervals (``stats.percentile_ci`` with n = the paired seeds): the plain percentile
+  interval of a mean of 8 seeds covers ~87-91% at nominal 95% (``experiments.coverage``).
 * **Equal-step improvement** at step s* (default: the horizon h): the paired difference of the mean
   of the last ``k`` evaluation points up to s* (k = 1 is the single point at s*, as in
   ``stats.analyze_task``).
@@ -54,10 +64,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from prs.analysis.runs import Run
-from prs.analysis.stats import (_ci, _check_boot, _ratio, bootstrap_diff_of_means, bootstrap_mean,
+from prs.analysis.stats import (_check_boot, _ratio, bootstrap_diff_of_means, bootstrap_mean, censoring_bound, percentile_ci,
                                 bootstrap_ratio_of_means, eval_matrix, last_step, moving_average, seed_mean)
 
-__all__ = ["gap_levels", "crossing_steps", "cost_at_steps", "auc", "window_mean_at", "gap_compare", "gap_task"]
+__all__ = ["gap_levels", "crossing_steps", "cost_at_steps", "auc", "window_mean_at", "common_horizon", "restricted_steps",
+           "restricted_speedup", "gap_compare", "gap_task"]
 
 FRACTIONS = (0.5, 0.8)
 
@@ -191,15 +202,114 @@ def window_mean_at(steps, y, *, at_step: float, k: int = 1) -> np.ndarray:
     return y[:, e + 1 - k: e + 1].mean(1)
 
 
-def _bound(cens_b: np.ndarray, cens_m: np.ndarray) -> str:
-    b, m = bool(cens_b.any()), bool(cens_m.any())
-    return "both" if b and m else "upper" if m else "lower" if b else "exact"
-
-
 def _nanmean_rows(y: np.ndarray) -> np.ndarray:
     """NaN-skipping mean over axis 1: [R, S, E] -> [R, E] (NaN where no seed has the point)."""
     ok = np.isfinite(y)
     return np.where(ok.any(1), np.where(ok, y, 0.0).sum(1) / np.maximum(ok.sum(1), 1), np.nan)
+
+
+def common_horizon(steps, *ys) -> float | None:
+    """The last evaluation step at which every row of every y [S, E] has a point (None if none)."""
+    steps = np.asarray(steps, float)
+    ok = np.all([np.isfinite(np.asarray(y, float)).all(0) for y in ys], axis=0) if ys else np.zeros(steps.shape, bool)
+    return float(steps[ok][-1]) if np.any(ok) else None
+
+
+def restricted_steps(steps, y, level, *, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Restricted steps to ``level``: ``min(x, h)`` with x the interpolated first crossing
+    (``crossing_steps``) on the points up to the horizon h; a row that has not crossed by h counts h.
+
+    steps [E], y [R, E], level [R] or scalar -> (x [R] float, NaN where the level is NaN;
+    censored [R] bool: not crossed by h). Every row must have its points up to h (``common_horizon``).
+    """
+    steps, y = _check_curves(steps, y)
+    lev = np.broadcast_to(np.asarray(level, float), y.shape[:1])
+    sel = steps <= horizon
+    if not sel.any():
+        raise ValueError(f"horizon {horizon!r} lies before the first evaluation step {steps[:1]}")
+    x, cens = crossing_steps(steps[sel], y[:, sel], np.where(np.isfinite(lev), lev, np.inf))
+    ok = np.isfinite(lev)
+    return np.where(ok, np.where(cens, float(horizon), np.minimum(x, horizon)), np.nan), cens & ok
+
+
+def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float, k: int = 3,
+                       k_start: int | None = None, window: int = 1,
+                       cost_base: Mapping[str, np.ndarray] | None = None,
+                       cost_meth: Mapping[str, np.ndarray] | None = None, n_boot: int = 2000, level: float = 0.95,
+                       seed: int = 0, by: str = "seed") -> dict[str, Any]:
+    """Speed-up in restricted mean steps (and costs) to ``fraction`` of the baseline's gap, paired
+    bootstrap with the level re-estimated inside every resample.
+
+    ``by="seed"``: the ratio of the seeds' mean restricted steps (below). ``by="mean_curve"``: the ratio
+    of the restricted crossings of the two arms' seed-mean curves (x = ``restricted_steps`` of the
+    resample's seed-mean curve, costs at x of the seed-mean cumulative cost); averaging over seeds
+    commutes with a time compression (ȳ^m(t) = ȳ^b(a t) when every seed's y^m_s(t) = y^b_s(a t)), so this
+    one's estimand is the compression factor a itself whenever the level is reached by the horizon.
+
+    With the resample's seeds s_1..s_S (drawn jointly for both arms), its level
+    ``L* = start* + f (final* - start*)`` from the resampled baseline seed-mean (``gap_levels``' rule;
+    undefined when final* <= start*), x_s = ``restricted_steps`` of each curve at L* with horizon h,
+
+        R_steps = mean_s x^base_s / mean_s x^meth_s,   R_c = mean_s c^base_s(x^base_s) / mean_s c^meth_s(x^meth_s)
+
+    the restricted-mean speed-up (Royston & Parmar 2013 for restricted mean times; the percentile
+    bootstrap of Efron & Tibshirani 1993, ch. 13, via ``percentile_ci``). The point value uses the
+    sample itself. Returns {"steps": ci, c: ci, "horizon", "level", "censored_base" [S], "censored_method" [S],
+    "x_base" [S], "x_method" [S]}; each ci = {"value", "lo", "hi", "undefined_share", "max_undefined",
+    "paired", "estimator": "restricted", "horizon"}.
+    """
+    steps, yb = _check_curves(steps, y_base)
+    _, ym = _check_curves(steps, y_meth)
+    k = _check_k(k)
+    ks = k if k_start is None else _check_k(k_start)
+    _check_boot(n_boot, level)
+    S, E = yb.shape
+    cost_base, cost_meth = dict(cost_base or {}), dict(cost_meth or {})
+    sb, sm = moving_average(yb, window=window), moving_average(ym, window=window)
+
+    if by not in ("seed", "mean_curve"):
+        raise ValueError(f"by must be 'seed' or 'mean_curve', got {by!r}")
+
+    def stat(idx):  # idx [R, S] -> {name: ratio [R]}, plus the per-seed details of the first row
+        R = idx.shape[0]
+        mb = _nanmean_rows(yb[idx])                                            # [R, E]
+        st, fi = _start_final(mb, k, ks)                                       # [R]
+        lev = np.where(fi > st, st + fraction * (fi - st), np.nan)             # [R]
+        if by == "mean_curve":
+            cb_ = moving_average(mb, window=window)
+            cm_ = moving_average(_nanmean_rows(ym[idx]), window=window)
+            xb, cb = restricted_steps(steps, cb_, lev, horizon=horizon)        # [R]
+            xm, cm = restricted_steps(steps, cm_, lev, horizon=horizon)
+            out = {"steps": _ratio(xb, xm)}
+            for c in cost_base:
+                mcb = _nanmean_rows(np.asarray(cost_base[c], float)[idx])      # [R, T+1]
+                mcm = _nanmean_rows(np.asarray(cost_meth[c], float)[idx])
+                out[c] = _ratio(cost_at_steps(mcb, np.nan_to_num(xb)), cost_at_steps(mcm, np.nan_to_num(xm)))
+            for c in out:
+                out[c] = np.where(np.isfinite(lev), out[c], np.nan)
+            return out, (lev, xb, xm, cb, cm)
+        levs = np.repeat(lev, S)                                               # [R*S]
+        xb, cb = restricted_steps(steps, sb[idx].reshape(R * S, E), levs, horizon=horizon)
+        xm, cm = restricted_steps(steps, sm[idx].reshape(R * S, E), levs, horizon=horizon)
+        out = {"steps": _ratio(xb.reshape(R, S).mean(1), xm.reshape(R, S).mean(1))}
+        for c in cost_base:
+            vb = cost_at_steps(np.asarray(cost_base[c], float)[idx.reshape(-1)], np.nan_to_num(xb))
+            vm = cost_at_steps(np.asarray(cost_meth[c], float)[idx.reshape(-1)], np.nan_to_num(xm))
+            out[c] = _ratio(vb.reshape(R, S).mean(1), vm.reshape(R, S).mean(1))
+        for c in out:
+            out[c] = np.where(np.isfinite(lev), out[c], np.nan)                # no gap: undefined
+        return out, (lev, xb, xm, cb, cm)
+
+    point, (lev, xb, xm, cb, cm) = stat(np.arange(S)[None])
+    boots = stat(np.random.default_rng(seed).integers(0, S, size=(n_boot, S)))[0] if S >= 2 else None
+    res: dict[str, Any] = {"horizon": float(horizon), "level": float(lev[0]), "x_base": xb.tolist(),
+                           "x_method": xm.tolist(), "censored_base": cb.tolist(), "censored_method": cm.tolist()}
+    for c, v in point.items():
+        ci = (percentile_ci(boots[c], level=level) if boots is not None
+              else {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": math.nan})
+        res[c] = {"value": float(v[0]), **ci, "paired": True, "estimator": f"restricted ({by})",
+                  "horizon": float(horizon), "n": S}
+    return res
 
 
 def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, seed) -> dict[float, dict[str, Any]]:
@@ -221,11 +331,10 @@ def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, see
     boots = stats(np.random.default_rng(seed).integers(0, S, size=(n_boot, S))) if S >= 2 else None
     for j, f in enumerate(fractions):
         r, xb, xm = point[j]
-        # a resample whose baseline has no gap (NaN level) or 0/0 is undefined: left out, unless most are
-        rb = boots[j][0] if boots is not None else None
-        lo, hi = (_ci(rb[~np.isnan(rb)], level) if rb is not None and np.isnan(rb).mean() < 0.5
-                  else (math.nan, math.nan))
-        res[f] = {"value": float(r[0]), "lo": lo, "hi": hi, "base_steps": float(xb[0]), "method_steps": float(xm[0]),
+        # a resample whose baseline has no gap (NaN level) or 0/0 is undefined: left out (percentile_ci)
+        ci = (percentile_ci(boots[j][0], level=level) if boots is not None
+              else {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": math.nan})
+        res[f] = {"value": float(r[0]), **ci, "base_steps": float(xb[0]), "method_steps": float(xm[0]),
                   "censored": bool(not np.isfinite(xm[0])), "paired": True}
     return res
 
@@ -259,44 +368,55 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
     S = yb.shape[0]
     out: dict[str, Any] = {"levels": lv, "n_seeds": S, "window": window, "fractions": list(fr)}
     sb, sm = moving_average(yb, window=window), moving_average(ym, window=window)
-    last_b, last_m = last_step(steps, yb).astype(float), last_step(steps, ym).astype(float)
+    h_common = common_horizon(steps, yb, ym)
+    h = h_common if horizon is None else float(horizon)
+    if h is not None and h_common is not None and h > h_common:
+        raise ValueError(f"horizon {h} lies beyond the last evaluation step every paired seed reached ({h_common})")
+    out["horizon"] = h
     for f in fr:
         L = lv["levels"][f]
         xb, cb = crossing_steps(steps, sb, L)
         xm, cm = crossing_steps(steps, sm, L)
-        bb, bm = np.where(cb, last_b, xb), np.where(cm, last_m, xm)     # censored -> last evaluated step
-        rec: dict[str, Any] = {
-            "level": L, "base_steps": xb.tolist(), "method_steps": xm.tolist(),
-            "n_censored_baseline": int(cb.sum()), "n_censored_method": int(cm.sum()),
-            "bound": _bound(cb, cm),
-        }
-        if lv["degenerate"]:
-            nan = {"value": math.nan, "lo": math.nan, "hi": math.nan, "paired": True}
-            rec.update(speedup_steps=nan, **{f"speedup_{c}": nan for c in cost_base})
+        rec: dict[str, Any] = {"level": L, "base_steps": xb.tolist(), "method_steps": xm.tolist(), "horizon": h,
+                               "first_step": float(steps[0])}
+        if lv["degenerate"] or h is None or h <= steps[0]:
+            nan = {"value": math.nan, "lo": math.nan, "hi": math.nan, "paired": True, "estimator": "restricted",
+                   "horizon": h}
+            rec.update(n_censored_baseline=int(cb.sum()), n_censored_method=int(cm.sum()),
+                       bound=censoring_bound(cb, cm), speedup_steps=dict(nan),
+                       **{f"speedup_{c}": dict(nan) for c in cost_base})
         else:
-            rec["speedup_steps"] = bootstrap_ratio_of_means(bb, bm, paired=True, **boot)
-            rec["steps_base"], rec["steps_method"] = bootstrap_mean(bb, **boot), bootstrap_mean(bm, **boot)
+            kw = dict(fraction=f, horizon=h, k=k, k_start=lv["k_start"], window=window, cost_base=cost_base,
+                      cost_meth=cost_meth, **boot)
+            r = restricted_speedup(steps, yb, ym, by="seed", **kw)               # per seed
+            mc = restricted_speedup(steps, yb, ym, by="mean_curve", **kw)        # the headline
+            rcb, rcm = np.asarray(r["censored_base"], bool), np.asarray(r["censored_method"], bool)
+            rb, rm = np.asarray(r["x_base"]), np.asarray(r["x_method"])
+            rec.update(n_censored_baseline=int(rcb.sum()), n_censored_method=int(rcm.sum()),
+                       bound=censoring_bound(rcb, rcm), restricted_base_steps=rb.tolist(),
+                       restricted_method_steps=rm.tolist(), speedup_steps=mc["steps"], speedup_steps_per_seed=r["steps"],
+                       mean_curve_steps=[mc["x_base"][0], mc["x_method"][0]],
+                       mean_curve_censored=[bool(mc["censored_base"][0]), bool(mc["censored_method"][0])])
+            rec["steps_base"], rec["steps_method"] = bootstrap_mean(rb, **boot), bootstrap_mean(rm, **boot)
             for c in cost_base:
-                vb, vm = cost_at_steps(cost_base[c], bb), cost_at_steps(cost_meth[c], bm)
-                ok = np.isfinite(vb) & np.isfinite(vm)
-                rec[f"{c}_base"], rec[f"{c}_method"] = vb.tolist(), vm.tolist()
-                rec[f"speedup_{c}"] = bootstrap_ratio_of_means(vb[ok], vm[ok], paired=True, **boot)
-                rec[f"speedup_{c}"]["n_missing"] = int((~ok).sum())
-            for key in ["speedup_steps"] + [f"speedup_{c}" for c in cost_base]:
+                rec[f"{c}_base"] = cost_at_steps(np.asarray(cost_base[c], float), rb).tolist()
+                rec[f"{c}_method"] = cost_at_steps(np.asarray(cost_meth[c], float), rm).tolist()
+                rec[f"speedup_{c}"], rec[f"speedup_{c}_per_seed"] = mc[c], r[c]
+            for key in ["speedup_steps_per_seed"] + [f"speedup_{c}_per_seed" for c in cost_base]:
                 rec[key]["bound"] = rec["bound"]
+        mcc = rec.get("mean_curve_censored", [False, False])
+        for key in ["speedup_steps"] + [f"speedup_{c}" for c in cost_base]:
+            rec[key]["bound"] = censoring_bound(np.array(mcc[:1]), np.array(mcc[1:]))
         out[f] = rec
     if not lv["degenerate"]:
         mc = _mean_curve_boot(steps, yb, ym, k=k, k_start=lv["k_start"], fractions=fr, **boot)
         for f in fr:
             out[f]["mean_curve"] = mc[f]
-    # area under the curve and equal-step improvement on a common horizon
-    both = np.isfinite(yb) & np.isfinite(ym)
-    common = steps[both.all(0)] if S else steps[:0]
-    h = float(common[-1]) if horizon is None and common.size else horizon
+    # area under the curve and equal-step improvement on the same horizon
     if h is not None and h > steps[0]:
         ab, am = auc(steps, yb, horizon=h), auc(steps, ym, horizon=h)
         ok = np.isfinite(ab) & np.isfinite(am)
-        d = bootstrap_diff_of_means(am[ok], ab[ok], paired=True, **boot)
+        d = bootstrap_diff_of_means(am[ok], ab[ok], paired=True, expand=True, **boot)
         out["auc"] = {"horizon": h, "base": bootstrap_mean(ab[ok], **boot), "method": bootstrap_mean(am[ok], **boot),
                       "improvement": d, "improvement_gap_fraction": (d["value"] / lv["gap"] if not lv["degenerate"]
                                                                      else math.nan),
@@ -307,7 +427,7 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
         ok = np.isfinite(wb) & np.isfinite(wm)
         out["equal_step"] = {"at_step": s_star, "k": at_k, "base": bootstrap_mean(wb[ok], **boot),
                              "method": bootstrap_mean(wm[ok], **boot),
-                             "improvement": bootstrap_diff_of_means(wm[ok], wb[ok], paired=True, **boot),
+                             "improvement": bootstrap_diff_of_means(wm[ok], wb[ok], paired=True, expand=True, **boot),
                              "excluded_seeds": np.flatnonzero(~ok).tolist()}
     return out
 

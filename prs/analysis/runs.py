@@ -14,12 +14,17 @@ import numpy as np
 
 # The paper's reported values (Zhu et al. 2026, arXiv 2605.05112): references to compare against,
 # not results of this code base.
+# The ablation table (steps to converge): the source names no model or task for it; it is *not* the
+# Qwen3-14B SWE-bench result (that one is PAPER_HEADLINE_14B: step 300 -> 170, 2.01x end-to-end).
 PAPER_ABLATION_STEPS = {"baseline": 211, "ps_fix": 131, "ps_ada_hard": 186, "ps_ada": 110}  # steps to converge
 PAPER_ABLATION_SPEEDUP = {"baseline": 1.00, "ps_fix": 1.61, "ps_ada_hard": 1.13, "ps_ada": 1.92}  # as printed
 PAPER_EQUAL_STEP_PP = {"Qwen3-4B": 7.3, "Qwen3-8B": 10.8}  # AIME 2025, PS-ada vs baseline at equal steps (pp)
 PAPER_SETTLED_REROLL = {1: 0.485, 2: 0.489, 6: 0.504, 7: 0.515}  # re-rollout pass rate per bucket k (N = 8)
 PAPER_HEADLINE_14B = {"base_step": 300, "ps_step": 170, "base_step_s": 1597.0, "ps_step_s": 1405.0,
                       "step_speedup": 1.76, "time_speedup": 1.14, "end_to_end": 2.01}  # Qwen3-14B, SWE-bench
+# the parts of a train step's wall-clock: next_visit agent steps log their replay through execution
+# (rebuilding the prefix's environment state) as time_replay, apart from time_sample
+STEP_TIME_KEYS = ("time_sample", "time_replay", "time_batch", "time_update")
 METHOD_ORDER = ("baseline", "ps_fix", "ps_ada_hard", "ps_ada")
 STATUSES = ("complete", "partial", "empty", "failed")
 SCHEDULES = ("same_step", "next_visit")
@@ -47,9 +52,12 @@ class Run:
         ``prs.rl.rundir``; its lines are still read).  problems: human-readable notes (unparsable lines, ...).
       error: the recorded error of a ``failed`` run (None otherwise).
       eval_step [E] int, eval_pass [E] float: held-out pass@1 after ``eval_step`` updates.
-      train_step [T] int, step_time [T] s (sample + batch + update), step_tokens [T] generated tokens.
+      train_step [T] int, step_time [T] s (sample + replay + batch + update: ``STEP_TIME_KEYS``),
+        step_tokens [T] generated tokens.
       ks [K]: controller buckets (k successes of n).  n: group size.
-      reroll_rate [T, K] (NaN: no re-roll that step), count [T, K], rho [T, K], ema [T, K].
+      reroll_rate [T, K] (NaN: no re-roll that step), count [T, K] (groups whose k is in the bucket),
+        rho [T, K], ema [T, K]; steered [T, K] groups re-rolled / steered with the bucket's prefix (the
+        groups reroll_rate averages; NaN in runs that did not log it).
     """
 
     name: str
@@ -77,6 +85,7 @@ class Run:
     series: dict = dataclasses.field(default_factory=dict)
     k_hist0: tuple = ()
     method_params: dict = dataclasses.field(default_factory=dict)
+    steered: np.ndarray | None = None   # [T, K] groups steered with bucket k's prefix (NaN: not logged)
 
     @property
     def steps_done(self) -> int:
@@ -237,10 +246,10 @@ def load_run(path) -> Run:
         status=status, problems=tuple(problems), eval_step=eval_step,
         eval_pass=np.array([_f(r.get("eval/pass_at_1")) for r in evals], float),
         train_step=np.array([r["step"] for r in train], int),
-        step_time=np.array([sum(_f(r.get(k, 0.0)) for k in ("time_sample", "time_batch", "time_update"))
-                            for r in train], float),
+        step_time=np.array([sum(_f(r.get(k, 0.0)) for k in STEP_TIME_KEYS) for r in train], float),
         step_tokens=np.array([_f(r.get("tokens_generated", 0)) for r in train], float),
         ks=ks, n=n, reroll_rate=table("reroll_pass_rate"), count=table("count"), rho=table("rho"), ema=table("ema"),
+        steered=table("steered"),
         error=error, schedule=schedule, task_params=task_params, method_params=dict(config.get("method") or {}),
         k_hist0=tuple(int(v) for v in (train[0].get("k_hist") or ())) if train else (),
         series={k: np.array([_f(r.get(k)) for r in train], float) for k in SERIES if any(k in r for r in train)})

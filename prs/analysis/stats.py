@@ -24,7 +24,7 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   never reaches ``L`` is **censored**: steps = ``inf``, reported as ``>= last evaluated step``;
   censored and partial (killed) runs stay in the tables with their status, never dropped. A run
   with no train line at all (``empty``) is listed in the tables but excluded from the statistics.
-* **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_batch_t + time_update_t)``
+* **Cost to converge.** Wall-clock ``Σ_{t < s} (time_sample_t + time_replay_t + time_batch_t + time_update_t)``
   (seconds) and generated tokens
   ``Σ_{t < s} tokens_generated_t`` over the train lines before the convergence step ``s``.
   Compilation makes some steps (the first, a first re-roll of a new width) far slower than the
@@ -39,13 +39,19 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   seeds and method seeds are resampled independently (runs of different methods share no state
   beyond the warm start, and unpaired uses every seed); ``paired=True`` resamples common seeds
   jointly. A censored seed enters the ratio with its last evaluated step (a lower bound on its
-  steps), so censored method seeds make the speed-up an upper bound (marked ``<=``). Baseline
+  steps), so censored method seeds make the speed-up an upper bound (``bound="upper"``, ``<=``),
+  censored baseline seeds a lower bound (``"lower"``, ``>=``), and censored seeds in both arms
+  leave it no bound at all (``"both"``, printed as undefined): ``censoring_bound``. Baseline
   seeds below ``L`` at their last evaluation enter with their run length: with ``ref="final"``
   about half of them are, by construction, and the baseline's steps are then its run length, as
   in the paper's "baseline's step 300". Both censoring counts are reported.
+* **CIs** of every statistic here and in ``prs.analysis.gap`` / ``decisive``: ``percentile_ci``, which
+  leaves undefined resamples (0/0, a resample without a gap) out, reports their share, and gives no
+  interval when the share exceeds one tail's mass ((1 - level)/2).
 * **Settled re-roll pass rate** of bucket ``k`` in one run: the mean of ``bucket/k/reroll_pass_rate``
-  over the last ``settle_frac`` (default 50%) of its train steps, weighted by ``bucket/k/count``
-  (groups in the bucket that step); steps without re-rolls are skipped. Per method: the mean over
+  over the last ``settle_frac`` (default 50%) of its train steps, weighted by ``bucket/k/steered``
+  (the groups re-rolled / steered with the bucket's prefix that step: the ones the rate averages;
+  ``settled_reroll_rates`` for runs that did not log it); steps without re-rolls are skipped. Per method: the mean over
   seeds with a bootstrap CI. The paper reports 0.485/0.489/0.504/0.515 for k = 1, 2, 6, 7 of 8.
 * **Equal-step improvement**: ``mean_s y^method_s(s*) - mean_s y^base_s(s*)`` (raw pass@1, in
   probability units) at a fixed evaluation step ``s*`` (default: the baseline's last planned
@@ -143,12 +149,52 @@ def last_step(steps, y) -> np.ndarray:
 # Bootstrap (vectorised over resamples, seeded)
 
 
-def _ci(samples: np.ndarray, level: float) -> tuple[float, float]:
-    finite = samples[np.isfinite(samples)]
-    if finite.size < samples.size / 2:  # the statistic is infinite/undefined in most resamples
-        return math.nan, math.nan
-    lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+def expanded_tail(n: int, level: float = 0.95) -> float:
+    """Tail mass of the expanded percentile interval for a mean of n observations (Hesterberg 2015,
+    "What teachers should know about the bootstrap", sec. 4.3): Phi(-sqrt(n/(n-1)) t_{(1+level)/2, n-1}),
+    so the percentile interval of a bootstrap mean gets the width of the t interval with the sample
+    sd; n = 8 at 95%: 0.0057 per tail instead of 0.025."""
+    if n < 2:
+        raise ValueError(f"the expanded percentile needs n >= 2, got {n}")
+    from scipy import stats as sps  # scipy: a dependency of jax
+
+    return float(sps.norm.cdf(-math.sqrt(n / (n - 1)) * sps.t.ppf((1 + level) / 2, n - 1)))
+
+
+def percentile_ci(samples, *, level: float = 0.95, max_undefined: float | None = None,
+                  n: int | None = None) -> dict[str, float]:
+    """Percentile interval of bootstrap replicates that leaves the undefined ones out.
+
+    samples [n_boot]: NaN = an undefined replicate (0/0, a resample without a gap); ±inf are defined,
+    ordered values (x/0 with x > 0). With u the share of NaN replicates, the interval is the
+    ((1 - level)/2, (1 + level)/2) quantiles of the defined ones, reported with u; it is undefined
+    (lo = hi = NaN) only when u > ``max_undefined``, default (1 - level)/2: the mass of one tail, so an
+    interval is given only when the undefined replicates, wherever they would fall, could move either
+    end by at most one tail's share of the replicates. Efron & Tibshirani 1993, ch. 13.
+
+    With ``n`` (the number of resampled units, n >= 2) the tails are those of the expanded percentile
+    interval (``expanded_tail``), which corrects the percentile interval's small-sample
+    under-coverage of a mean; the default threshold is then that tail mass.
+
+    Returns {"lo", "hi", "undefined_share", "max_undefined"}. The one CI helper of ``prs.analysis``.
+    """
+    x = np.asarray(samples, float).reshape(-1)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    tail = (1.0 - level) / 2 if n is None else expanded_tail(n, level)
+    thr = tail if max_undefined is None else float(max_undefined)
+    if not 0.0 <= thr < 1.0:
+        raise ValueError(f"max_undefined must lie in [0, 1), got {max_undefined!r}")
+    if x.size == 0:
+        return {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": thr}
+    ok = ~np.isnan(x)
+    u = float(1.0 - ok.mean())
+    if u > thr or not ok.any():
+        return {"lo": math.nan, "hi": math.nan, "undefined_share": u, "max_undefined": thr}
+    q = [tail, 1.0 - tail]
+    with np.errstate(invalid="ignore"):                       # inf - inf between two infinite replicates
+        lo, hi = np.where(np.isnan(v := np.quantile(x[ok], q)), np.quantile(x[ok], q, method="nearest"), v)
+    return {"lo": float(lo), "hi": float(hi), "undefined_share": u, "max_undefined": thr}
 
 
 def _check_boot(n_boot: int, level: float) -> None:
@@ -165,8 +211,22 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=fill, where=den != 0)
 
 
-def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
-    """Mean of x [S] with a percentile bootstrap CI: {"value", "lo", "hi", "n"} (NaN CI if S < 2)."""
+def censoring_bound(censored_base, censored_method) -> str:
+    """Which way censoring biases a speed-up ``mean(x_base) / mean(x_method)``.
+
+    A censored seed enters with a step below its true steps (its last evaluated step, or the horizon):
+    censored *method* seeds shrink the denominator, so the ratio can only overstate the true speed-up
+    (``"upper"``: the true value is <= the estimate); censored *baseline* seeds shrink the numerator
+    (``"lower"``: true >= estimate); censored seeds in both arms push both ways, so the estimate bounds
+    the true speed-up in neither direction (``"both"``: no bound); none: ``"exact"``.
+    """
+    b, m = bool(np.any(censored_base)), bool(np.any(censored_method))
+    return "both" if b and m else "upper" if m else "lower" if b else "exact"
+
+
+def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0, expand: bool = False) -> dict[str, Any]:
+    """Mean of x [S] with a percentile bootstrap CI: {"value", "lo", "hi", "n"} (NaN CI if S < 2);
+    ``expand``: the expanded percentile interval (``percentile_ci`` with n = S)."""
     x = np.asarray(x, float)
     if x.ndim != 1:
         raise ValueError(f"x must be [S], got shape {x.shape}")
@@ -176,11 +236,12 @@ def bootstrap_mean(x, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0)
     if x.size < 2:
         return {"value": float(x.mean()), "lo": math.nan, "hi": math.nan, "n": 1}
     idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))  # [n_boot, S]
-    lo, hi = _ci(x[idx].mean(1), level)
-    return {"value": float(x.mean()), "lo": lo, "hi": hi, "n": int(x.size)}
+    return {"value": float(x.mean()), **percentile_ci(x[idx].mean(1), level=level, n=x.size if expand else None),
+            "n": int(x.size)}
 
 
-def _two_sample(a, b, stat, *, paired: bool, n_boot: int, level: float, seed: int) -> dict[str, Any]:
+def _two_sample(a, b, stat, *, paired: bool, n_boot: int, level: float, seed: int,
+                expand: bool = False) -> dict[str, Any]:
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.ndim != 1 or b.ndim != 1:
         raise ValueError(f"samples must be 1-D [S], got shapes {a.shape} and {b.shape}")
@@ -197,7 +258,8 @@ def _two_sample(a, b, stat, *, paired: bool, n_boot: int, level: float, seed: in
     rng = np.random.default_rng(seed)
     ia = rng.integers(0, a.size, size=(n_boot, a.size))                     # [n_boot, Sa]
     ib = ia if paired else rng.integers(0, b.size, size=(n_boot, b.size))   # [n_boot, Sb]
-    out["lo"], out["hi"] = _ci(stat(a[ia].mean(1), b[ib].mean(1)), level)
+    out.update(percentile_ci(stat(a[ia].mean(1), b[ib].mean(1)), level=level,
+                             n=(a.size if paired else min(a.size, b.size)) if expand else None))
     return out
 
 
@@ -212,9 +274,11 @@ def bootstrap_ratio_of_means(num, den, *, paired: bool = False, n_boot: int = 20
 
 
 def bootstrap_diff_of_means(a, b, *, paired: bool = False, n_boot: int = 2000, level: float = 0.95,
-                            seed: int = 0) -> dict[str, Any]:
-    """mean(a) - mean(b) with a seeded percentile bootstrap CI (the equal-step improvement, a = method)."""
-    return _two_sample(a, b, np.subtract, paired=paired, n_boot=n_boot, level=level, seed=seed)
+                            seed: int = 0, expand: bool = False) -> dict[str, Any]:
+    """mean(a) - mean(b) with a seeded percentile bootstrap CI (the equal-step improvement, a = method);
+    ``expand``: the expanded percentile interval (``percentile_ci``; n = the paired count, or the
+    smaller sample)."""
+    return _two_sample(a, b, np.subtract, paired=paired, n_boot=n_boot, level=level, seed=seed, expand=expand)
 
 
 def bootstrap_band(y, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -268,13 +332,20 @@ def curves_vs_wallclock(runs: Sequence[Run], *, num: int = 50, clip: float | Non
 
 
 def settled_reroll_rates(run: Run, *, settle_frac: float = 0.5) -> np.ndarray:
-    """[K] count-weighted mean re-rollout pass rate per bucket over the last ``settle_frac`` of the
-    run's train steps (NaN for a bucket with no re-roll there)."""
+    """[K] mean re-rollout pass rate per bucket over the last ``settle_frac`` of the run's train steps,
+    each step weighted by the groups its rate averages: ``bucket/k/steered`` (NaN for a bucket with no
+    re-roll there). Runs that did not log ``steered``: same_step weights by ``bucket/k/count``
+    (max(count, 1)), which there counts the same groups but for sources too short to cut; next_visit
+    weights every step with a rate equally, because there ``count`` counts this step's k, not the
+    groups steered with the bucket's prefix."""
     if not 0.0 < settle_frac <= 1.0:
         raise ValueError(f"settle_frac must lie in (0, 1], got {settle_frac!r}")
     t0 = int(math.floor(run.steps_done * (1.0 - settle_frac)))
     rate, cnt = run.reroll_rate[t0:], run.count[t0:]         # [T', K]
-    w = np.where(np.isfinite(rate), np.maximum(np.nan_to_num(cnt), 1.0), 0.0)
+    st = run.steered[t0:] if run.steered is not None and run.steered.shape == run.reroll_rate.shape \
+        else np.full(rate.shape, np.nan)
+    fallback = np.ones(rate.shape) if run.schedule == "next_visit" else np.maximum(np.nan_to_num(cnt), 1.0)
+    w = np.where(np.isfinite(rate), np.where(np.isfinite(st), st, fallback), 0.0)
     tot = (np.nan_to_num(rate) * w).sum(0)
     return np.where(w.sum(0) > 0, tot / np.maximum(w.sum(0), 1e-12), np.nan)
 
@@ -352,7 +423,8 @@ def analyze_task(by_method: dict[str, list[Run]], *, baseline: str = "baseline",
             rec[name] = (bootstrap_ratio_of_means(bx, mx, paired=paired, **boot) if method != baseline else
                          {"value": 1.0, "lo": 1.0, "hi": 1.0, "n_a": int(bx.size), "n_b": int(mx.size),
                           "paired": paired})  # the reference itself, by definition
-            rec[name]["bound"] = "upper" if conv["censored"].any() and method != baseline else "exact"
+            rec[name]["bound"] = (censoring_bound(base_conv["censored"], conv["censored"]) if method != baseline
+                                  else "exact")
             rec[name]["n_censored_method"] = int(conv["censored"].sum())
             rec[name]["n_censored_baseline"] = int(base_conv["censored"].sum())
         for key in ("wall", "tokens", "steps_bound"):

@@ -18,9 +18,16 @@ def _fmt(x: float, nd: int = 2) -> str:
 
 
 def _fmt_ci(d: dict, nd: int = 2, bound: bool = False) -> str:
+    """``value [lo, hi]``; with ``bound`` the censoring mark of ``stats.censoring_bound`` (both arms
+    censored: undefined, no direction)."""
+    if bound and d.get("bound") == "both":
+        return (f"undefined (censored both: {d['n_censored_baseline']} baseline, "
+                f"{d['n_censored_method']} method seeds)")
     s = f"{_fmt(d['value'], nd)} [{_fmt(d['lo'], nd)}, {_fmt(d['hi'], nd)}]"
     if bound and d.get("bound") == "upper":
         s += f" (<=, {d['n_censored_method']} censored)"
+    elif bound and d.get("bound") == "lower":
+        s += f" (>=, {d['n_censored_baseline']} baseline censored)"
     return s
 
 

@@ -699,8 +699,10 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                      f"{_f(s['contrast']['last']['value'], 2)} | {_f(s['tokens_generated']['per_step']['value'], 0)} |")
     L += ["", "### Paired differences (a − b, same seeds)", "",
           "Final and AUC of the held-out true resolution; steps / generated tokens to reach 50% and 80% of b's gap "
-          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's, > 1: a is faster, then the "
-          "mean interpolated steps of a vs b; censored seeds enter with their last step: `<=` upper / `>=` lower bound); "
+          "(b's start = step 0, b's final = mean of its last 2 evaluations; speed-up = b's / a's crossing of the seed-mean "
+          "curves, > 1: a is faster, restricted to the horizon = the last evaluation (not reached by then counts the "
+          "horizon; `<=` / `>=`: a's / b's curve did not reach it, so an upper / lower bound on the unrestricted speed-up), "
+          "level re-estimated in each resample (`prs.analysis.gap`); then the restricted mean steps of a vs b per seed); "
           "tokens per step a / b (sampled includes the agent path's discarded fresh rows of steered tasks).", ""]
     L += ["| target p_A | a − b | seeds | at step | Δ final true resolution | Δ AUC | Δ final hack rate | Δ contrast share "
           "| speed-up steps to 50% | to 80% | speed-up tokens to 50% | generated tok/step a/b | sampled tok/step a/b |",
@@ -717,12 +719,13 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
                     return "– (" + g.get("error", "no gap") + ")" if isinstance(g, dict) and "error" in g else "–"
                 if g["levels"]["degenerate"]:
                     return "– (b has no gap)"
-                b = {"upper": " <=", "lower": " >=", "both": " (both censored)"}.get(r["bound"], "")
+                b = {"upper": " <=", "lower": " >=", "both": " (both censored)"}.get(r[key].get("bound", r["bound"]), "")
+                u = r[key].get("undefined_share", math.nan)
                 undefined = (math.isfinite(r[key].get("value", math.nan)) and not math.isfinite(r[key].get("lo", math.nan))
-                             and r[key].get("n_a", 0) >= 2)
-                steps = (f"; steps {_f(r['steps_method']['value'], 1)} vs {_f(r['steps_base']['value'], 1)}"
+                             and math.isfinite(u) and u > r[key].get("max_undefined", math.inf))
+                steps = (f"; restricted mean steps {_f(r['steps_method']['value'], 1)} vs {_f(r['steps_base']['value'], 1)}"
                          if key == "speedup_steps" and r.get("steps_method") else "")
-                return _ci(r[key], 2) + b + (" (no CI: 0/0 or inf in most resamples)"
+                return _ci(r[key], 2) + b + (f" (no CI: {100 * u:.1f}% of resamples undefined)"
                                              if undefined else "") + steps
             L.append(f"| {pk} | {name} | {d['n']} | {d['at_step']} | {_ci(d['true_resolution_final'], sign=True)} | "
                      f"{_ci(d.get('true_resolution_auc'), sign=True)} | {_ci(d['hack_final'], sign=True)} | "
@@ -884,7 +887,7 @@ def _answers(cells: Mapping[str, Any], lvl: int) -> list[str]:
                     else "not distinguishable")
             g = (d.get("gap") or {}).get("0.5")
             bound = {"upper": " (an upper bound: censored binary + PS seeds)", "lower": f" (a lower bound: censored {other} seeds)",
-                     "both": " (censored seeds in both arms)"}.get(g["bound"], "") if g else ""
+                     "both": " (censored seeds in both arms)"}.get(g["speedup_steps"].get("bound", g["bound"]), "") if g else ""
             sp = (f", steps to 50% of {other}'s gap: speed-up {_ci(g['speedup_steps'], 2)}{bound}, "
                   f"in generated tokens {_ci(g['speedup_tokens'], 2)}"
                   if g and not d["gap"]["levels"]["degenerate"] else f", {other} has no gap to measure steps against"

@@ -42,8 +42,11 @@ a re-roll), ``groups_planned`` (next_visit: tasks PS would steer; the controls s
 ``groups_kept``, ``pq_trained`` (mean p(1-p) over trained groups), ``steered_mixed_share`` and
 ``pq_steered`` (over steered groups), ``rollouts_sampled``, ``tokens_generated`` vs
 ``tokens_replayed``, ``loss/grad_norm``, ``time_sample`` / ``time_replay`` (agent rebuilds) /
-``time_update``. In next_visit ``pass_rate`` includes the prefixed groups (it is what was trained
-on); ``pass_rate_unsteered`` leaves them out.
+``time_update``, ``bucket/<k>/count`` (groups whose k is in the bucket) and ``bucket/<k>/steered``
+(groups steered with the bucket's prefix: the ones ``bucket/<k>/reroll_pass_rate`` averages), and a
+task's ``episode_metrics`` of the step's fresh rollouts (next_visit agent: all B tasks' fresh call;
+single-turn: the unsteered groups). In next_visit ``pass_rate`` includes the prefixed groups (it is
+what was trained on); ``pass_rate_unsteered`` leaves them out.
 
 Controls (``RLConfig.control``, methods ``reroll_noprefix`` and ``extra_rollouts`` in
 ``conf/method/``; ``baseline_lr2`` is ``mode=baseline`` with ``lr_scale=2``):
@@ -261,10 +264,12 @@ def collect_next_visit(trainer, state):
         tok = np.where(steered[:, None, None], src_tok, base[:, None, :]).reshape(R, L)
         ep = tr.rollouts.reroll(sp, task.take(problems, rows_g), _episodes_rows(tok, np.zeros_like(tok, bool), L),
                                 cut.reshape(-1), k_sample, group_size=1)
+        fresh_ep = None                                                          # only unsteered rows are fresh
     else:
         # an agent: fresh episodes for all B tasks, then the steered rows' continuations (replay
         # through execution), padded to B groups so the shapes do not depend on how many
         ep = tr.rollouts.rollout(sp, problems, k_sample, group_size=n)
+        fresh_ep = ep                                                            # all B tasks, no prefix
         if steered.any():
             sel = np.nonzero(steered)[0]
             padg = np.concatenate([sel, np.full(b - sel.size, sel[0])])          # [B] groups
@@ -390,10 +395,20 @@ def collect_next_visit(trainer, state):
     metrics["k_hist"] = np.bincount(k, minlength=n + 1).tolist()
     for j, kb in enumerate(ps.bucket_ks(pc)):
         in_b = steered & (plan == j)
+        # count: this step's groups whose k falls in the bucket (prefixed ones included); steered: the
+        # groups steered with this bucket's prefix, over which reroll_pass_rate is averaged (its weight)
         metrics[f"bucket/{kb}/count"] = int(np.sum(np.asarray(ps.assign_buckets(jnp.asarray(k), pc)) == j))
+        metrics[f"bucket/{kb}/steered"] = int(in_b.sum())
         metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(rate[in_b])) if in_b.any() else None
         metrics[f"bucket/{kb}/rho"] = float(new_prefix.rho[j])
         metrics[f"bucket/{kb}/ema"] = float(new_prefix.ema[j])
+    if hasattr(task, "episode_metrics"):  # task metrics of fresh rollouts (trap: hack rate, ...), as same_step logs
+        if fresh_ep is not None:
+            metrics.update(task.episode_metrics(problems, fresh_ep))
+        elif (~steered).any():
+            g = np.nonzero(~steered)[0]
+            rows = (g[:, None] * n + np.arange(n)[None, :]).reshape(-1)
+            metrics.update(task.episode_metrics(task.take(problems, g), Episodes(*(v[rows] for v in ep))))
     return batch, new_prefix, metrics
 
 

@@ -507,6 +507,7 @@ class Trainer:
         for j, kb in enumerate(ps.bucket_ks(pc)):
             in_b = sel[bucket_np[sel] == j]
             metrics[f"bucket/{kb}/count"] = int(np.sum(bucket_np == j))
+            metrics[f"bucket/{kb}/steered"] = int(in_b.size)                    # re-rolled: reroll_pass_rate's weight
             metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(reroll_rate[in_b])) if in_b.size else None
             metrics[f"bucket/{kb}/rho"] = float(rho_np[j])
             metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
