@@ -62,7 +62,9 @@ class ModelCfg:
 class MeshCfg:
     """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=, axis_types=)``; ``name: single`` =
     no mesh. ``axis_types``: ``explicit`` (JAX's sharding in types) or ``auto`` (the compiler
-    propagates). ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
+    propagates). ``devices``, ``device_gib`` and ``platform`` (``gpu``, the default when empty, or
+    ``tpu``: whether ``XLA_PYTHON_CLIENT_MEM_FRACTION`` applies) describe the target for
+    ``python -m prs.plan`` only."""
 
     name: str = "single"
     data: int = 1
@@ -71,6 +73,7 @@ class MeshCfg:
     axis_types: str = "explicit"
     devices: int = 0
     device_gib: float = 0.0
+    platform: str = ""
 
 
 TrainCfg = node(
