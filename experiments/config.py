@@ -58,6 +58,9 @@ class ModelCfg:
     checkpoint: Optional[str] = None
 
 
+DEFAULT_COMPILE_CACHE = "~/.cache/prs/jax"  # experiments.train's persistent compilation cache (null: off)
+
+
 @dataclasses.dataclass
 class MeshCfg:
     """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=, axis_types=)``; ``name: single`` =
@@ -78,7 +81,7 @@ class MeshCfg:
 
 TrainCfg = node(
     "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every", "on_nonfinite"]),
-    extra={"name": (str, "run"), "tag": (str, ""),
+    extra={"name": (str, "run"), "tag": (str, ""), "compile_cache": (Optional[str], DEFAULT_COMPILE_CACHE),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),
                ("sampler", SamplerCfg), ("algo", AlgoCfg), ("eval", EvalCfg), ("sft", SftCfg),
