@@ -6,6 +6,8 @@ the padding dropped: the result equals the unpadded single-device evaluation.
 References: the same ``Trainer.evaluate`` / ``sample`` without a mesh (one device, no padding)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import numpy as np
 import pytest
@@ -75,3 +77,53 @@ def test_sample_rows_padding_dropped(eight_devices):
     np.testing.assert_array_equal(got.tokens, np.asarray(want.tokens))
     np.testing.assert_array_equal(got.lengths, np.asarray(want.lengths))
     np.testing.assert_allclose(got.logprobs, np.asarray(want.logprobs), rtol=1e-5, atol=1e-6)
+
+
+class Rows(NamedTuple):
+    tokens: np.ndarray  # [R, L]
+
+
+def test_score_rows_two_processes_real_rows_only(monkeypatch, eight_devices):
+    """``multihost.score_rows`` as each of 2 processes (mocked: ``process_count``, ``process_rows``
+    and the all-gather) of 15 rows = 5 problems × 3 on 8 shards: the sampler ran 16 padded rows,
+    process 0 holds rows 0-7 and process 1 rows 8-15, i.e. the real rows 8-14; each scores only its
+    real rows and the gathered rewards equal scoring all 15 rows in one call."""
+    from types import SimpleNamespace
+
+    from jax.experimental import multihost_utils as mhu
+
+    mesh = shd.make_mesh(eight_devices, fsdp=8)
+    problems = np.arange(10, 15)  # 5 "problems"
+    task = SimpleNamespace(take=lambda p, idx: p[np.asarray(idx)])
+    ro = Rows(tokens=np.arange(15 * 4).reshape(15, 4) % 7)
+    calls = []
+
+    def rewards_fn(probs, local, *, group_size):
+        calls.append((np.asarray(probs).tolist(), local.tokens.shape[0], group_size))
+        rows = np.arange(local.tokens.shape[0])
+        return ((np.asarray(probs)[rows // group_size] + local.tokens.sum(1)) % 2).reshape(-1, group_size)
+
+    want = np.asarray(rewards_fn(problems, ro, group_size=3), np.float32).reshape(-1)
+    calls.clear()
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    sent = {}
+
+    class Gathered(Exception):
+        pass
+
+    def record(x, *a, **k):
+        sent[pid] = x
+        raise Gathered
+
+    for pid in (0, 1):
+        monkeypatch.setattr(multihost, "process_rows", lambda m, n, pid=pid: (n == 16 or pytest.fail(f"process_rows of {n} rows, not the padded 16")) and
+                            slice(8 * pid, 8 * pid + 8))
+        monkeypatch.setattr(mhu, "process_allgather", record)
+        with pytest.raises(Gathered):
+            multihost.score_rows(rewards_fn, task, problems, ro, group_size=3, mesh=mesh)
+    # process 0: rows 0-7 (not group-aligned: one problem per row); process 1: the real rows 8-14
+    assert calls == [([10, 10, 10, 11, 11, 11, 12, 12], 8, 1), ([12, 13, 13, 13, 14, 14, 14], 7, 1)]
+    monkeypatch.setattr(mhu, "process_allgather", lambda x, *a, **k: tuple(np.stack([sent[0][i], sent[1][i]])
+                                                                             for i in range(2)))
+    got = multihost.score_rows(rewards_fn, task, problems, ro, group_size=3, mesh=mesh)
+    np.testing.assert_array_equal(np.asarray(got), want)
