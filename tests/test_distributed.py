@@ -136,7 +136,7 @@ def test_tpu_vm_and_mode_knob(monkeypatch):
     calls = []
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
-    assert _detect({}, tpu_vm=True) == "tpu"
+    assert _detect({}, tpu_vm=True) == "tpu_vm"
     assert _detect({"PRS_DISTRIBUTED": "off"}, tpu_vm=True) == "single"
     assert _detect({"PRS_DISTRIBUTED": "off", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "16"}) == "single"
     assert _detect({"PRS_DISTRIBUTED": "on"}, tpu_vm=False) == "jax"
@@ -150,6 +150,16 @@ def test_tpu_vm_and_mode_knob(monkeypatch):
     monkeypatch.setattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False)
     assert D.initialize(env={}).method == "single" and len(calls) == n
     assert D.initialize(env={"PRS_DISTRIBUTED": "on"}).method == "jax" and len(calls) == n + 1
+    # a TPU VM where JAX finds no cluster (no metadata server): one process, not a crash
+    monkeypatch.setattr(cloud_tpu_init, "running_in_cloud_tpu_vm", True)
+
+    def no_cluster(**kw):
+        raise ValueError("coordinator_address should be defined.")
+
+    monkeypatch.setattr(jax.distributed, "initialize", no_cluster)
+    assert D.initialize(env={}).method == "single"
+    with pytest.raises(ValueError, match="coordinator_address"):  # named by the environment: a real error
+        D.initialize(env={"TPU_WORKER_HOSTNAMES": "t0,t1"})
     with pytest.raises(ValueError, match=r"PRS_DISTRIBUTED='maybe'; choose from \('auto', 'on', 'off'\)"):
         D.initialize(env={"PRS_DISTRIBUTED": "maybe"})
     with pytest.raises(ValueError, match=r"mode='yes'; choose from"):

@@ -19,7 +19,9 @@ orchestration) and decides how from the environment, first match wins:
    or ``MEGASCALE_COORDINATOR_ADDRESS`` is set): ``jax.distributed.initialize()`` with no cluster
    arguments, JAX's own TPU detection (on a plain GCE TPU VM from the metadata server, where
    no variable names the hosts); every host runs the same command. A single-host VM gets a
-   one-process runtime, as maxtext starts every TPU job;
+   one-process runtime, as maxtext starts every TPU job; a TPU VM where JAX finds no cluster at
+   all ("coordinator_address should be defined", e.g. no metadata server) runs as one process,
+   with a warning;
 4. otherwise one process: nothing is called (``jax.distributed.initialize()`` without a cluster
    raises "coordinator_address should be defined").
 
@@ -56,7 +58,7 @@ class DistInfo(NamedTuple):
     process_count: int
     device_count: int        # global, all processes
     local_device_count: int
-    method: str              # "single", "explicit", "slurm", "tpu", "jax" or "already"
+    method: str              # "single", "explicit", "slurm", "tpu", "jax" or "already" (how it started)
 
 
 MODES = ("auto", "on", "off")
@@ -88,7 +90,7 @@ def _detect(env, *, tpu_vm: bool | None = None) -> str:
     if len(hosts) > 1 or env.get("MEGASCALE_COORDINATOR_ADDRESS"):
         return "tpu"
     if on_cloud_tpu_vm() if tpu_vm is None else tpu_vm:
-        return "tpu"
+        return "tpu_vm"
     return "jax" if mode == "on" else "single"
 
 
@@ -171,6 +173,15 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
             jax.distributed.initialize(**({} if ids is None else {"local_device_ids": ids}), **timeouts)
         elif method in ("tpu", "jax"):  # JAX's cluster detection (TPU: metadata server or variables)
             jax.distributed.initialize(**timeouts)
+        elif method == "tpu_vm":  # a TPU VM named by nothing but JAX's own detection
+            try:
+                jax.distributed.initialize(**timeouts)
+                method = "tpu"
+            except ValueError as e:  # no cluster JAX knows (e.g. a TPU VM without a metadata server)
+                if "coordinator" not in str(e):
+                    raise
+                log.warning("prs.distributed: a TPU VM but JAX found no cluster (%s); one process", e)
+                method = "single"
     info = DistInfo(jax.process_index(), jax.process_count(), jax.device_count(), jax.local_device_count(), method)
     log.info("prs.distributed: process %d/%d, %d devices (%d local), start-up %s", info.process_index,
              info.process_count, info.device_count, info.local_device_count, method)
