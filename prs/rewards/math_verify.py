@@ -338,11 +338,14 @@ def _verify_one(args: tuple[str, str, str]) -> bool:
 def _pool(workers: int):
     """A persistent pool of ``workers`` processes, started once per count (``spawn``: never a
     ``fork`` of a multithreaded JAX process; each worker's main thread keeps math-verify's
-    SIGALRM timeouts). Shut down at interpreter exit by ``concurrent.futures``."""
+    SIGALRM timeouts). Shut down at interpreter exit."""
+    import atexit
     import concurrent.futures
     import multiprocessing
 
-    return concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    atexit.register(pool.shutdown)  # before interpreter teardown (a pool collected then logs an error)
+    return pool
 
 
 def verify_answers(responses, golds, *, backend: str = "auto", workers: int = 0) -> list[bool]:
