@@ -177,7 +177,7 @@ def mem_fraction(*, platform: str = "gpu", env=None) -> float:
     (the BFC allocator's pool, default 0.75 when unset; 1 with ``XLA_PYTHON_CLIENT_ALLOCATOR=platform``,
     which has no pool), on TPU 1 (the variable is a GPU-client option). The launchers set it
     (``scripts/slurm_multinode.sbatch``: 0.92) and the planner reads the same variable, so plan and run
-    agree. A value outside (0, 1] is a ValueError naming the variable ."""
+    agree. A value outside (0, 1] is a ValueError naming the variable."""
     import os
 
     if platform not in PLATFORMS:
