@@ -58,11 +58,16 @@ class ModelCfg:
     checkpoint: Optional[str] = None
 
 
+DEFAULT_COMPILE_CACHE = "~/.cache/prs/jax"  # experiments.train's persistent compilation cache (null: off)
+
+
 @dataclasses.dataclass
 class MeshCfg:
     """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=, axis_types=)``; ``name: single`` =
     no mesh. ``axis_types``: ``explicit`` (JAX's sharding in types) or ``auto`` (the compiler
-    propagates). ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
+    propagates). ``devices``, ``device_gib`` and ``platform`` (``gpu``, the default when empty, or
+    ``tpu``: whether ``XLA_PYTHON_CLIENT_MEM_FRACTION`` applies) describe the target for
+    ``python -m prs.plan`` only."""
 
     name: str = "single"
     data: int = 1
@@ -71,11 +76,12 @@ class MeshCfg:
     axis_types: str = "explicit"
     devices: int = 0
     device_gib: float = 0.0
+    platform: str = ""
 
 
 TrainCfg = node(
     "TrainCfg", (RunConfig, ["seed", "steps", "ckpt_every", "on_nonfinite"]),
-    extra={"name": (str, "run"), "tag": (str, ""),
+    extra={"name": (str, "run"), "tag": (str, ""), "compile_cache": (Optional[str], DEFAULT_COMPILE_CACHE),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),
                ("sampler", SamplerCfg), ("algo", AlgoCfg), ("eval", EvalCfg), ("sft", SftCfg),

@@ -6,7 +6,10 @@
 Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
 the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
 (default: ``mesh.device_gib`` or 80) and ``--prompt-len P`` (prompt bucket width; default 512). Prints the per-device
-bytes of each part and the verdict; exits 1 if the run does not fit.
+bytes of each part and the verdict; exits 1 if the run does not fit. The device memory is what JAX
+gets: ``mesh.platform`` gpu (default) takes ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it (0.75 when unset,
+as JAX; set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m prs.plan ...``),
+tpu all of it (``prs.plan.mem_fraction``).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from prs.models.qwen3 import ModelConfig
-    from prs.plan import plan_run, sampler_cache_slots
+    from prs.plan import mem_fraction, plan_run, sampler_cache_slots
     from prs.rl.trainer import RLConfig
 
     flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
     budget = rl.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
     devices = int(flags.get("devices", cfg.mesh.devices or 8))
     gib = float(flags.get("device_gib", cfg.mesh.device_gib or 80))
+    platform = cfg.mesh.platform or "gpu"
+    frac = mem_fraction(platform=platform)
     prompt = int(flags.get("prompt_len", 512))
     sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
     if cfg.mesh.name == "single":
@@ -74,11 +79,12 @@ def main(argv=None) -> int:
         raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
     rerolls = cfg.method.mode != "baseline"  # a prefix re-roll's KV cache is prompt + 2 x budget slots
     p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
-                 prefix_rerolls=rerolls, **sizes)
+                 prefix_rerolls=rerolls, mem_fraction=frac, **sizes)
     rows = rl.tasks_per_step * rl.group_size
     print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
           f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=rerolls)} slots"
-          f"{' (prefix re-rolls)' if rerolls else ''}, mesh {sizes} on {devices} devices of {gib:g} GiB, remat={model_cfg.remat}, "
+          f"{' (prefix re-rolls)' if rerolls else ''}, mesh {sizes} on {devices} {platform} devices of {gib:g} GiB "
+          f"(JAX gets {frac:g} of it: {gib * frac:.1f} GiB), remat={model_cfg.remat}, "
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())
     return 0 if p.fits else 1

@@ -71,6 +71,23 @@ def build_mesh(cfg: TrainCfg):
     return make_mesh(data=cfg.mesh.data, fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor, axis_types=cfg.mesh.axis_types)
 
 
+def compile_cache(path: str | None) -> str | None:
+    """Turns JAX's persistent compilation cache on at ``path`` (``~`` expanded; created if missing;
+    JAX stores compilations longer than ``jax_persistent_cache_min_compile_time_secs``, 1 s by
+    default) or, for ``None`` / ``""``, off. Returns the directory used (None when off). Called
+    before anything compiles."""
+    import jax
+
+    if not path:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    cache = pathlib.Path(path).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    return str(cache)
+
+
 def record_config(dcfg: DictConfig, out_dir: pathlib.Path) -> None:
     """``.hydra/config.yaml`` and ``overrides.yaml`` of the run (Hydra's own copy is off:
     ``hydra.output_subdir: null``), written only once the configuration has been accepted."""
@@ -121,12 +138,13 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
     rundir.check_config(out_dir, config_dict, write=False)  # every process: a different configuration is refused
     files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
+    cache = compile_cache(cfg.compile_cache)  # before the first compile (conf/config.yaml: compile_cache)
     if jax.process_index() == 0:  # one writer in a multi-host run
         _attach_file_logs(files)
         rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
         rundir.check_config(out_dir, config_dict)
         record_config(dcfg, out_dir)
-    log.info("run %s -> %s", cfg.name, out_dir)
+    log.info("run %s -> %s (compilation cache: %s)", cfg.name, out_dir, cache or "off")
     mesh = build_mesh(cfg)
     summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict, mesh=mesh, log=log.info)
     return summary["eval_final"]

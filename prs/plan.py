@@ -167,6 +167,37 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
                 device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0)
 
 
+MEM_FRACTION_VAR = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+GPU_DEFAULT_MEM_FRACTION = 0.75  # JAX's GPU client preallocates 75% of HBM when the variable is unset
+PLATFORMS = ("gpu", "tpu")
+
+
+def mem_fraction(*, platform: str = "gpu", env=None) -> float:
+    """The share of a device's memory JAX really gets: on GPU ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+    (the BFC allocator's pool, default 0.75 when unset; 1 with ``XLA_PYTHON_CLIENT_ALLOCATOR=platform``,
+    which has no pool), on TPU 1 (the variable is a GPU-client option). The launchers set it
+    (``scripts/slurm_multinode.sbatch``: 0.92) and the planner reads the same variable, so plan and run
+    agree. A value outside (0, 1] is a ValueError naming the variable."""
+    import os
+
+    if platform not in PLATFORMS:
+        raise ValueError(f"mem_fraction: platform={platform!r}; choose from {PLATFORMS}")
+    env = os.environ if env is None else env
+    if platform == "tpu" or env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").strip().lower() == "platform":
+        return 1.0
+    raw = env.get(MEM_FRACTION_VAR)
+    if raw is None or not raw.strip():
+        return GPU_DEFAULT_MEM_FRACTION
+    try:
+        frac = float(raw)
+    except ValueError:
+        frac = float("nan")
+    if not 0.0 < frac <= 1.0:
+        raise ValueError(f"{MEM_FRACTION_VAR}={raw!r} must be a number in (0, 1] (the share of device memory "
+                         f"JAX may use)")
+    return frac
+
+
 def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls: bool) -> int:
     """KV-cache slots per row of the run's largest sampler call: prompt + budget for fresh rollouts;
     prompt + 2 · budget with ``prefix_rerolls`` (``prs.rl.episodes.SingleTurnRollouts``: the re-roll
@@ -175,16 +206,19 @@ def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls:
 
 
 def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
-             tensor: int, device_gib: float, prefix_rerolls: bool = True) -> Plan:
+             tensor: int, device_gib: float, prefix_rerolls: bool = True, mem_fraction: float = 1.0) -> Plan:
     """``plan`` for a trainer run: R = B·N rows (doubled with ``reroll=append``), the trainer's
     width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``; with
     ``prefix_rerolls`` (a method that continues replayed prefixes) the sampler's KV cache is sized
-    for a re-roll call (``sampler_cache_slots``)."""
+    for a re-roll call (``sampler_cache_slots``). The device memory compared against is
+    ``mem_fraction · device_gib`` (what JAX gets: ``mem_fraction()``)."""
+    if not (isinstance(mem_fraction, (int, float)) and 0 < mem_fraction <= 1):
+        raise ValueError(f"plan_run: mem_fraction must be a number in (0, 1], got {mem_fraction!r}")
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
     slots = sampler_cache_slots(prompt_len, max_new_tokens, prefix_rerolls=prefix_rerolls)
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len, cache_slots=slots,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
-                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),
+                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib * mem_fraction, kl_reference=bool(rl.kl_coef),
                 sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))
 
 

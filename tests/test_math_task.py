@@ -229,3 +229,19 @@ def test_accelerator_experiments_compose(size, tmp_path):
     assert cfg.task.params["tokenizer"] == f"{tmp_path}/absent" and cfg.model.preset == f"qwen3_{size}"
     with pytest.raises(ValueError, match="tokenizer.json does not exist"):
         build(cfg)
+
+
+def test_rewards_with_a_process_pool_equal_serial(task):
+    """``reward_workers=2``: the task's [B, N] rewards equal the serial scoring's (issue #29 item 3g)."""
+    import dataclasses
+
+    probs = task.train_problems(seed=0, step=1, count=4)
+    gold = [task.rows[int(i)]["answer"] for i in probs.index]
+    responses = []
+    for g in gold:
+        responses += [f"so \\boxed{{{g}}}<|im_end|>", "\\boxed{-999}<|im_end|>", f"{g}<|im_end|>"]
+    ro = _rollout(task, probs, responses, group_size=3)
+    serial = np.asarray(task.rewards(probs, ro, group_size=3))
+    pooled = np.asarray(dataclasses.replace(task, reward_workers=2).rewards(probs, ro, group_size=3))
+    np.testing.assert_array_equal(pooled, serial)
+    assert serial[:, 0].all() and not serial[:, 1].any()

@@ -89,3 +89,29 @@ def test_backend_errors():
         mv.verify_answer("\\boxed{1}", "1", backend="sympy")
     assert mv.math_reward("\\boxed{1}", "1", backend="fallback") == 1.0
     assert mv.math_reward("\\boxed{2}", "1", backend="fallback") == 0.0
+
+
+@pytest.mark.parametrize("backend", ["fallback", "math-verify"])
+def test_verify_answers_process_pool_equals_serial(backend):
+    """``verify_answers(workers=2)`` (a process pool, issue #29 item 3g) gives exactly the serial
+    loop's ``verify_answer`` results, in order, on the tricky cases shuffled with their golds swapped
+    around (so both True and False answers come back from the workers)."""
+    if backend == "math-verify":
+        pytest.importorskip("math_verify")
+    rng = __import__("random").Random(0)
+    pairs = [(r, g) for r, g, _ in CASES] + [(r, g2) for (r, _, _), (_, g2, _) in zip(CASES, CASES[3:] + CASES[:3])]
+    rng.shuffle(pairs)
+    responses, golds = [r for r, _ in pairs], [g for _, g in pairs]
+    serial = [mv.verify_answer(r, g, backend=backend) for r, g in pairs]
+    assert mv.verify_answers(responses, golds, backend=backend) == serial
+    assert mv.verify_answers(responses, golds, backend=backend, workers=2) == serial
+    assert any(serial) and not all(serial)
+
+
+def test_verify_answers_errors():
+    with pytest.raises(ValueError, match=r"workers must be an int >= 0"):
+        mv.verify_answers(["a"], ["b"], workers=-1)
+    with pytest.raises(ValueError, match=r"backend='sympy'; choose from"):
+        mv.verify_answers(["a"], ["b"], backend="sympy")
+    with pytest.raises(ValueError, match=r"2 responses but 1 gold answers"):
+        mv.verify_answers(["a", "b"], ["c"])

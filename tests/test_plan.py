@@ -49,9 +49,10 @@ def test_planner_splits_by_the_mesh_and_rejects_bad_shapes():
 
 @pytest.mark.parametrize("preset", ["grpo_ps_qwen3_4b_h200x8", "grpo_ps_qwen3_4b_v5p64",
                                     "grpo_ps_qwen3_8b_h200x8", "grpo_ps_qwen3_8b_v5p64"])
-def test_accelerator_presets_fit(preset, capsys):
+def test_accelerator_presets_fit(preset, capsys, monkeypatch):
     from experiments.plan import main
 
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")  # as scripts/slurm_multinode.sbatch exports it
     assert main([f"+experiment={preset}"]) == 0
     out = capsys.readouterr().out
     assert "verdict: fits" in out and "PEAK per device" in out
@@ -87,3 +88,38 @@ def test_planner_kv_cache_is_the_samplers_cache_of_a_fresh_and_a_reroll_call(rer
     p = PL.plan_run(cfg, rl, prompt_len=prompt.shape[1], max_new_tokens=scfg.max_new_tokens, data=1, fsdp=1,
                     tensor=1, device_gib=1.0, prefix_rerolls=rerolls)
     assert p.kv_cache == got, (p.kv_cache, got)
+
+
+def test_mem_fraction_reads_the_launchers_variable():
+    """``XLA_PYTHON_CLIENT_MEM_FRACTION`` as JAX's GPU client reads it (0.75 unset; no pool with the
+    platform allocator), never on TPU; a bad value is one error naming the variable."""
+    assert PL.mem_fraction(env={}) == 0.75
+    assert PL.mem_fraction(env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.92"}) == 0.92
+    assert PL.mem_fraction(env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}) == 1.0
+    assert PL.mem_fraction(platform="tpu", env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"}) == 1.0
+    for bad in ("1.5", "0", "most"):
+        with pytest.raises(ValueError, match=rf"XLA_PYTHON_CLIENT_MEM_FRACTION='{bad}' must be a number in \(0, 1\]"):
+            PL.mem_fraction(env={"XLA_PYTHON_CLIENT_MEM_FRACTION": bad})
+    with pytest.raises(ValueError, match=r"platform='cpu'; choose from \('gpu', 'tpu'\)"):
+        PL.mem_fraction(platform="cpu", env={})
+
+
+@pytest.mark.parametrize("env, want_gib", [(None, 0.75 * 141), ("0.92", 0.92 * 141), ("0.5", 0.5 * 141)])
+def test_planner_cli_compares_against_the_memory_jax_gets(env, want_gib, monkeypatch, capsys):
+    """``python -m prs.plan`` on the H200 preset: the device memory it plans against is
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION × 141 GiB`` from the environment (as the sbatch script exports
+    it), 0.75 × when unset; on the v5p preset (``mesh.platform: tpu``) all 95 GiB whatever the variable."""
+    from experiments.plan import main
+
+    if env is None:
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    else:
+        monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", env)
+    main(["+experiment=grpo_ps_qwen3_8b_h200x8"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("device memory"))
+    assert float(line.split()[-2]) == pytest.approx(want_gib, abs=0.01), line
+    main(["+experiment=grpo_ps_qwen3_8b_v5p64"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("device memory"))
+    assert float(line.split()[-2]) == pytest.approx(95.0, abs=0.01), line

@@ -49,8 +49,29 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     lse = jax.nn.logsumexp(z, axis=-1)  # [R, T]
     tokens = jnp.asarray(tokens)
     tokens = jnp.where(tokens < 0, z.shape[-1], tokens)  # negative ids must not wrap around: -> NaN
-    picked = jnp.take_along_axis(z, tokens[..., None], axis=-1, mode="fill")[..., 0]  # [R, T]
-    return picked - lse
+    return _pick_last(z, tokens) - lse
+
+
+def _take_last(z, tokens):
+    """``z [..., V]``, ``tokens [...]`` -> ``z[..., tokens]`` (an out-of-range id gives NaN)."""
+    return jnp.take_along_axis(z, tokens[..., None], axis=-1, mode="fill")[..., 0]
+
+
+def _pick_last(z: jax.Array, tokens: jax.Array) -> jax.Array:
+    """``_take_last(z, tokens)``, also under a mesh with ``AxisType.Explicit`` axes (``jax.set_mesh``).
+
+    There a gather from a ``V``-split (``tensor``) ``z`` has no unambiguous output sharding (a
+    ``ShardingTypeError``): it runs in an ``auto_axes`` region (the compiler partitions the
+    gather as under ``AxisType.Auto``) and comes back split like ``z``'s leading axes, ``V`` dropped
+    (``prs.parallel.explicit.like_rows``; this room cannot import it). No explicit mesh: the plain
+    gather, the same program as before.
+    """
+    am = jax.sharding.get_abstract_mesh()
+    if am.empty or not am.explicit_axes:
+        return _take_last(z, tokens)
+    spec = tuple(jax.typeof(z).sharding.spec) + (None,) * z.ndim
+    out = jax.sharding.PartitionSpec(*spec[: z.ndim - 1])  # [..., V] -> [...]
+    return jax.sharding.auto_axes(_take_last, out_sharding=out)(z, tokens)
 
 
 def token_entropy(logits: jax.Array) -> jax.Array:

@@ -328,6 +328,57 @@ def verify_answer(response: str, gold: str, *, backend: str = "auto") -> bool:
     return pred is not None and answers_equal(pred, gold)
 
 
+def _verify_one(args: tuple[str, str, str]) -> bool:
+    """``verify_answer(*args)`` for a worker process (picklable by name)."""
+    response, gold, backend = args
+    return verify_answer(response, gold, backend=backend)
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(workers: int):
+    """A persistent pool of ``workers`` processes, started once per count (``spawn``: never a
+    ``fork`` of a multithreaded JAX process; each worker's main thread keeps math-verify's
+    SIGALRM timeouts). Shut down at interpreter exit."""
+    import atexit
+    import concurrent.futures
+    import multiprocessing
+
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    atexit.register(pool.shutdown)  # before interpreter teardown (a pool collected then logs an error)
+    return pool
+
+
+def verify_answers(responses, golds, *, backend: str = "auto", workers: int = 0) -> list[bool]:
+    """``[verify_answer(r, g) for r, g in zip(responses, golds)]``, optionally over ``workers``
+    processes.
+
+    ``workers`` 0 or 1: serial, in this process. ``workers = w > 1``: the pairs are scored in a
+    persistent pool of ``w`` processes (``_pool``), in order, in chunks of ``⌈R / 4w⌉``: the same
+    function on the same inputs, so the same answers as the serial loop (each worker is its own
+    main thread, so math-verify keeps its 5 s parse/verify timeouts, as in the serial call from the
+    main thread). math-verify is pure Python (sympy) and holds the GIL, hence processes, not
+    threads. Pays off from a few hundred responses (1,024 rollouts of a step); a pool that breaks (a
+    worker killed) is dropped and the batch scored serially.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"verify_answers: backend={backend!r}; choose from {BACKENDS}")
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0):
+        raise ValueError(f"verify_answers: workers must be an int >= 0 (0 or 1: serial), got {workers!r}")
+    responses, golds = list(responses), list(golds)
+    if len(responses) != len(golds):
+        raise ValueError(f"verify_answers: {len(responses)} responses but {len(golds)} gold answers")
+    jobs = [(r, g, backend) for r, g in zip(responses, golds)]
+    if workers <= 1 or len(jobs) <= 1:
+        return [_verify_one(j) for j in jobs]
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return list(_pool(workers).map(_verify_one, jobs, chunksize=max(1, -(-len(jobs) // (4 * workers)))))
+    except BrokenProcessPool:
+        _pool.cache_clear()
+        return [_verify_one(j) for j in jobs]
+
+
 def math_reward(response: str, gold: str, *, backend: str = "auto") -> float:
     """1.0 if ``verify_answer(response, gold)`` else 0.0."""
     return 1.0 if verify_answer(response, gold, backend=backend) else 0.0

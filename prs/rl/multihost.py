@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models.sampler import sample_all_rows
-from prs.parallel.sharding import process_rows
+from prs.parallel.sharding import batch_size_multiple, process_rows
 
 
 def multi_process(mesh) -> bool:
@@ -69,8 +69,31 @@ def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
     [R, P]``, the same on every process) gathered: the whole ``Rollout`` as host arrays, the same on
     every process (module docstring, steps 2-3). On one process with a mesh: ``sample`` on the mesh,
     copied to the host, so the host glue never runs eager ops on arrays typed with an Explicit
-    mesh's row split (a task's ``[R] -> [B, N]`` reshape with B below the row shards is an error)."""
-    return host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
+    mesh's row split (a task's ``[R] -> [B, N]`` reshape with B below the row shards is an error).
+    A row count that the mesh's batch shards do not divide is padded (``pad_rows``) and the padding
+    dropped from the result: the rollout has exactly ``R`` rows, the unpadded call's."""
+    rows, rows_len = np.asarray(rows), np.asarray(rows_len)
+    r = rows.shape[0]
+    fill = pad_rows(r, batch_size_multiple(mesh))  # [R'] row ids: 0..R-1, then copies up to the shards
+    if fill.size > r:
+        rows, rows_len = rows[fill], rows_len[fill]
+        budget = None if budget is None else np.asarray(budget)[fill]
+    out = host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
+    return out if fill.size == r else jax.tree.map(lambda x: x[:r], out)
+
+
+def pad_rows(rows: int, multiple: int) -> np.ndarray:
+    """Row ids ``[R']`` that pad ``rows`` up to ``R' = ⌈R / multiple⌉ · multiple`` (the batch shards of
+    a mesh): ``0 .. R − 1`` and then copies of the first rows (real prompts, so the padding decodes
+    like real rows and no sampler input is special). The sampler draws row ``r`` from its own stream
+    ``fold_in(key, r)``, so rows ``0 .. R − 1`` of the padded call are those of the unpadded one
+    and dropping the rest leaves the unpadded result (e.g. an evaluation of 30 problems × 8 samples =
+    240 rows on a 32-way v5p-64 batch: 256 rows sampled, 240 scored)."""
+    if not (isinstance(multiple, (int, np.integer)) and multiple >= 1):
+        raise ValueError(f"pad_rows: multiple must be an int >= 1, got {multiple!r}")
+    if rows < 1:
+        raise ValueError(f"pad_rows: rows must be >= 1, got {rows}")
+    return np.arange(-(-rows // multiple) * multiple) % rows
 
 
 def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
@@ -80,13 +103,17 @@ def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
     from jax.experimental import multihost_utils as mhu
 
     r_all = ro.tokens.shape[0]
-    mine = process_rows(mesh, r_all)
+    held_rows = process_rows(mesh, pad_rows(r_all, batch_size_multiple(mesh)).size)  # of the padded sampler call
+    mine = slice(min(held_rows.start, r_all), min(held_rows.stop, r_all))  # its real rows (maybe none)
     local = jax.tree.map(lambda x: x[mine], ro)
-    if mine.start % group_size == 0 and mine.stop % group_size == 0:
+    if mine.start == mine.stop:
+        r_mine = np.zeros((0,), np.float32)
+    elif mine.start % group_size == 0 and mine.stop % group_size == 0:
         probs, gs = task.take(problems, np.arange(mine.start // group_size, mine.stop // group_size)), group_size
+        r_mine = np.asarray(rewards_fn(probs, local, group_size=gs), np.float32).reshape(-1)
     else:
         probs, gs = task.take(problems, np.arange(mine.start, mine.stop) // group_size), 1
-    r_mine = np.asarray(rewards_fn(probs, local, group_size=gs), np.float32).reshape(-1)
+        r_mine = np.asarray(rewards_fn(probs, local, group_size=gs), np.float32).reshape(-1)
     full, has = np.zeros((r_all,), np.float32), np.zeros((r_all,), bool)
     full[mine], has[mine] = r_mine, True
     vals, held = mhu.process_allgather((full, has))                           # [P, R] each

@@ -24,7 +24,7 @@ CONFIG_FILE = "config.json"
 ERROR_FILE = "error.json"
 # Keys that may differ between a run and its resumption: how it is displayed or logged, where the
 # shared warm-start cache lives, and the planned length (a finished run can be extended).
-RESUME_FREE = ("steps", "logging.*", "sft.base_dir", "name")
+RESUME_FREE = ("steps", "logging.*", "sft.base_dir", "name", "compile_cache", "mesh.platform")
 
 
 class RunDirError(ValueError):

@@ -253,8 +253,12 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     mngr = None
     start = 0
     if run_cfg.ckpt_every:
+        # asynchronous saves: ``save`` returns once the state is copied off the devices (the buffers the
+        # next step donates), the files are written in the background while training goes on; the
+        # next save, a stop on a non-finite step and ``close()`` (every exit) wait for the write
         mngr = ocp.CheckpointManager(out / "checkpoints",
-                                     options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+                                     options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
+                                                                          enable_async_checkpointing=True))
         latest = mngr.latest_step()
         if latest is not None:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(state, mesh))
@@ -307,6 +311,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             new_state, m = trainer.step(state)
             bad = _nonfinite(m)
             if bad and backup is None:
+                if mngr is not None:
+                    mngr.wait_until_finished()  # an in-flight save commits before it is named
                 latest = mngr.latest_step() if mngr is not None else None
                 where = (f"the last good checkpoint (step {latest}) is kept in {out / 'checkpoints'}; re-running "
                          f"resumes from it" if latest is not None else "no checkpoint was written yet")
@@ -323,9 +329,10 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
                 mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
-                mngr.wait_until_finished()
-        ev = trainer.evaluate(state.params, run_cfg.steps)
+        ev = trainer.evaluate(state.params, run_cfg.steps)  # overlaps the last checkpoint's write
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
+        if mngr is not None:
+            mngr.wait_until_finished()  # the last checkpoint committed before the run counts as done
     except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
         if writer:
             rundir.record_failure(out, step=s, error=e)

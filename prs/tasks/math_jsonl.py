@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from prs.rewards.math_verify import verify_answer
+from prs.rewards.math_verify import verify_answers
 from prs.tasks.registry import register_task
 
 SHIPPED = pathlib.Path(__file__).parent / "data" / "math_tiny.jsonl"
@@ -109,6 +109,7 @@ class MathJsonlTask:
     enable_thinking: bool = False
     max_prompt_len: int | None = None
     backend: str = "auto"
+    reward_workers: int = 0
     name: str = "math_jsonl"
     rewards_jittable = False
 
@@ -193,7 +194,7 @@ class MathJsonlTask:
                              f"expected B*N = {prompt_len.shape[0]}*{group_size}")
         gold = np.repeat(np.array(self.answers(problems), dtype=object), group_size)
         texts = self.responses(rollout, np.repeat(prompt_len, group_size))
-        r = np.array([verify_answer(t, g, backend=self.backend) for t, g in zip(texts, gold)], np.float32)
+        r = np.array(verify_answers(texts, gold, backend=self.backend, workers=self.reward_workers), np.float32)
         return jnp.asarray(r.reshape(-1, group_size))
 
     def demonstrations(self, problems: MathProblems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +242,8 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
                     answer_key: str = "answer", vocab_size: int | None = None, max_new_tokens: int = 1024,
                     instruction: str = INSTRUCTION, system_prompt: str | None = None,
                     enable_thinking: bool = False, max_prompt_len: int | None = None,
-                    backend: str = "auto", max_rows: int | None = None, eval_fraction: float = 0.25) -> MathJsonlTask:
+                    backend: str = "auto", max_rows: int | None = None, eval_fraction: float = 0.25,
+                    reward_workers: int = 0) -> MathJsonlTask:
     """Factory registered as ``"math_jsonl"``.
 
     Args:
@@ -254,7 +256,11 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
       enable_thinking: Qwen3 thinking mode (False = the paper's non-thinking setting).
       max_prompt_len: prompt width P (longer prompts are dropped). backend: verifier back end.
       max_rows: keep only the first rows of each split (quick runs).
+      reward_workers: score a step's responses over this many processes
+        (``prs.rewards.math_verify.verify_answers``; 0 = serial). The same rewards either way.
     """
+    if not (isinstance(reward_workers, int) and not isinstance(reward_workers, bool) and reward_workers >= 0):
+        raise ValueError(f"math_jsonl: reward_workers must be an int >= 0 (0: serial), got {reward_workers!r}")
     from prs.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_checkpoint(tokenizer)
@@ -275,7 +281,8 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
         vocab_size = json.loads(cfg.read_text())["vocab_size"] if cfg.exists() else tok.vocab_size
     return MathJsonlTask(tokenizer=tok, rows=rows, eval_rows=eval_rows, vocab_size=int(vocab_size),
                          max_new_tokens=max_new_tokens, instruction=instruction, system_prompt=system_prompt,
-                         enable_thinking=enable_thinking, max_prompt_len=max_prompt_len, backend=backend)
+                         enable_thinking=enable_thinking, max_prompt_len=max_prompt_len, backend=backend,
+                         reward_workers=reward_workers)
 
 
 register_task("math_jsonl", make_math_jsonl)
