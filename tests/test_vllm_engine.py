@@ -132,6 +132,17 @@ def test_distinct_samples_per_row_reproducible_per_key_and_budgets(engine):
     assert np.asarray(a.truncated).all() and not np.asarray(a.finished).any()
 
 
+def test_a_batch_larger_than_one_scheduler_step(engine):
+    """More prompt tokens than vLLM schedules in one step (4096 on CPU): seeded rows must not be
+    prefilled in chunks (vLLM 0.32's CPU generator cannot be rewound; it raised RuntimeError)."""
+    engine.update_params(_params(7))
+    rng = np.random.default_rng(7)
+    prompts = rng.integers(4, CFG.vocab_size, (96, 60)).astype(np.int32)
+    scfg = dataclasses.replace(PLAIN, eos_id=None, max_new_tokens=2, buckets=(64,))
+    ro = engine.generate(prompts, np.full(96, 60), key=jax.random.key(8), scfg=scfg)
+    assert int(np.asarray(ro.policy_mask).sum()) == 96 * 2
+
+
 def test_stop_token_kept_and_resume_equals_jax(engine, jax_engine):
     p = _params(6)
     engine.update_params(p)

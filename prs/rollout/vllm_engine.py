@@ -22,6 +22,9 @@
     of the ``SamplerConfig`` (kept in the output; vLLM's own EOS handling off, ``ignore_eos``),
     ``logprobs=0`` (the sampled token's log-prob only) and a distinct seed per row
     (``engine.row_seeds``: one seed shared by all requests would make every row's draws equal).
+    On CPU, chunked prefill is off: vLLM 0.32 rewinds a seeded request's generator after a partial
+    prefill, which the CPU generator refuses ("CPU Generator does not use offset"), so a batch
+    whose prompts exceed ``max_num_batched_tokens`` crashed; unchunked, such prompts wait a step.
     vLLM's log-probs are those of the raw policy (``logprobs_mode="raw_logprobs"``: temperature 1,
     no truncation), so this engine samples only the raw policy (``temperature=1``, ``top_k=0``,
     ``top_p=1``: then q = p and ``sampling_logprobs = logprobs``) or greedily
@@ -122,9 +125,12 @@ class VLLMEngine:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="prs-vllm-") if workdir is None else workdir)
         write_model_dir(self.dir, params, cfg)
         t0 = time.perf_counter()
+        defaults = {"enforce_eager": True}
+        if current_platform.is_cpu():  # a prompt prefilled in chunks rewinds its seeded generator, which
+            defaults["enable_chunked_prefill"] = False  # the CPU's cannot ("CPU Generator does not use offset")
         self.llm = vllm.LLM(model=str(self.dir), skip_tokenizer_init=True, enable_prefix_caching=True, dtype=dtype,
                             max_model_len=self.max_model_len, seed=seed, logprobs_mode="raw_logprobs",
-                            **{"enforce_eager": True, **llm_options})
+                            **{**defaults, **llm_options})
         self.start_s = time.perf_counter() - t0
         self.last_sync_s = 0.0
         self._vllm = vllm
