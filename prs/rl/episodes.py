@@ -100,7 +100,7 @@ class SingleTurnRollouts:
             raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} runs on one process without a mesh and "
                              "batches continuously by itself: mesh and continuous_slots must be None")
         self.engine = None  # prs.rollout engine, built at the first call (vLLM needs the weights)
-        self._pushed = None  # the parameters the engine holds
+        self._pushed = None  # the parameters another engine holds (pushed once per new policy)
         self.mismatch: dict[str, list[float]] = {}  # per call since the last pop_metrics (engine != jax)
         if getattr(task, "rewards_jittable", True):
             self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
@@ -121,14 +121,17 @@ class SingleTurnRollouts:
                             dtype="bfloat16" if tr.rl.sampling_dtype == "bfloat16" else "float32")
             self.engine = make_engine(tr.rl.rollout_engine, cfg=tr.model_cfg, mesh=tr.mesh,
                                       continuous_slots=tr.rl.continuous_slots, **opts)
+        if self.engine.name == "jax":  # a reference, no copy: held for this call only (a sampling-dtype
+            self.engine.update_params(params)  # copy of the weights is freed after the step, as before)
+            try:
+                return self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
+            finally:
+                self.engine.update_params(None)
         if params is not self._pushed:  # a new policy: push it (vLLM: in place, timed)
             self.engine.update_params(params)
             self._pushed = params
-            if self.engine.name != "jax":
-                self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
+            self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
         ro = self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
-        if self.engine.name == "jax":
-            return ro
         own = _policy_logprobs(params, ro.tokens, ro.positions, ro.valid, cfg=tr.model_cfg, chunk=tr.rl.logits_chunk)
         own = jnp.where(ro.policy_mask, own, 0.0)
         if scfg.temperature == 0:  # greedy (evaluation): q is a point mass, nothing to compare
