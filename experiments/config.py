@@ -28,13 +28,15 @@ METHOD_RL = ["reroll", "reroll_fallback", "reroll_budget", "algorithm", "rft_cap
 OPTIM = ["lr", "b1", "b2", "weight_decay", "grad_clip", "warmup_steps"]
 SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens", "row_chunk", "row_parts", "continuous_slots"]
 EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eval_temperature"}
-ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values())
+ROLLOUT = {"engine": "rollout_engine"}
+ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values(), ROLLOUT.values())
 SFT = {"steps": "sft_steps", "batch": "sft_batch", "lr": "sft_lr", "seed": "sft_seed", "base_dir": "base_dir"}
 LOGGING = ["wandb_mode", "wandb_project", "progress"]
 
 MethodCfg = node("MethodCfg", (PrefixConfig, METHOD_PREFIX), (RLConfig, METHOD_RL), extra={"name": (str, "ps_ada")})
 OptimCfg = node("OptimCfg", (RLConfig, OPTIM))
 SamplerCfg = node("SamplerCfg", (RLConfig, SAMPLER))
+RolloutCfg = node("RolloutCfg", (RLConfig, ROLLOUT))
 AlgoCfg = node("AlgoCfg", (RLConfig, ALGO))
 EvalCfg = node("EvalCfg", (RunConfig, {"every": "eval_every"}), (RLConfig, EVAL_RL))
 SftCfg = node("SftCfg", (RunConfig, SFT))
@@ -84,7 +86,7 @@ TrainCfg = node(
     extra={"name": (str, "run"), "tag": (str, ""), "compile_cache": (Optional[str], DEFAULT_COMPILE_CACHE),
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("optim", OptimCfg),
-               ("sampler", SamplerCfg), ("algo", AlgoCfg), ("eval", EvalCfg), ("sft", SftCfg),
+               ("sampler", SamplerCfg), ("rollout", RolloutCfg), ("algo", AlgoCfg), ("eval", EvalCfg), ("sft", SftCfg),
                ("logging", LoggingCfg), ("mesh", MeshCfg)]}})
 
 

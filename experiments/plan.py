@@ -60,6 +60,7 @@ def main(argv=None) -> int:
             over[key] = getattr(jnp, over[key])
     model_cfg = ModelConfig.preset(cfg.model.preset, **over)
     rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
+                  **to_kwargs(cfg.rollout, RLConfig),
                   **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
     budget = rl.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
     devices = int(flags.get("devices", cfg.mesh.devices or 8))

@@ -55,6 +55,7 @@ def build(cfg: TrainCfg):
         model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
     # Every node field maps back to the library field it was derived from (experiments.schema).
     rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
+                  **to_kwargs(cfg.rollout, RLConfig),
                   **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
     prefix = ps.PrefixConfig(n=cfg.algo.group_size, **to_kwargs(cfg.method, ps.PrefixConfig))
     run_cfg = RunConfig(**to_kwargs(cfg, RunConfig), **to_kwargs(cfg.eval, RunConfig), **to_kwargs(cfg.sft, RunConfig),

@@ -22,6 +22,7 @@ RANKS = {
     "prs.core": 0,
     "prs.parallel": 1, "theory": 1,
     "prs.models": 2, "prs.rewards": 2, "prs.sim": 2,
+    "prs.rollout": 2.5,  # rollout engines: above the models they wrap, below the RL loop and tasks
     "prs.rl": 3,
     "prs.tasks": 4,
     "prs.analysis": 5,
@@ -145,7 +146,7 @@ def test_core_imports_no_other_prs_subpackage():
 
 
 def test_every_subpackage_init_says_what_lives_there():
-    for pkg in ("core", "models", "parallel", "rl", "tasks", "rewards", "sim", "analysis"):
+    for pkg in ("core", "models", "parallel", "rollout", "rl", "tasks", "rewards", "sim", "analysis"):
         doc = ast.get_docstring(ast.parse((ROOT / "prs" / pkg / "__init__.py").read_text()))
         assert doc and 2 <= len(doc.strip().splitlines()) <= 6, pkg
         assert "import" in doc, f"prs/{pkg}/__init__.py must say what it may import"
@@ -194,7 +195,7 @@ def test_a_deliberate_cycle_in_a_package_is_found(tmp_path):
     assert find_cycle(import_graph(tmp_path, packages=("prs",))) is None
 
 
-@pytest.mark.parametrize("mod", ["prs.core", "prs.models", "prs.parallel", "prs.rl", "prs.tasks", "prs.rewards",
+@pytest.mark.parametrize("mod", ["prs.core", "prs.models", "prs.parallel", "prs.rollout", "prs.rl", "prs.tasks", "prs.rewards",
                                  "prs.sim", "prs.analysis"])
 def test_each_room_imports_on_its_own(mod):
     importlib.import_module(mod)

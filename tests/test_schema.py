@@ -20,7 +20,7 @@ def _defaults(cls):
 
 @pytest.mark.parametrize("lib", [RLConfig, PrefixConfig, RunConfig, sim.SimConfig])
 def test_node_defaults_are_the_library_defaults(lib):
-    nodes = [C.MethodCfg, C.OptimCfg, C.SamplerCfg, C.AlgoCfg, C.EvalCfg, C.SftCfg, C.LoggingCfg, C.TrainCfg,
+    nodes = [C.MethodCfg, C.OptimCfg, C.SamplerCfg, C.RolloutCfg, C.AlgoCfg, C.EvalCfg, C.SftCfg, C.LoggingCfg, C.TrainCfg,
              S.LearnerCfg, S.ControllerCfg]
     lib_defaults, seen = _defaults(lib), set()
     for n in nodes:
@@ -36,8 +36,8 @@ def test_node_defaults_are_the_library_defaults(lib):
 
 def test_algo_takes_every_unclaimed_rl_field():
     assert set(C.ALGO) == set(f.name for f in dataclasses.fields(RLConfig)) - set(C.METHOD_RL) - set(C.OPTIM) \
-        - set(C.SAMPLER) - set(C.EVAL_RL.values())
-    assert "clip_high" in C.ALGO and "lr" not in C.ALGO
+        - set(C.SAMPLER) - set(C.EVAL_RL.values()) - set(C.ROLLOUT.values())
+    assert "clip_high" in C.ALGO and "lr" not in C.ALGO and "rollout_engine" not in C.ALGO
 
 
 def test_a_new_library_field_appears_in_the_node():

@@ -7,15 +7,18 @@ re-rollouts from prompt + a replayed prefix. Tasks depend on this module, never 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.models.continuous import sample_continuous
-from prs.models.sampler import Rollout, SamplerConfig, sample
+from prs.models.lm_head import lm_head_logprobs
+from prs.models.qwen3 import forward_hidden
+from prs.models.sampler import Rollout, SamplerConfig
 from prs.rl import multihost
+from prs.rollout.registry import make_engine
 
 
 def _pad_width(x: np.ndarray | jax.Array, width: int, fill) -> jax.Array:
@@ -93,20 +96,59 @@ class SingleTurnRollouts:
         if rl.continuous_slots is not None and trainer.mesh is not None:
             raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
         self.width = prompt_w + 2 * t_new  # L: fixed training width
+        if rl.rollout_engine != "jax" and (trainer.mesh is not None or rl.continuous_slots is not None):
+            raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} runs on one process without a mesh and "
+                             "batches continuously by itself: mesh and continuous_slots must be None")
+        self.engine = None  # prs.rollout engine, built at the first call (vLLM needs the weights)
+        self._pushed = None  # the parameters another engine holds (pushed once per new policy)
+        self.mismatch: dict[str, list[float]] = {}  # per call since the last pop_metrics (engine != jax)
         if getattr(task, "rewards_jittable", True):
             self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
         else:
             self._rewards = task.rewards
 
     def _sample(self, params, rows, rows_len, key, scfg, budget=None):
+        """The engine's rollout of input rows (prompt + replayed prefix). The jax engine (a mesh:
+        each process feeds its own rows and all get the whole rollout on the host; continuous
+        slots: same tokens) needs nothing more; another engine's rollout gets the trainer's own
+        log-probs as ``logprobs`` (the update's ``old_logp``) and keeps the engine's as
+        ``sampling_logprobs`` (the rollout correction's behaviour policy), the gap logged."""
         tr = self.trainer
-        if tr.mesh is not None:  # each process feeds its own rows; all get the whole rollout, on the host
-            return multihost.sample_rows(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
-                                         budget=budget)
-        if tr.rl.continuous_slots is not None:  # same tokens as ``sample`` (per-row keys), slots refilled
-            return sample_continuous(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg,
-                                     slots=tr.rl.continuous_slots, budget=budget)
-        return sample(params, rows, rows_len, key, cfg=tr.model_cfg, scfg=scfg, budget=budget)
+        if self.engine is None:
+            opts = {}
+            if tr.rl.rollout_engine == "vllm":
+                opts = dict(params=params, max_model_len=self.width,
+                            dtype="bfloat16" if tr.rl.sampling_dtype == "bfloat16" else "float32")
+            self.engine = make_engine(tr.rl.rollout_engine, cfg=tr.model_cfg, mesh=tr.mesh,
+                                      continuous_slots=tr.rl.continuous_slots, **opts)
+        if self.engine.name == "jax":  # a reference, no copy: held for this call only (a sampling-dtype
+            self.engine.update_params(params)  # copy of the weights is freed after the step, as before)
+            try:
+                return self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
+            finally:
+                self.engine.update_params(None)
+        if params is not self._pushed:  # a new policy: push it (vLLM: in place, timed)
+            self.engine.update_params(params)
+            self._pushed = params
+            self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
+        ro = self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
+        own = _policy_logprobs(params, ro.tokens, ro.positions, ro.valid, cfg=tr.model_cfg, chunk=tr.rl.logits_chunk)
+        own = jnp.where(ro.policy_mask, own, 0.0)
+        if scfg.temperature == 0:  # greedy (evaluation): q is a point mass, nothing to compare
+            return ro.replace(logprobs=own)
+        m = np.asarray(ro.policy_mask)
+        d = (np.asarray(own) - np.asarray(ro.sampling_logprobs))[m]  # log p_trainer - log q_engine
+        for name, v in (("logp_abs_diff", np.abs(d)), ("kl_k1", -d), ("kl_k3", np.expm1(d) - d)):
+            self.mismatch.setdefault(name, []).append(float(v.mean()) if v.size else 0.0)
+        return ro.replace(logprobs=own)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``rollout/*`` means over the calls since the last pop (another engine than jax): the mean
+        |log p_trainer − log q_engine| per policy token, the engine-vs-trainer KL(q‖p) estimates k1
+        and k3 (on tokens drawn from q), and the weight-sync seconds."""
+        out = {f"rollout/{k}": float(np.mean(v)) for k, v in self.mismatch.items() if v}
+        self.mismatch = {}
+        return out
 
     def _score(self, problems, ro, group_size: int):
         if multihost.multi_process(self.trainer.mesh):  # each process scores its own rows
@@ -138,3 +180,12 @@ class SingleTurnRollouts:
                           budget=budget)
         r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "chunk"))
+def _policy_logprobs(params, tokens, positions, valid, *, cfg, chunk: int) -> jax.Array:
+    """log π(tokens[:, t] | tokens[:, :t]) under ``params`` -> [R, L] (0 at t = 0): what the
+    update's forward pass computes, for rollouts of another engine."""
+    hidden = forward_hidden(params, tokens[:, :-1], cfg=cfg, positions=positions[:, :-1], valid=valid[:, :-1])
+    lp, _ = lm_head_logprobs(params, hidden, tokens[:, 1:], cfg=cfg, chunk=chunk)
+    return jnp.pad(lp, ((0, 0), (1, 0)))

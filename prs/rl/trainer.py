@@ -47,6 +47,7 @@ from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.parallel.sharding import place, shard_rows
 from prs.rl import multihost, schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
+from prs.rollout.engine import ENGINES
 from prs.rewards.verifiers import cap_successes_per_task
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
@@ -138,6 +139,11 @@ class RLConfig:
         ``extra_rollouts`` (append N from-scratch rollouts for a share ``extra_share`` of the
         skewed groups); ``prs.rl.schedule``.
       lr_scale: multiplies ``lr`` (the ``baseline_lr2`` control: 2).
+      rollout_engine: ``jax`` (the jit-compiled sampler, whose log-probs are the trainer's own) or
+        ``vllm`` (``prs.rollout.vllm_engine``, single-turn tasks on one process): its rollouts'
+        ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the
+        behaviour policy of the rollout correction, which then defaults to ``token_truncate``
+        (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
     """
 
     tasks_per_step: int = 16
@@ -193,8 +199,13 @@ class RLConfig:
     control: str = "none"
     extra_share: float = 0.5
     lr_scale: float = 1.0
+    rollout_engine: str = "jax"
 
     def __post_init__(self):
+        if self.rollout_engine not in ENGINES:
+            raise ValueError(f"RLConfig.rollout_engine={self.rollout_engine!r} (rollout.engine); choose from {ENGINES}")
+        if self.rollout_engine != "jax" and self.rollout_correction is None:  # another engine's log-probs: TIS
+            object.__setattr__(self, "rollout_correction", "token_truncate")
         if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
             raise ValueError(f"RLConfig.micro_batches must be an int >= 1, got {self.micro_batches!r}")
         if self.sampling_dtype not in SAMPLING_DTYPES:
@@ -286,6 +297,9 @@ class Trainer:
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
         make = getattr(task, "make_rollouts", None)
         self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
+        if rl.rollout_engine != "jax" and not isinstance(self.rollouts, SingleTurnRollouts):
+            raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} serves single-turn tasks; task "
+                             f"{task.name!r} brings its own rollouts ({type(self.rollouts).__name__}): use 'jax'")
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.tx = optax.chain(
@@ -341,6 +355,7 @@ class Trainer:
     def step(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """Collects the step's batch (``collect``) and applies one update."""
         batch, new_prefix, metrics = self.collect(state)
+        metrics.update(getattr(self.rollouts, "pop_metrics", dict)())  # rollout/*: another engine's mismatch
         t2 = time.perf_counter()
         params, opt_state, lm = self.update(state.params, state.opt_state, batch)
         lm = jax.device_get(lm)
@@ -522,6 +537,7 @@ class Trainer:
         ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
                                    group_size=self.rl.eval_samples, evaluation=True)
         out = {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
+        out.update({f"eval/{k}": v for k, v in getattr(self.rollouts, "pop_metrics", dict)().items()})
         if hasattr(self.task, "episode_metrics"):
             out.update({f"eval/{k}": v for k, v in self.task.episode_metrics(self._eval_problems, ep).items()})
         return out
