@@ -118,17 +118,19 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
     config_dict = dataclasses.asdict(cfg)
-    rundir.check_config(out_dir, config_dict, write=False)  # every process: a different configuration is refused
+    defaults = dataclasses.asdict(TrainCfg())  # a key a recorded run lacks (a field added since) counts as its default
+    rundir.check_config(out_dir, config_dict, defaults=defaults, write=False)  # every process: a different configuration is refused
     files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     if jax.process_index() == 0:  # one writer in a multi-host run
         _attach_file_logs(files)
         rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
-        rundir.check_config(out_dir, config_dict)
+        rundir.check_config(out_dir, config_dict, defaults=defaults)
         record_config(dcfg, out_dir)
     log.info("run %s -> %s", cfg.name, out_dir)
     mesh = build_mesh(cfg)
-    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict, mesh=mesh, log=log.info)
+    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict,
+                  config_defaults=defaults, mesh=mesh, log=log.info)
     return summary["eval_final"]
 
 

@@ -215,7 +215,15 @@ def test_a_different_configuration_never_reuses_a_run_directory(tmp_path):
     rundir.check_config(d, cfg)
     assert json.loads((d / "config.json").read_text()) == cfg
     rundir.check_config(d, {**cfg, "steps": 20, "logging": {"progress": False}})  # length and display may change
-    rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 1}})  # a field added to the schema since
+    # a field added to the schema since the run was recorded: the record's value is the field's default
+    defaults = {"seed": 0, "steps": 1, "algo": {"lr": 1e-3, "clip_high": 0.28, "new_field": 0}}
+    rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 0}}, defaults=defaults)
+    with pytest.raises(RunDirError, match=r"algo\.new_field: 0 \(recorded\) vs 1 \(now\)"):
+        rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 1}}, defaults=defaults)
+    with pytest.raises(RunDirError, match=r"algo\.new_field: '<absent>' \(recorded\) vs 0 \(now\)"):
+        rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 0}})  # no default known: a difference
+    with pytest.raises(RunDirError, match=r"task\.params\.hard: '<absent>' \(recorded\) vs True"):
+        rundir.check_config(d, {**cfg, "task": {"params": {"hard": True}}}, defaults=defaults)  # a free-form entry
     with pytest.raises(RunDirError, match=r"algo\.lr: 0\.001 \(recorded\) vs 0\.002 \(now\).*tag="):
         rundir.check_config(d, {**cfg, "algo": {"lr": 2e-3, "clip_high": 0.28}})
     # a directory from before config.json: the summary's config is the record

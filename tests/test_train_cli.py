@@ -126,6 +126,24 @@ def test_a_different_configuration_is_refused_naming_the_keys(tmp_path):
     assert _snapshot(d) == before
 
 
+def test_a_field_the_record_lacks_compares_as_its_default(tmp_path):
+    """A run recorded before ``sampler.row_parts`` existed ran with its default (1): resuming it with
+    ``sampler.row_parts=2`` is a different configuration (it used to pass unnoticed)."""
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = dataclasses.asdict(validate(compose("config", overrides=["sft.base_dir=/elsewhere"])))
+    del cfg["sampler"]["row_parts"]
+    d = tmp_path / "runs" / "arith-ps_ada-s0"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = _train(tmp_path, "sampler.row_parts=2")
+    assert r.returncode == 2, r.stderr
+    assert "(sampler.row_parts: 1 (recorded) vs 2 (now))" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
 def test_a_sweep_runs_past_a_failed_job_and_reports_it(tmp_path):
     from prs.analysis import load_runs
 
