@@ -39,7 +39,7 @@ import numpy as np
 import optax
 
 from prs.core import prefix as ps
-from prs.core.advantages import mixed_groups
+from prs.core.advantages import ESTIMATORS, mixed_groups
 from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_loss, token_logprobs
 from prs.core.token_weights import high_entropy_mask
 from prs.rl import loss_menu
@@ -50,7 +50,6 @@ from prs.rl import multihost, schedule
 from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rewards.verifiers import cap_successes_per_task
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 REROLL_MODES = ("replace", "append")
 REROLL_BUDGETS = ("shared", "extra")
 ALGORITHMS = ("grpo", "rft")
@@ -63,7 +62,8 @@ class RLConfig:
 
     Attributes:
       tasks_per_step: B, problems per step.        group_size: N, rollouts per problem.
-      estimator: advantage estimator (``grpo``, ``dr_grpo``, ``rloo``).
+      estimator: advantage estimator, one of ``prs.core.advantages.ESTIMATORS`` (``grpo``, ``dr_grpo``,
+        ``rloo``, ``rloo_std``, ``reinforce_pp``, ``reinforce_pp_baseline``).
       std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
       agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
