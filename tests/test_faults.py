@@ -90,6 +90,25 @@ def test_short_run_checkpoints_at_its_end_and_a_rerun_is_already_complete(tmp_pa
     assert ((d / "summary.json").read_bytes(), (d / "metrics.jsonl").read_bytes()) == before
 
 
+def test_raising_steps_extends_a_finished_run_with_one_line_and_lowering_is_refused(tmp_path, reference):
+    import shutil
+
+    d = tmp_path / "ext"
+    shutil.copytree(reference, d)
+    logs = []
+    s = run(TASK, MODEL, RL, PC, RunConfig(steps=5, **COMMON), d, log=logs.append)
+    assert [x for x in logs if "extending" in x] == ["[run] extending run ext from 4 to 5 steps"], logs
+    assert s["steps"] == 5 and [m["step"] for m in _metrics(d) if m["kind"] == "train"] == [0, 1, 2, 3, 4]
+    logs.clear()
+    run(TASK, MODEL, RL, PC, RunConfig(steps=5, **COMMON), d, log=logs.append)  # finished: no extension line
+    assert not [x for x in logs if "extending" in x] and any("already complete" in x for x in logs), logs
+    with pytest.raises(RunDirError, match=r"finished run of 5 steps; steps=3 would not shorten it"):
+        run(TASK, MODEL, RL, PC, RunConfig(steps=3, **COMMON), d, **QUIET)
+    (d / "summary.json").unlink()  # an unfinished run with a checkpoint past the new length
+    with pytest.raises(RunDirError, match=r"checkpoint at step 5, past steps=3"):
+        run(TASK, MODEL, RL, PC, RunConfig(steps=3, **COMMON), d, **QUIET)
+
+
 def test_kill_9_during_a_checkpoint_write_resumes_from_the_previous_one(tmp_path, reference):
     """The process is SIGKILLed inside orbax's commit of the step-4 checkpoint (files written, not yet
     renamed into place); the re-run resumes from step 2 and writes the uninterrupted run's metrics."""

@@ -13,7 +13,9 @@ Everything a run writes goes to its output directory:
 
 Resume: if ``checkpoints/`` holds a checkpoint, the run restores the latest one, drops the
 metrics lines at and after its step (and a truncated last line left by a kill), and continues. A
-finished run is not redone: re-running it logs "already complete (step N)" and returns its summary.
+finished run is not redone: re-running it logs "already complete (step N)" and returns its summary;
+re-running it with a larger ``steps`` extends it (one line says "extending run X from N to M
+steps"), a smaller one is refused.
 A directory only resumes the configuration it was started with (``RunDirError`` names the
 differing keys), and is checked to be writable with room for its checkpoints before any training.
 A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
@@ -227,6 +229,22 @@ def _already_complete(out: pathlib.Path, run_cfg: RunConfig, log) -> dict | None
     return summary if summary.get("steps") == run_cfg.steps == done and final else None
 
 
+def _check_length(out: pathlib.Path, run_cfg: RunConfig, log) -> None:
+    """A finished run of fewer steps than ``run_cfg.steps`` is extended (one line says so: raising
+    ``steps`` is the one change a run directory accepts); of more steps, ``RunDirError``."""
+    try:
+        done = json.loads((out / "summary.json").read_text()).get("steps")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return
+    if not isinstance(done, int):
+        return
+    if done > run_cfg.steps:
+        raise RunDirError(f"{out} holds a finished run of {done} steps; steps={run_cfg.steps} would not shorten it: "
+                          f"add tag=<name> for a new directory, or delete {out}")
+    if done < run_cfg.steps:
+        log(f"[run] extending run {out.name} from {done} to {run_cfg.steps} steps")
+
+
 def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
         *, config_dict: dict | None = None, config_defaults: dict | None = None, mesh=None, log=print) -> dict:
     """Runs (or resumes) one training run into ``out_dir``; returns the summary dict. ``config_dict``
@@ -245,6 +263,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             f"(peak {done['eval_peak']:.3f}); summary.json, metrics and curves.png in {out}")
         return done
     if writer:
+        _check_length(out, run_cfg, log)
         rundir.clear_failure(out)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
@@ -258,6 +277,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         mngr = ocp.CheckpointManager(out / "checkpoints",
                                      options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
         latest = mngr.latest_step()
+        if latest is not None and latest > run_cfg.steps:
+            raise RunDirError(f"{out} holds a checkpoint at step {latest}, past steps={run_cfg.steps}: add "
+                              f"tag=<name> for a new directory, or delete {out}")
         if latest is not None:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(state, mesh))
             state = multihost.host_local(mngr.restore(latest, args=ocp.args.StandardRestore(abstract)), state)
