@@ -11,7 +11,8 @@ same command resumes from the latest checkpoint in that directory (a finished ru
 complete"). The configuration is validated before anything is written there, and a directory
 holding a run of another configuration is refused (naming the differing keys; ``tag=`` picks a new
 directory). Mistakes end in one ``error: ...`` line and exit status 2 (``experiments.cli``); a
-sweep runs every job and then names the failed ones.
+sweep runs every job and then names the failed ones. Ctrl-C stops the run at the end of the current
+step, checkpoints it, prints one ``interrupted: ...`` line and exits 130; re-running resumes.
 """
 from __future__ import annotations
 
@@ -147,4 +148,8 @@ if __name__ == "__main__":
     except cli.UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C before or after the job (inside it: experiments.cli.guarded)
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)

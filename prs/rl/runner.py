@@ -18,7 +18,9 @@ re-running it with a larger ``steps`` extends it (one line says "extending run X
 steps"), a smaller one is refused.
 A directory only resumes the configuration it was started with (``RunDirError`` names the
 differing keys), and is checked to be writable with room for its checkpoints before any training.
-A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
+Ctrl-C (SIGINT) stops the run at the end of the current step, checkpoints it and raises
+``Interrupted`` (a ``KeyboardInterrupt``; ``python -m experiments.train`` prints one line and exits
+130); a second Ctrl-C interrupts at once. A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
 checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
@@ -36,7 +38,9 @@ import json
 import math
 import os
 import pathlib
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -101,6 +105,40 @@ class RunConfig:
 
 class NonFiniteError(RuntimeError):
     """A training step produced a non-finite loss or gradient norm (``on_nonfinite="stop"``)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped the run at the end of a step: ``step`` steps are done and, with
+    ``ckpt_every > 0``, checkpointed, so re-running the same command resumes. The message is one line."""
+
+    def __init__(self, message: str, *, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+class _StopFlag:
+    """Set by the first SIGINT while the RL loop runs, checked between steps (``run``); that SIGINT
+    raises nothing, so no step, checkpoint write or ``__del__`` / gc callback (where jax's
+    ``_xla_gc_callback`` used to swallow it) is cut in the middle. Python's default handler comes
+    back with it: a second Ctrl-C interrupts at once. Installed only over the default handler, in
+    the main thread of a single process (several processes would have to agree on the step to stop
+    at: they keep the default handler)."""
+
+    def __init__(self):
+        self.is_set = False
+        self.installed = (threading.current_thread() is threading.main_thread() and jax.process_count() == 1
+                          and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if self.installed:
+            signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        self.is_set = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.installed = False
 
 
 class Progress:
@@ -320,6 +358,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     t_run = time.perf_counter()
     skipped = 0
     s = start
+    stop = _StopFlag()  # Ctrl-C: stop at the end of the current step (Interrupted)
     try:
         for s in range(start, run_cfg.steps):
             if s % run_cfg.eval_every == 0:
@@ -348,15 +387,18 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
                 mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
                 mngr.wait_until_finished()
+            if stop.is_set:
+                raise _interrupt(mngr, state, s + 1, run_cfg, out, mesh)
         ev = trainer.evaluate(state.params, run_cfg.steps)
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
     except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
-        if writer:
+        if writer and not isinstance(e, KeyboardInterrupt):  # a run the user stopped has not failed
             rundir.record_failure(out, step=s, error=e)
         if wb is not None:
-            wb.finish(exit_code=1)
+            wb.finish(exit_code=130 if isinstance(e, KeyboardInterrupt) else 1)
         raise
     finally:
+        stop.restore()
         if mngr is not None:
             mngr.close()
     records = _read_metrics(metrics_path) if writer else []
@@ -375,6 +417,21 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     log(f"[run] done: final held-out pass@1 {summary['eval_final']:.3f} (peak {summary['eval_peak']:.3f}); "
         f"metrics, curves.png and summary.json in {out}")
     return summary
+
+
+def _interrupt(mngr, state, done: int, run_cfg: RunConfig, out: pathlib.Path, mesh) -> Interrupted:
+    """Checkpoints ``state`` after ``done`` steps (unless that step's periodic checkpoint exists) and
+    returns the ``Interrupted`` to raise."""
+    import orbax.checkpoint as ocp
+
+    if mngr is None:
+        return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); no checkpoint (ckpt_every=0): "
+                           f"a re-run starts again", step=done)
+    if mngr.latest_step() != done:
+        mngr.save(done, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
+        mngr.wait_until_finished()
+    return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); checkpoint in {out / 'checkpoints'}: "
+                       f"re-run the same command to resume", step=done)
 
 
 def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_from: int = 0) -> dict:
