@@ -282,3 +282,38 @@ def test_two_processes_building_the_warm_start_at_once(tmp_path):
     digests = {line for o in outs for line in o.splitlines() if line.startswith("digest")}
     assert len(digests) == 1
     assert [p.name for p in (tmp_path / "base").iterdir()] == [next((tmp_path / "base").iterdir()).name]
+
+
+def test_progress_eta_counts_this_process_steps_after_the_first(monkeypatch):
+    """Resumed at 150 of 200: the first step took 500 s (compilation, restore, evaluation), then 10 s
+    per step. The ETA after step 152 is 48 x 10 s (it said 48 x 255 s = 12240 s: the first step's time
+    spread over the steps)."""
+    import io
+
+    now = [0.0]
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
+    out = io.StringIO()
+    bar = runner.Progress(200, start=150, every_s=0.0, stream=out)  # t = 0
+    for t, done, text in ((500.0, 151, "a"), (510.0, 152, lambda: "b"), (520.0, 153, "c")):
+        now[0] = t
+        bar.update(done, text)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("151/200 a eta --"), lines
+    assert lines[1].endswith("152/200 b 0.10 step/s eta 480s"), lines
+    assert lines[2].endswith("153/200 c 0.10 step/s eta 470s"), lines
+
+
+def test_warm_start_shows_a_progress_display_and_logs_one_line():
+    import io
+
+    from prs.rl.trainer import supervised_warm_start
+
+    out, logs = io.StringIO(), []
+    bar = runner.Progress(3, every_s=0.0, stream=out, label="[sft] ")
+    supervised_warm_start(TASK, MODEL, steps=3, batch=4, lr=1e-3, seed=0, log=logs.append, progress=bar)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all(x.startswith("[sft] [") and " loss " in x for x in lines), lines
+    assert len(logs) == 1 and logs[0].startswith("[sft] 3 steps: loss "), logs
+    logs.clear()  # without a display: a line every log_every steps, as before
+    supervised_warm_start(TASK, MODEL, steps=3, batch=4, lr=1e-3, seed=0, log=logs.append, log_every=2)
+    assert [x.split(" loss")[0] for x in logs] == ["[sft] step 1/3", "[sft] step 3/3"], logs

@@ -142,28 +142,38 @@ class _StopFlag:
 
 
 class Progress:
-    """A one-line progress bar on a terminal, periodic lines otherwise (logs, CI)."""
+    """A one-line progress bar on a terminal, periodic lines otherwise (logs, CI).
 
-    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, every_s: float = 5.0, stream=None):
+    The rate (and ETA) counts the steps this process finished after its first one, over the time
+    since that first one: the first step carries compilation (and a resumed run's restore and
+    evaluation), which made ``eta 25339s`` at 151/200 right after a resume. Until a second step
+    finishes the ETA reads ``--``. ``text`` may be a callable, called only when a line is written
+    (e.g. a device value: no host sync on the steps that print nothing)."""
+
+    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, every_s: float = 5.0, stream=None,
+                 label: str = ""):
         self.total, self.start, self.enabled, self.every_s = total, start, enabled, every_s
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.perf_counter()
+        self.label = label
+        self.first: tuple[int, float] | None = None  # (steps done, time) at the first update
         self.last = -math.inf
 
-    def update(self, done: int, text: str) -> None:
+    def update(self, done: int, text) -> None:
         if not self.enabled:
             return
         now = time.perf_counter()
+        if self.first is None:
+            self.first = (done, now)
         if not self.tty and now - self.last < self.every_s and done < self.total:
             return
         self.last = now
-        rate = (done - self.start) / max(now - self.t0, 1e-9)
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
+        n, t = done - self.first[0], now - self.first[1]
+        speed = f"{n / t:.2f} step/s eta {(self.total - done) * t / n:.0f}s" if n > 0 and t > 0 else "eta --"
         width = 24
         fill = int(width * done / max(self.total, 1))
         bar = "#" * fill + "." * (width - fill)
-        line = f"[{bar}] {done}/{self.total} {text} {rate:.2f} step/s eta {eta:.0f}s"
+        line = f"{self.label}[{bar}] {done}/{self.total} {text() if callable(text) else text} {speed}"
         if self.tty:
             self.stream.write("\r" + line + ("\n" if done >= self.total else ""))
         else:
@@ -173,6 +183,11 @@ class Progress:
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+def _sft_progress(run: RunConfig) -> Progress:
+    """The warm start's display: the RL loop's bar on a terminal, a line every 30 s otherwise."""
+    return Progress(run.sft_steps, enabled=run.progress, every_s=30.0, label="[sft] ")
 
 
 def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print,
@@ -212,7 +227,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         log(f"[base] supervised warm start on every process ({jax.process_count()}), not cached: build {path} "
             "with one process first to reuse it")
         return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                     seed=run.sft_seed, log=log)
+                                     seed=run.sft_seed, log=log, progress=_sft_progress(run))
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -221,7 +236,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
             return load()
         log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
         params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                       seed=run.sft_seed, log=log)
+                                       seed=run.sft_seed, log=log, progress=_sft_progress(run))
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         ckptr.save(tmp, params)
         ckptr.wait_until_finished()

@@ -690,13 +690,14 @@ def sft_loss(params, tokens, loss_mask, *, cfg: ModelConfig):
 
 
 def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: int, lr: float, seed: int,
-                          log_every: int = 50, log=print):
+                          log_every: int = 50, log=print, progress=None):
     """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
 
     Data: ``steps × batch`` problems drawn from a stream disjoint from RL's (seed offset), each
     with a seeded demonstration; a task may draw them from a wider warm-start distribution
     (``task.warm_start_problems``, same signature as ``train_problems``). AdamW with cosine decay;
-    one jit compile.
+    one jit compile. ``progress`` (``prs.rl.runner.Progress``): updated every step, and ``log`` gets one
+    line at the end; None: ``log`` gets a line every ``log_every`` steps.
     """
     params = init_params(model_cfg, jax.random.PRNGKey(seed))
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(steps // 20, 1), max(steps, 2))
@@ -714,6 +715,10 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
         probs = getattr(task, "warm_start_problems", task.train_problems)(seed=10_000_000 + seed, step=i, count=batch)
         tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
         params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
-        if log and (i % log_every == 0 or i == steps - 1):
+        if progress is not None:
+            progress.update(i + 1, lambda: f"loss {float(loss):.4f}")
+        elif log and (i % log_every == 0 or i == steps - 1):
             log(f"[sft] step {i + 1}/{steps} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
+    if log and progress is not None and steps:
+        log(f"[sft] {steps} steps: loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
     return params
