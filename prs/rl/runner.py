@@ -20,8 +20,8 @@ A directory only resumes the configuration it was started with (``RunDirError`` 
 differing keys), and is checked to be writable with room for its checkpoints before any training.
 Ctrl-C (SIGINT) stops the run at the end of the current step, checkpoints it and raises
 ``Interrupted`` (a ``KeyboardInterrupt``; ``python -m experiments.train`` prints one line and exits
-130); a second Ctrl-C interrupts at once. A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
-checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
+130); a second Ctrl-C interrupts at once. A non-finite loss or gradient norm stops the run
+(``NonFiniteError``, naming the step; the last good checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
 collectively into one directory every process must see (a shared disk), and whether the run is
