@@ -292,6 +292,35 @@ def test_sharded_trainer_update_equals_one_device(eight_devices, one_device_upda
     assert p8["layers"]["q_proj"].sharding.spec == q.sharding.spec
 
 
+@pytest.mark.slow
+def test_sharded_update_selects_high_entropy_tokens_like_one_device(eight_devices):
+    """``top_entropy_quantile = 0.5`` on an explicit (data 2, fsdp 2, tensor 2) mesh, with 2
+    micro-batches (the whole-batch selection: a forward-only scan, one quantile over all rows) and
+    without: the 1-device update's loss, selected fraction and new params. (On an explicit mesh the
+    quantile's sort along the split rows was a ShardingTypeError, with or without micro-batches.)"""
+    rl = dataclasses.replace(_RL_SHARDED, top_entropy_quantile=0.5)
+    params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
+    batch = _batch(np.random.default_rng(2), r=16, width=12)
+    one = T.Trainer(TASK, MODEL, rl, _PC)
+    s1 = one.init_state(params)
+    p1, _, m1 = one.update(s1.params, s1.opt_state, batch)
+    full = T.Trainer(TASK, MODEL, dataclasses.replace(rl, micro_batches=1), _PC)
+    s0 = full.init_state(params)
+    _, _, m0 = full.update(s0.params, s0.opt_state, batch)
+    mesh = shd.make_mesh(eight_devices, data=2, fsdp=2, tensor=2)
+    tr = T.Trainer(TASK, MODEL, rl, _PC, mesh=mesh)
+    s8 = tr.init_state(params)
+    p8, _, m8 = tr.update(s8.params, s8.opt_state, shd.shard_batch(batch, mesh))
+    tr = T.Trainer(TASK, MODEL, dataclasses.replace(rl, micro_batches=1), _PC, mesh=mesh)  # no micro-batches
+    s8 = tr.init_state(params)
+    _, _, m8_full = tr.update(s8.params, s8.opt_state, shd.shard_batch(batch, mesh))
+    for m in (m1, m8, m8_full):
+        np.testing.assert_allclose(float(m["loss"]), float(m0["loss"]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(float(m["entropy_selected_frac"]), float(m0["entropy_selected_frac"]), rtol=1e-6)
+    assert 0.3 < float(m0["entropy_selected_frac"]) < 0.7
+    assert _max_rel(p8, p1) < 1e-5
+
+
 def test_make_mesh_sizes_and_errors(eight_devices):
     m = shd.make_mesh(eight_devices, fsdp=4, tensor=2)
     assert dict(m.shape) == {"data": 1, "fsdp": 4, "tensor": 2}

@@ -41,7 +41,6 @@ import optax
 from prs.core import prefix as ps
 from prs.core.advantages import ESTIMATORS, mixed_groups
 from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_loss, token_logprobs
-from prs.core.token_weights import high_entropy_mask
 from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
@@ -597,7 +596,7 @@ def _micro_batches(batch: Batch, m: int) -> Batch:
 
 
 def _entropy_selection(params, mb: Batch, *, cfg: ModelConfig, rl: RLConfig):
-    """``[M, R/M, L-1]`` bool: ``high_entropy_mask`` of the whole batch, given as micro-batches ``mb``
+    """``[M, R/M, L-1]`` bool: ``loss_menu.entropy_selection`` of the whole batch, given as micro-batches ``mb``
     ([M, R/M, ...]). A forward-only ``lax.scan`` gives every token's entropy under ``params``, then
     one cut-off τ (the ``1 − top_entropy_quantile`` quantile) over all R rows, so every micro-batch
     trains on the tokens the full batch would (a per-micro-batch τ does not)."""
@@ -607,9 +606,11 @@ def _entropy_selection(params, mb: Batch, *, cfg: ModelConfig, rl: RLConfig):
         ent = lm_head_logprobs(params, hidden, b.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk, with_entropy=True)[1]
         return None, jax.lax.stop_gradient(ent)                                   # [R/M, L-1]
     _, ent = jax.lax.scan(body, None, mb)                                         # [M, R/M, L-1]
-    flat = lambda x: x.reshape(-1, x.shape[-1])  # noqa: E731
-    sel = high_entropy_mask(flat(ent), flat(mb.loss_mask[:, :, 1:]), rho=rl.top_entropy_quantile)  # [R, L-1]
-    return sel.reshape(ent.shape)
+    # back to the batch's row order (the inverse of _micro_batches: under an explicit mesh the
+    # sharded R/M axis must stay the major one of the merge)
+    rows = lambda x: x.swapaxes(0, 1).reshape(-1, x.shape[-1])  # noqa: E731     [R, L-1]
+    sel = loss_menu.entropy_selection(rl, rows(ent), rows(mb.loss_mask[:, :, 1:]))
+    return _micro_batches(sel, ent.shape[0])
 
 
 def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, norm_len=None):
