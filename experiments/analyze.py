@@ -31,6 +31,12 @@ grid's verdicts (``experiments.sim_grid``'s summary.json).
 
 Definitions: see ``prs.analysis``. Partial (killed) runs are listed and analysed as such.
 
+An explicit ``--out`` that already holds files of the kinds this command writes, which analyze did
+not write there itself (it lists its own in ``OUT/.analyze-written``), is refused unless ``--force``:
+``--out results`` would otherwise replace the committed results with those of a different command
+(the committed ``decisive.json`` comes from three run roots, ``--decisive-only``). Regenerate into a
+fresh directory and compare.
+
 ``--copy-records DIR`` first copies the first root's complete runs' records (``metrics.jsonl`` gzipped,
 summary / config / provenance; ``--copy-prefix`` selects by run name) into ``DIR`` for committing, and
 analyses ``DIR`` in that root's place; copying the same run again is a no-op, a different run of that name
@@ -78,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="step times above this multiple of the run's median count as the median (compilation "
                         "spikes); 0 = raw wall-clock (default 5)")
     p.add_argument("--no-figures", action="store_true", help="tables and results.json only")
+    p.add_argument("--force", action="store_true", help="overwrite outputs in --out that analyze did not write there "
+                   "(e.g. the committed results/); without it such an --out is refused")
     p.add_argument("--readme", default=None, help="page whose decisive-experiment section is (re)written")
     p.add_argument("--sim-grid", default=None, help="experiments.sim_grid output directory to cite on the page")
     p.add_argument("--no-decisive", action="store_true", help="skip the decisive-experiment analysis")
@@ -99,11 +107,68 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+OWNED = ".analyze-written"  # in an output directory: the files analyze wrote there (it may overwrite them)
+TABLE_OUTPUTS = ("tables.md", "results.json", "fig1_*.png", "fig2_metrics.png", "fig4_*.png", "controller_*.png")
+DECISIVE_OUTPUTS = ("decisive.json", "decisive_*.png")
+TRAP_OUTPUTS = ("trap.md", "trap.json", "trap_*.png")
+
+
+def _outputs(args) -> tuple[str, ...]:
+    """Name patterns of the files this invocation writes into ``--out``."""
+    if args.trap:
+        return TRAP_OUTPUTS
+    if args.decisive_only:
+        return DECISIVE_OUTPUTS
+    return TABLE_OUTPUTS + (() if args.no_decisive else DECISIVE_OUTPUTS)
+
+
+def _matching(out: pathlib.Path, patterns) -> set[str]:
+    import fnmatch
+
+    if not out.is_dir():
+        return set()
+    return {p.name for p in out.iterdir() if p.is_file() and any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)}
+
+
+def _owned(out: pathlib.Path) -> set[str]:
+    try:
+        return set(json.loads((out / OWNED).read_text()))
+    except (OSError, ValueError, TypeError):
+        return set()
+
+
+def check_out(out: pathlib.Path, patterns, *, force: bool) -> set[str]:
+    """The files of the kinds this run writes that ``out`` already holds and analyze did not write
+    there (``OWNED``: e.g. the committed ``results/``): ``SystemExit`` naming them unless ``force``.
+    Returns the names present before the run that analyze may not claim afterwards."""
+    foreign = sorted(_matching(out, patterns) - _owned(out))
+    if foreign and not force:
+        shown = ", ".join(foreign[:6]) + (f" and {len(foreign) - 6} more" if len(foreign) > 6 else "")
+        raise SystemExit(f"error: --out {out} holds {shown}, which this analysis would overwrite and did not write; "
+                         f"choose a fresh --out directory (then compare), or pass --force to overwrite them")
+    return set(foreign)
+
+
+def record_owned(out: pathlib.Path, patterns, foreign: set[str]) -> None:
+    """Adds the files this run wrote into ``out`` to ``out/OWNED`` (not those it overwrote with --force)."""
+    names = sorted(_owned(out) | (_matching(out, patterns) - foreign))
+    (out / OWNED).write_text(json.dumps(names, indent=0) + "\n")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     roots = [pathlib.Path(r) for r in args.run_root]
     root = roots[0]
     out = pathlib.Path(args.out) if args.out else root / "analysis"
+    patterns = _outputs(args)
+    foreign = check_out(out, patterns, force=args.force) if args.out else set()  # RUN_ROOT/analysis is analyze's own
+    result = _main(args, roots, root, out, argv)
+    if out.is_dir():
+        record_owned(out, patterns, foreign)
+    return result
+
+
+def _main(args, roots, root: pathlib.Path, out: pathlib.Path, argv) -> dict:
     if args.copy_records and not args.trap:
         copied = an.collect_records(root, args.copy_records, prefix=args.copy_prefix)
         print(f"copied the records of {len(copied)} complete runs to {args.copy_records}", file=sys.stderr)

@@ -5,7 +5,8 @@ nothing written into a run directory by a rejected run, and a sweep that reports
                             (``method=nope``) and ``experiment=`` without ``+`` -> ``UsageError``
     guarded(fn, dcfg)       inside the Hydra job: a ``UsageError`` / ``ValueError`` / schema error /
                             ``NonFiniteError`` prints ``error: <one line>`` and exits 2 (1 for a
-                            stopped run); a sweep job records it and the sweep goes on; other
+                            stopped run); a sweep job records it and the sweep goes on; Ctrl-C
+                            prints one ``interrupted: ...`` line and exits 130; other
                             exceptions (bugs) keep their traceback
     SweepReport             Hydra callback: after a sweep, names the failed jobs and exits 1
 
@@ -189,6 +190,11 @@ def guarded(fn: Callable[[Any, pathlib.Path], Any], dcfg) -> Any:
             _record_sweep_failure(pathlib.Path(hc.sweep.dir), name, msg)
             return float("nan")
         sys.exit(1 if isinstance(e, NonFiniteError) else 2)
+    except KeyboardInterrupt as e:  # Ctrl-C: prs.rl.runner.Interrupted (stopped at a step's end) or at once
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"interrupted: {one_line(e)}" if str(e) else "interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)
     except Exception as e:  # a bug: the traceback stays; a sweep still learns which job failed
         if sweep:
             _record_sweep_failure(pathlib.Path(hc.sweep.dir), out.name, one_line(e))

@@ -5,8 +5,8 @@ their outputs, so a reader sees every figure and table without running anything:
     python -m experiments.notebooks fig4_ablation    # one (name without .ipynb)
     python -m experiments.notebooks --check          # exit 1 if a committed notebook no longer matches
 
-The run notebooks read ``PRS_RUN_ROOT`` (set here to ``results/runs``: the committed ablation, so no
-training happens); ``fig2_pass_rate_metrics`` and ``simulator`` compute their own data; ``trap``
+The run notebooks show the committed ablation ``results/runs`` (``prs.analysis.notebook_runs``; a
+``PRS_RUN_ROOT`` in the environment is not passed on here, so no training happens); ``fig2_pass_rate_metrics`` and ``simulator`` compute their own data; ``trap``
 reads ``PRS_TRAP_ROOT``, else the committed trap sweep ``results/trap/runs`` (else the test fixture). ``--check``
 re-executes into memory and compares each cell's outputs with the committed ones (``outputs_digest``:
 markdown and text verbatim, minus lines with timings or temporary paths; figures by presence, since
@@ -25,46 +25,49 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-RESULTS_RUNS = "../results/runs"  # as the kernel (cwd notebooks/) sees it
 TIMEOUT_S = 300  # per cell
 # Lines whose content depends on the machine or the moment, not on the code and the committed data.
 _VOLATILE = re.compile(r"\d+(\.\d+)? ?s\b|/tmp|tmp[\w]{6,}|prs_tiny_runs|\bat 0x[0-9a-f]+|compiled and run in")
 
 
-def kernel_dir() -> pathlib.Path:
-    """A ``JUPYTER_PATH`` directory whose ``python3`` kernel is this interpreter (no global kernelspec
-    of another venv can be picked up; nothing needs ``ipykernel install``)."""
-    root = pathlib.Path(tempfile.mkdtemp(prefix="prs-jupyter-"))
-    spec = root / "kernels" / "python3"
-    spec.mkdir(parents=True)
+def kernel_dir(root: pathlib.Path) -> pathlib.Path:
+    """Makes ``root`` a ``JUPYTER_PATH`` directory whose ``python3`` kernel is this interpreter (no
+    global kernelspec of another venv can be picked up; nothing needs ``ipykernel install``)."""
+    spec = pathlib.Path(root) / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3 (prs)", "language": "python"}))
-    return root
+    return pathlib.Path(root)
 
 
-def execute(path: pathlib.Path, *, run_root: str | None = RESULTS_RUNS, timeout: int = TIMEOUT_S):
+def execute(path: pathlib.Path, *, run_root: str | None = None, timeout: int = TIMEOUT_S):
     """The notebook at ``path`` executed (a fresh ``nbformat`` node; the file is not written).
-    ``run_root``: ``PRS_RUN_ROOT`` for the kernel (``"tiny"``: train a tiny run set)."""
+    ``run_root``: ``PRS_RUN_ROOT`` for the kernel (``"tiny"``: train a tiny run set); None: the
+    notebooks' default, the committed records (a ``PRS_RUN_ROOT`` of this process is not passed on).
+    The kernelspec lives in a temporary directory removed afterwards."""
     import nbclient
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    env = {"JUPYTER_PATH": str(kernel_dir()), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    if run_root is not None:
-        env["PRS_RUN_ROOT"] = run_root
-    saved = {k: os.environ.get(k) for k in (*env, "MPLBACKEND")}
-    os.environ.update(env)
-    os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend shows the figures
-    try:
-        nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}}).execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with tempfile.TemporaryDirectory(prefix="prs-jupyter-") as jupyter:
+        env = {"JUPYTER_PATH": str(kernel_dir(jupyter)),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        saved = {k: os.environ.get(k) for k in (*env, "MPLBACKEND", "PRS_RUN_ROOT")}
+        os.environ.update(env)
+        os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend shows the figures
+        os.environ.pop("PRS_RUN_ROOT", None)
+        if run_root is not None:
+            os.environ["PRS_RUN_ROOT"] = run_root
+        try:
+            nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                    resources={"metadata": {"path": str(path.parent)}}).execute()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     for cell in nb.cells:  # keep diffs to what changed: no timings, no kernel session ids
         cell.get("metadata", {}).pop("execution", None)
     nb.metadata.pop("widgets", None)

@@ -11,7 +11,8 @@ same command resumes from the latest checkpoint in that directory (a finished ru
 complete"). The configuration is validated before anything is written there, and a directory
 holding a run of another configuration is refused (naming the differing keys; ``tag=`` picks a new
 directory). Mistakes end in one ``error: ...`` line and exit status 2 (``experiments.cli``); a
-sweep runs every job and then names the failed ones.
+sweep runs every job and then names the failed ones. Ctrl-C stops the run at the end of the current
+step, checkpoints it, prints one ``interrupted: ...`` line and exits 130; re-running resumes.
 """
 from __future__ import annotations
 
@@ -136,18 +137,20 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
 
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
     config_dict = dataclasses.asdict(cfg)
-    rundir.check_config(out_dir, config_dict, write=False)  # every process: a different configuration is refused
+    defaults = dataclasses.asdict(TrainCfg())  # a key a recorded run lacks (a field added since) counts as its default
+    rundir.check_config(out_dir, config_dict, defaults=defaults, write=False)  # every process: a different configuration is refused
     files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cache = compile_cache(cfg.compile_cache)  # before the first compile (conf/config.yaml: compile_cache)
     if jax.process_index() == 0:  # one writer in a multi-host run
         _attach_file_logs(files)
         rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
-        rundir.check_config(out_dir, config_dict)
+        rundir.check_config(out_dir, config_dict, defaults=defaults)
         record_config(dcfg, out_dir)
     log.info("run %s -> %s (compilation cache: %s)", cfg.name, out_dir, cache or "off")
     mesh = build_mesh(cfg)
-    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict, mesh=mesh, log=log.info)
+    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict,
+                  config_defaults=defaults, mesh=mesh, log=log.info)
     return summary["eval_final"]
 
 
@@ -164,4 +167,8 @@ if __name__ == "__main__":
     except cli.UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C before or after the job (inside it: experiments.cli.guarded)
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)

@@ -333,6 +333,35 @@ def test_cli_writes_tables_json_and_figures(sweep, tmp_path, capsys):
     assert (out / "tables.md").read_text().strip() == printed.strip()
 
 
+def test_cli_refuses_to_overwrite_outputs_it_did_not_write_unless_forced(sweep, tmp_path, capsys):
+    """``--out results`` used to replace the committed decisive.json and figures with a different
+    command's: an --out holding such files that analyze did not write is refused (nothing written);
+    its own outputs (a second run into the same --out) are overwritten; ``--force`` overwrites."""
+    from experiments import analyze
+
+    out = tmp_path / "committed"
+    out.mkdir()
+    (out / "decisive.json").write_text('{"from": "three roots"}')
+    (out / "fig1_toy.png").write_bytes(b"committed")
+    (out / "notes.md").write_text("not an output")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    argv = [str(sweep), "--out", str(out), "--n-boot", "50", "--window", "1", "--no-decisive"]
+    with pytest.raises(SystemExit, match=r"holds fig1_toy\.png, which this analysis would overwrite.*--force"):
+        analyze.main(argv)  # --no-decisive: decisive.json is not this command's, so only the figure conflicts
+    with pytest.raises(SystemExit, match=r"holds decisive\.json, fig1_toy\.png"):
+        analyze.main(argv[:-1])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    fresh = tmp_path / "fresh"
+    analyze.main(argv[:-1] + ["--out", str(fresh)])
+    analyze.main(argv[:-1] + ["--out", str(fresh)])  # its own outputs: overwritten without --force
+    assert (fresh / "results.json").exists() and "fig1_toy.png" in json.loads((fresh / analyze.OWNED).read_text())
+    analyze.main(argv + ["--force"])
+    assert (out / "fig1_toy.png").read_bytes()[:4] == b"\x89PNG" and (out / "notes.md").read_text() == "not an output"
+    assert "fig1_toy.png" not in json.loads((out / analyze.OWNED).read_text())  # still not analyze's to overwrite
+    assert "results.json" in json.loads((out / analyze.OWNED).read_text())  # new here: analyze's own
+    capsys.readouterr()
+
+
 def test_flat_baseline_is_flagged_degenerate_without_nan_warnings(tmp_path):
     for s in range(2):
         write_run(tmp_path, f"toy-baseline-s{s}", method="baseline", seed=s, steps=20, tau=math.inf)   # never learns

@@ -90,6 +90,25 @@ def test_short_run_checkpoints_at_its_end_and_a_rerun_is_already_complete(tmp_pa
     assert ((d / "summary.json").read_bytes(), (d / "metrics.jsonl").read_bytes()) == before
 
 
+def test_raising_steps_extends_a_finished_run_with_one_line_and_lowering_is_refused(tmp_path, reference):
+    import shutil
+
+    d = tmp_path / "ext"
+    shutil.copytree(reference, d)
+    logs = []
+    s = run(TASK, MODEL, RL, PC, RunConfig(steps=5, **COMMON), d, log=logs.append)
+    assert [x for x in logs if "extending" in x] == ["[run] extending run ext from 4 to 5 steps"], logs
+    assert s["steps"] == 5 and [m["step"] for m in _metrics(d) if m["kind"] == "train"] == [0, 1, 2, 3, 4]
+    logs.clear()
+    run(TASK, MODEL, RL, PC, RunConfig(steps=5, **COMMON), d, log=logs.append)  # finished: no extension line
+    assert not [x for x in logs if "extending" in x] and any("already complete" in x for x in logs), logs
+    with pytest.raises(RunDirError, match=r"finished run of 5 steps; steps=3 would not shorten it"):
+        run(TASK, MODEL, RL, PC, RunConfig(steps=3, **COMMON), d, **QUIET)
+    (d / "summary.json").unlink()  # an unfinished run with a checkpoint past the new length
+    with pytest.raises(RunDirError, match=r"checkpoint at step 5, past steps=3"):
+        run(TASK, MODEL, RL, PC, RunConfig(steps=3, **COMMON), d, **QUIET)
+
+
 def test_kill_9_during_a_checkpoint_write_resumes_from_the_previous_one(tmp_path, reference):
     """The process is SIGKILLed inside orbax's commit of the step-4 checkpoint (files written, not yet
     renamed into place); the re-run resumes from step 2 and writes the uninterrupted run's metrics."""
@@ -215,7 +234,15 @@ def test_a_different_configuration_never_reuses_a_run_directory(tmp_path):
     rundir.check_config(d, cfg)
     assert json.loads((d / "config.json").read_text()) == cfg
     rundir.check_config(d, {**cfg, "steps": 20, "logging": {"progress": False}})  # length and display may change
-    rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 1}})  # a field added to the schema since
+    # a field added to the schema since the run was recorded: the record's value is the field's default
+    defaults = {"seed": 0, "steps": 1, "algo": {"lr": 1e-3, "clip_high": 0.28, "new_field": 0}}
+    rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 0}}, defaults=defaults)
+    with pytest.raises(RunDirError, match=r"algo\.new_field: 0 \(recorded\) vs 1 \(now\)"):
+        rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 1}}, defaults=defaults)
+    with pytest.raises(RunDirError, match=r"algo\.new_field: '<absent>' \(recorded\) vs 0 \(now\)"):
+        rundir.check_config(d, {**cfg, "algo": {**cfg["algo"], "new_field": 0}})  # no default known: a difference
+    with pytest.raises(RunDirError, match=r"task\.params\.hard: '<absent>' \(recorded\) vs True"):
+        rundir.check_config(d, {**cfg, "task": {"params": {"hard": True}}}, defaults=defaults)  # a free-form entry
     with pytest.raises(RunDirError, match=r"algo\.lr: 0\.001 \(recorded\) vs 0\.002 \(now\).*tag="):
         rundir.check_config(d, {**cfg, "algo": {"lr": 2e-3, "clip_high": 0.28}})
     # a directory from before config.json: the summary's config is the record
@@ -255,3 +282,38 @@ def test_two_processes_building_the_warm_start_at_once(tmp_path):
     digests = {line for o in outs for line in o.splitlines() if line.startswith("digest")}
     assert len(digests) == 1
     assert [p.name for p in (tmp_path / "base").iterdir()] == [next((tmp_path / "base").iterdir()).name]
+
+
+def test_progress_eta_counts_this_process_steps_after_the_first(monkeypatch):
+    """Resumed at 150 of 200: the first step took 500 s (compilation, restore, evaluation), then 10 s
+    per step. The ETA after step 152 is 48 x 10 s (it said 48 x 255 s = 12240 s: the first step's time
+    spread over the steps)."""
+    import io
+
+    now = [0.0]
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
+    out = io.StringIO()
+    bar = runner.Progress(200, start=150, every_s=0.0, stream=out)  # t = 0
+    for t, done, text in ((500.0, 151, "a"), (510.0, 152, lambda: "b"), (520.0, 153, "c")):
+        now[0] = t
+        bar.update(done, text)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("151/200 a eta --"), lines
+    assert lines[1].endswith("152/200 b 0.10 step/s eta 480s"), lines
+    assert lines[2].endswith("153/200 c 0.10 step/s eta 470s"), lines
+
+
+def test_warm_start_shows_a_progress_display_and_logs_one_line():
+    import io
+
+    from prs.rl.trainer import supervised_warm_start
+
+    out, logs = io.StringIO(), []
+    bar = runner.Progress(3, every_s=0.0, stream=out, label="[sft] ")
+    supervised_warm_start(TASK, MODEL, steps=3, batch=4, lr=1e-3, seed=0, log=logs.append, progress=bar)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all(x.startswith("[sft] [") and " loss " in x for x in lines), lines
+    assert len(logs) == 1 and logs[0].startswith("[sft] 3 steps: loss "), logs
+    logs.clear()  # without a display: a line every log_every steps, as before
+    supervised_warm_start(TASK, MODEL, steps=3, batch=4, lr=1e-3, seed=0, log=logs.append, log_every=2)
+    assert [x.split(" loss")[0] for x in logs] == ["[sft] step 1/3", "[sft] step 3/3"], logs

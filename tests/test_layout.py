@@ -199,3 +199,26 @@ def test_a_deliberate_cycle_in_a_package_is_found(tmp_path):
                                  "prs.sim", "prs.analysis"])
 def test_each_room_imports_on_its_own(mod):
     importlib.import_module(mod)
+
+
+def test_pyproject_extras_exist_and_dev_has_nbconvert():
+    """Every ``pkg[extra]`` in the optional dependencies names an extra the installed ``pkg`` provides,
+    spelt as it publishes it (``math-verify[antlr4_9_3]`` made pip warn that the extra does not exist);
+    ``[dev]`` carries nbconvert (the notebooks' ``jupyter nbconvert --execute``)."""
+    import importlib.metadata as md
+    import re
+    import tomllib
+
+    opt = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for group, reqs in opt.items():
+        for req in reqs:
+            m = re.match(r"([A-Za-z0-9_.-]+)\[([^\]]+)\]", req)
+            if not m:
+                continue
+            try:
+                provided = set(md.metadata(m.group(1)).get_all("Provides-Extra") or [])
+            except md.PackageNotFoundError:
+                continue
+            for extra in m.group(2).split(","):
+                assert extra.strip() in provided, f"[{group}] {req}: {m.group(1)} provides {sorted(provided)}"
+    assert any(r.startswith("nbconvert") for r in opt["dev"])

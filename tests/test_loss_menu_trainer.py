@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from prs.core import prefix as ps
+from prs.core.advantages import ESTIMATORS
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl.trainer import RLConfig, Trainer
 from prs.tasks.registry import make_task
@@ -53,6 +54,28 @@ def test_response_length_counts_the_replayed_prefix_only_when_it_shares_the_budg
     shared, extra = RLConfig(reroll_budget="shared"), RLConfig(reroll_budget="extra")
     np.testing.assert_array_equal(np.asarray(response_lengths(shared, ep)), [3, 6])
     np.testing.assert_array_equal(np.asarray(response_lengths(extra, ep)), [3, 1])
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_every_advantage_estimator_is_an_rl_option(estimator):
+    """RLConfig accepts exactly ``prs.core.advantages.ESTIMATORS`` (the trainer kept its own list
+    without ``rloo_std``, which the README offers), and the trainer's advantages are that estimator's."""
+    from prs.rl.loss_menu import batch_advantages
+
+    rl = RLConfig(estimator=estimator)
+    r = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]], np.float32)  # [G, N]
+    mask = np.ones((8, 3), bool)  # every rollout trains, 3 tokens each (equal weights)
+    mu, sd = r.mean(1, keepdims=True), r.std(1, ddof=1, keepdims=True)
+    loo = r - (r.sum(1, keepdims=True) - r) / 3
+    flat = r - mu
+    tok_white = lambda x: (x - x.mean()) / np.sqrt(3 * np.sum((x - x.mean()) ** 2) / (24 - 1) + 1e-8)  # noqa: E731
+    want = {"grpo": flat / (sd + 1e-6), "dr_grpo": flat, "rloo": loo, "rloo_std": loo / (sd + 1e-6),
+            "reinforce_pp": tok_white(r),  # verl masked_whiten: per token, Bessel on the 24 tokens
+            "reinforce_pp_baseline": tok_white(flat)}[estimator]
+    got = np.asarray(batch_advantages(rl, jnp.asarray(r), jnp.asarray(mask)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"RLConfig.estimator='rloo_sd'; choose from \('grpo'"):
+        RLConfig(estimator="rloo_sd")
 
 
 def test_cispo_accepts_verl_lower_bound():

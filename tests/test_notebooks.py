@@ -58,10 +58,75 @@ def test_run_notebook_executes_on_tiny_runs(name):
     assert any(("display", "image") in cell for cell in nbs.outputs_digest(nb)), nbs.outputs_digest(nb)
 
 
-def test_notebook_kernel_is_this_interpreter(monkeypatch):
+def test_notebook_kernel_is_this_interpreter(monkeypatch, tmp_path):
     import sys
 
     from jupyter_client.kernelspec import KernelSpecManager
 
-    monkeypatch.setenv("JUPYTER_PATH", str(nbs.kernel_dir()))
+    monkeypatch.setenv("JUPYTER_PATH", str(nbs.kernel_dir(tmp_path)))
     assert KernelSpecManager().get_kernel_spec("python3").argv[0] == sys.executable
+
+
+@pytest.mark.parametrize("name", RUN_NOTEBOOKS)
+def test_run_notebooks_show_the_committed_runs_unless_asked(name, tmp_path, monkeypatch, capsys):
+    """A user's own sweep under runs/sweep used to replace the committed records in every run
+    notebook; now the first output line names the runs, the committed ones unless PRS_RUN_ROOT asks."""
+    for d in ("runs/sweep/arith-baseline-s0", "results/runs/arith-baseline-s0"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "summary.json").write_text("{}")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    cell = "".join(nbformat.read(nbs.NOTEBOOK_DIR / name, as_version=4).cells[1].source)
+
+    def first_line(env):
+        if env is None:
+            monkeypatch.delenv("PRS_RUN_ROOT", raising=False)
+        else:
+            monkeypatch.setenv("PRS_RUN_ROOT", env)
+        ns = {}
+        exec(cell, ns)
+        return ns["root"], capsys.readouterr().out.splitlines()[0]
+
+    root, line = first_line(None)
+    assert root.resolve() == (tmp_path / "results" / "runs").resolve()
+    assert line.startswith("runs: ../results/runs (the committed records; PRS_RUN_ROOT=")
+    root, line = first_line("../runs/sweep")
+    assert root.resolve() == (tmp_path / "runs" / "sweep").resolve() and line == "runs: ../runs/sweep (yours: PRS_RUN_ROOT)"
+    root, line = first_line("tiny")
+    assert root is None and line.startswith("runs: tiny runs in ")
+    with pytest.raises(ValueError, match=r"PRS_RUN_ROOT='../empty' holds no run directory"):
+        first_line("../empty")
+
+
+def test_execute_removes_its_kernel_directory_and_passes_no_stray_run_root(tmp_path, monkeypatch):
+    """``execute`` used to leave a ``prs-jupyter-*`` directory in /tmp per notebook."""
+    import nbclient
+    import tempfile
+
+    seen = {}
+
+    class FakeClient:
+        def __init__(self, nb, **kw):
+            self.nb = nb
+
+        def execute(self):
+            import os
+            import pathlib
+
+            seen["jupyter"] = pathlib.Path(os.environ["JUPYTER_PATH"])
+            seen["spec"] = (seen["jupyter"] / "kernels" / "python3" / "kernel.json").exists()
+            seen["run_root"] = os.environ.get("PRS_RUN_ROOT")
+            return self.nb
+
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PRS_RUN_ROOT", "../runs/sweep")
+    nbs.execute(nbs.NOTEBOOK_DIR / "fig1_learning_curves.ipynb")
+    assert seen["spec"] and seen["jupyter"].parent == tmp_path and seen["run_root"] is None
+    assert not list(tmp_path.glob("prs-jupyter-*"))
+    nbs.execute(nbs.NOTEBOOK_DIR / "fig1_learning_curves.ipynb", run_root="tiny")
+    assert seen["run_root"] == "tiny" and not list(tmp_path.glob("prs-jupyter-*"))
+    import os
+
+    assert os.environ["PRS_RUN_ROOT"] == "../runs/sweep"  # the caller's environment is restored

@@ -126,6 +126,24 @@ def test_a_different_configuration_is_refused_naming_the_keys(tmp_path):
     assert _snapshot(d) == before
 
 
+def test_a_field_the_record_lacks_compares_as_its_default(tmp_path):
+    """A run recorded before ``sampler.row_parts`` existed ran with its default (1): resuming it with
+    ``sampler.row_parts=2`` is a different configuration (it used to pass unnoticed)."""
+    from hydra import compose, initialize_config_dir
+
+    from experiments.config import validate
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = dataclasses.asdict(validate(compose("config", overrides=["sft.base_dir=/elsewhere"])))
+    del cfg["sampler"]["row_parts"]
+    d = tmp_path / "runs" / "arith-ps_ada-s0"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = _train(tmp_path, "sampler.row_parts=2")
+    assert r.returncode == 2, r.stderr
+    assert "(sampler.row_parts: 1 (recorded) vs 2 (now))" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
 def test_a_sweep_runs_past_a_failed_job_and_reports_it(tmp_path):
     from prs.analysis import load_runs
 
@@ -145,3 +163,44 @@ def test_help_lists_the_training_groups_only_and_how_to_add_an_experiment():
     assert "method   " + ", ".join(_METHODS) in text
     assert "+experiment=NAME" in text and "ablation_arith_cpu" in text
     assert "simulate" not in text and "learner" not in text
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_at_the_end_of_a_step_checkpoints_and_a_rerun_resumes(tmp_path):
+    """One SIGINT while training: the step finishes, a checkpoint is written, one ``interrupted: ...``
+    line, exit status 130, no traceback, no error.json; re-running resumes from that checkpoint, and
+    one SIGINT stops the resumed run the same way. It used to print a 42-line traceback (fresh run)
+    or be swallowed by jax's gc callback (resumed run)."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    args = [sys.executable, "-m", "experiments.train", *TINY, "ckpt_every=1000", "eval.every=1000", "steps=200"]
+    d = tmp_path / "runs" / "arith-ps_ada-s0"
+    metrics = d / "metrics.jsonl"
+
+    def steps_done():
+        return sum('"kind": "train"' in x for x in metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    def interrupt_after(done_before):
+        p = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while p.poll() is None and time.monotonic() < deadline and steps_done() <= done_before:
+            time.sleep(0.2)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 130, (out, err)
+        assert "Traceback" not in out + err, err
+        done = steps_done()
+        lines = [x for x in (out + err).splitlines() if "interrupted" in x.lower()]
+        assert done_before < done < 200
+        assert lines == [err.strip().splitlines()[-1]], err
+        assert lines[0].startswith(f"interrupted: stopped after step {done}/200 (Ctrl-C); checkpoint in"), lines
+        assert (d / "checkpoints" / str(done)).is_dir() and not (d / "error.json").exists()
+        return done, out + err
+
+    first, _ = interrupt_after(0)
+    second, text = interrupt_after(first)
+    assert f"resumed from checkpoint at step {first}" in text and "extending" not in text

@@ -58,6 +58,7 @@ from prs.analysis.figures import (  # noqa: F401
     plot_gap_speedups,
 )
 from prs.analysis.notebook import (  # noqa: F401
+    notebook_runs,
     make_tiny_runs,
     tiny_run_dir,
     find_run_root,

@@ -1,6 +1,8 @@
-"""A tiny run set trained on the fly, for notebooks and tests when no saved runs exist."""
+"""Which runs a notebook shows (``notebook_runs``), and a tiny run set trained on the fly for
+notebooks and tests when no saved runs exist."""
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any, Iterable, Sequence
 
@@ -67,3 +69,32 @@ def find_run_root(candidates: Iterable[Any]) -> pathlib.Path | None:
         if c and pathlib.Path(c).is_dir() and find_run_dirs(c):
             return pathlib.Path(c)
     return None
+
+
+COMMITTED_RUNS = "../results/runs"  # the committed ablation, as a notebook's kernel (cwd notebooks/) sees it
+
+
+def notebook_runs(env: str | None = None, *, committed: str = COMMITTED_RUNS) -> tuple[pathlib.Path | None, str]:
+    """``(run root, or None for the tiny run set; one line naming the runs)`` for a run notebook.
+
+    Default: the committed records ``committed`` (what the committed outputs show), even when the
+    user has sweeps of their own under ``runs/``; a notebook shows other runs only when asked:
+    ``env`` (default ``$PRS_RUN_ROOT``) names a directory of run directories (e.g. ``../runs/sweep``;
+    one without runs is a ValueError, not a silent fallback) or is ``"tiny"``: a tiny run set is
+    trained into ``tiny_run_dir()`` (a smoke test, not a result; also when ``committed`` is absent).
+    """
+    env = os.environ.get("PRS_RUN_ROOT") if env is None else env
+    tiny = f"tiny runs in {tiny_run_dir()} (a smoke test of the pipeline, not a result)"
+    if env == "tiny":
+        return None, f"runs: {tiny} (PRS_RUN_ROOT=tiny)"
+    if env:
+        root = find_run_root([env])
+        if root is None:
+            raise ValueError(f"PRS_RUN_ROOT={env!r} holds no run directory (metrics.jsonl or summary.json); "
+                             f"unset it for the committed runs {committed}")
+        return root, f"runs: {root} (yours: PRS_RUN_ROOT)"
+    root = find_run_root([committed])
+    if root is None:
+        return None, f"runs: no committed runs at {committed} -> {tiny}"
+    return root, (f"runs: {root} (the committed records; PRS_RUN_ROOT=<directory of runs>, e.g. ../runs/sweep, "
+                  f"shows yours)")

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from prs.core.advantages import group_advantages, whiten_advantages
 from prs.core.shaping import drop_truncated, overlong_penalty
 from prs.core.token_weights import IS_MODES, high_entropy_mask, rollout_correction
+from prs.parallel import explicit
 from prs.rl.episodes import SingleTurnRollouts
 
 ROLLOUT_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's names
@@ -116,11 +117,20 @@ def batch_advantages(rl, rewards: jax.Array, loss_mask: jax.Array) -> jax.Array:
     return whiten_advantages(adv, valid, lengths=lengths, std_ddof=rl.std_ddof)
 
 
+def entropy_selection(rl, entropy: jax.Array, loss_mask: jax.Array) -> jax.Array:
+    """``[R, T]`` bool ``high_entropy_mask(entropy, loss_mask, rho=rl.top_entropy_quantile)`` over all
+    R rows; under an explicit mesh in an ``auto_axes`` region (the quantile sorts along the split
+    rows, a ``ShardingTypeError`` otherwise), the result split like the rows."""
+    return explicit.like_rows(lambda e, m: high_entropy_mask(e, m, rho=rl.top_entropy_quantile), entropy, loss_mask)
+
+
 def pg_weights(rl, old_logp: jax.Array, sampler_logp: jax.Array | None, loss_mask: jax.Array,
-               entropy: jax.Array | None) -> tuple[jax.Array | None, dict[str, jax.Array]]:
+               entropy: jax.Array | None, *, entropy_mask: jax.Array | None = None
+               ) -> tuple[jax.Array | None, dict[str, jax.Array]]:
     """``(pg_weights [R, T] or None, metrics)`` for ``policy_loss`` from ``rl.rollout_correction``
     (weights exp(old_logp − sampler_logp), bounds ``rl.rollout_is_min/max``) and
-    ``rl.top_entropy_quantile`` < 1 (needs ``entropy``)."""
+    ``rl.top_entropy_quantile`` < 1 (needs ``entropy``; ``entropy_mask [R, T]``: the selection made
+    on the whole batch when this is one micro-batch of it, else ``high_entropy_mask(entropy)``)."""
     w, metrics = None, {}
     if rl.rollout_correction is not None:
         if sampler_logp is None:
@@ -130,7 +140,8 @@ def pg_weights(rl, old_logp: jax.Array, sampler_logp: jax.Array | None, loss_mas
         w, metrics = rollout_correction(old_logp, sampler_logp, loss_mask, level=level, mode=mode,
                                         c_max=rl.rollout_is_max, c_min=rl.rollout_is_min)
     if rl.top_entropy_quantile < 1.0:
-        sel = high_entropy_mask(entropy, loss_mask, rho=rl.top_entropy_quantile).astype(jnp.float32)
+        sel = (entropy_selection(rl, entropy, loss_mask) if entropy_mask is None
+               else (loss_mask != 0) & entropy_mask).astype(jnp.float32)
         metrics["entropy_selected_frac"] = jnp.sum(sel) / jnp.maximum(jnp.sum(loss_mask != 0), 1)
         w = sel if w is None else w * sel
     return w, metrics

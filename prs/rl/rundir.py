@@ -60,17 +60,30 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
-def config_diff(old: dict, new: dict, *, ignore=RESUME_FREE) -> dict[str, tuple[Any, Any]]:
-    """Dotted keys present in both whose values differ, ``ignore`` globs aside. A key only one side
-    has is a field added to (or removed from) the schema since the run was recorded, not a choice."""
-    a, b = _flatten(json.loads(json.dumps(old, default=str))), _flatten(json.loads(json.dumps(new, default=str)))
+_ABSENT = "<absent>"
+
+
+def config_diff(old: dict, new: dict, *, defaults: dict | None = None,
+                ignore=RESUME_FREE) -> dict[str, tuple[Any, Any]]:
+    """Dotted keys whose values differ, ``ignore`` globs aside. A key only one side has (a field added
+    to the schema since the run was recorded, or a free-form entry such as ``task.params.x``) counts
+    as its default on the other side: ``defaults`` (nested like ``old``/``new``, e.g. the schema
+    dataclass's ``asdict``), else ``"<absent>"``. So a new field left at its default resumes the run,
+    and a new field set to another value, or a free-form entry added or dropped, is a difference."""
+    a, b = _flatten(_plain(old)), _flatten(_plain(new))
+    dflt = _flatten(_plain(defaults or {}))
     diff = {}
-    for key in sorted(set(a) & set(b)):
+    for key in sorted(set(a) | set(b)):
         if any(fnmatch.fnmatchcase(key, pat) for pat in ignore):
             continue
-        if a[key] != b[key]:
-            diff[key] = (a[key], b[key])
+        va, vb = a.get(key, dflt.get(key, _ABSENT)), b.get(key, dflt.get(key, _ABSENT))
+        if va != vb:
+            diff[key] = (va, vb)
     return diff
+
+
+def _plain(d: dict) -> dict:
+    return json.loads(json.dumps(d, default=str))
 
 
 def recorded_config(out: pathlib.Path) -> dict | None:
@@ -85,15 +98,17 @@ def recorded_config(out: pathlib.Path) -> dict | None:
     return None
 
 
-def check_config(out: pathlib.Path, config: dict | None, *, ignore=RESUME_FREE, write: bool = True) -> None:
-    """Raises ``RunDirError`` naming the differing keys if ``out`` holds a run of another configuration;
-    otherwise records ``config`` in ``out/config.json`` (the first time; ``write=False``: only the
-    check, e.g. on every process of a multi-host job before one of them writes)."""
+def check_config(out: pathlib.Path, config: dict | None, *, defaults: dict | None = None, ignore=RESUME_FREE,
+                 write: bool = True) -> None:
+    """Raises ``RunDirError`` naming the differing keys if ``out`` holds a run of another configuration
+    (``config_diff``: a key the record lacks compares as its value in ``defaults``); otherwise
+    records ``config`` in ``out/config.json`` (the first time; ``write=False``: only the check, e.g.
+    on every process of a multi-host job before one of them writes)."""
     if config is None:
         return
     old = recorded_config(out)
     if old is not None:
-        diff = config_diff(old, config, ignore=ignore)
+        diff = config_diff(old, config, defaults=defaults, ignore=ignore)
         if diff:
             shown = "; ".join(f"{key}: {a!r} (recorded) vs {b!r} (now)" for key, a, b in
                               ((k, *v) for k, v in list(diff.items())[:8]))

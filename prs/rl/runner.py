@@ -13,11 +13,15 @@ Everything a run writes goes to its output directory:
 
 Resume: if ``checkpoints/`` holds a checkpoint, the run restores the latest one, drops the
 metrics lines at and after its step (and a truncated last line left by a kill), and continues. A
-finished run is not redone: re-running it logs "already complete (step N)" and returns its summary.
+finished run is not redone: re-running it logs "already complete (step N)" and returns its summary;
+re-running it with a larger ``steps`` extends it (one line says "extending run X from N to M
+steps"), a smaller one is refused.
 A directory only resumes the configuration it was started with (``RunDirError`` names the
 differing keys), and is checked to be writable with room for its checkpoints before any training.
-A non-finite loss or gradient norm stops the run (``NonFiniteError``, naming the step; the last good
-checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
+Ctrl-C (SIGINT) stops the run at the end of the current step, checkpoints it and raises
+``Interrupted`` (a ``KeyboardInterrupt``; ``python -m experiments.train`` prints one line and exits
+130); a second Ctrl-C interrupts at once. A non-finite loss or gradient norm stops the run
+(``NonFiniteError``, naming the step; the last good checkpoint is kept), or with ``on_nonfinite="skip"`` the step's update is dropped and training goes on. Because every step's randomness is a
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
 collectively into one directory every process must see (a shared disk), and whether the run is
@@ -34,7 +38,9 @@ import json
 import math
 import os
 import pathlib
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -101,29 +107,73 @@ class NonFiniteError(RuntimeError):
     """A training step produced a non-finite loss or gradient norm (``on_nonfinite="stop"``)."""
 
 
-class Progress:
-    """A one-line progress bar on a terminal, periodic lines otherwise (logs, CI)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped the run at the end of a step: ``step`` steps are done and, with
+    ``ckpt_every > 0``, checkpointed, so re-running the same command resumes. The message is one line."""
 
-    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, every_s: float = 5.0, stream=None):
+    def __init__(self, message: str, *, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+class _StopFlag:
+    """Set by the first SIGINT while the RL loop runs, checked between steps (``run``); that SIGINT
+    raises nothing, so no step, checkpoint write or ``__del__`` / gc callback (where jax's
+    ``_xla_gc_callback`` used to swallow it) is cut in the middle. Python's default handler comes
+    back with it: a second Ctrl-C interrupts at once. Installed only over the default handler, in
+    the main thread of a single process (several processes would have to agree on the step to stop
+    at: they keep the default handler)."""
+
+    def __init__(self):
+        self.is_set = False
+        self.installed = (threading.current_thread() is threading.main_thread() and jax.process_count() == 1
+                          and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if self.installed:
+            signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        self.is_set = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.installed = False
+
+
+class Progress:
+    """A one-line progress bar on a terminal, periodic lines otherwise (logs, CI).
+
+    The rate (and ETA) counts the steps this process finished after its first one, over the time
+    since that first one: the first step carries compilation (and a resumed run's restore and
+    evaluation), which made ``eta 25339s`` at 151/200 right after a resume. Until a second step
+    finishes the ETA reads ``--``. ``text`` may be a callable, called only when a line is written
+    (e.g. a device value: no host sync on the steps that print nothing)."""
+
+    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, every_s: float = 5.0, stream=None,
+                 label: str = ""):
         self.total, self.start, self.enabled, self.every_s = total, start, enabled, every_s
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.perf_counter()
+        self.label = label
+        self.first: tuple[int, float] | None = None  # (steps done, time) at the first update
         self.last = -math.inf
 
-    def update(self, done: int, text: str) -> None:
+    def update(self, done: int, text) -> None:
         if not self.enabled:
             return
         now = time.perf_counter()
+        if self.first is None:
+            self.first = (done, now)
         if not self.tty and now - self.last < self.every_s and done < self.total:
             return
         self.last = now
-        rate = (done - self.start) / max(now - self.t0, 1e-9)
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
+        n, t = done - self.first[0], now - self.first[1]
+        speed = f"{n / t:.2f} step/s eta {(self.total - done) * t / n:.0f}s" if n > 0 and t > 0 else "eta --"
         width = 24
         fill = int(width * done / max(self.total, 1))
         bar = "#" * fill + "." * (width - fill)
-        line = f"[{bar}] {done}/{self.total} {text} {rate:.2f} step/s eta {eta:.0f}s"
+        line = f"{self.label}[{bar}] {done}/{self.total} {text() if callable(text) else text} {speed}"
         if self.tty:
             self.stream.write("\r" + line + ("\n" if done >= self.total else ""))
         else:
@@ -133,6 +183,11 @@ class Progress:
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+def _sft_progress(run: RunConfig) -> Progress:
+    """The warm start's display: the RL loop's bar on a terminal, a line every 30 s otherwise."""
+    return Progress(run.sft_steps, enabled=run.progress, every_s=30.0, label="[sft] ")
 
 
 def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print,
@@ -172,7 +227,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         log(f"[base] supervised warm start on every process ({jax.process_count()}), not cached: build {path} "
             "with one process first to reuse it")
         return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                     seed=run.sft_seed, log=log)
+                                     seed=run.sft_seed, log=log, progress=_sft_progress(run))
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -181,7 +236,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
             return load()
         log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
         params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                       seed=run.sft_seed, log=log)
+                                       seed=run.sft_seed, log=log, progress=_sft_progress(run))
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         ckptr.save(tmp, params)
         ckptr.wait_until_finished()
@@ -227,22 +282,41 @@ def _already_complete(out: pathlib.Path, run_cfg: RunConfig, log) -> dict | None
     return summary if summary.get("steps") == run_cfg.steps == done and final else None
 
 
+def _check_length(out: pathlib.Path, run_cfg: RunConfig, log) -> None:
+    """A finished run of fewer steps than ``run_cfg.steps`` is extended (one line says so: raising
+    ``steps`` is the one change a run directory accepts); of more steps, ``RunDirError``."""
+    try:
+        done = json.loads((out / "summary.json").read_text()).get("steps")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return
+    if not isinstance(done, int):
+        return
+    if done > run_cfg.steps:
+        raise RunDirError(f"{out} holds a finished run of {done} steps; steps={run_cfg.steps} would not shorten it: "
+                          f"add tag=<name> for a new directory, or delete {out}")
+    if done < run_cfg.steps:
+        log(f"[run] extending run {out.name} from {done} to {run_cfg.steps} steps")
+
+
 def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
-        *, config_dict: dict | None = None, mesh=None, log=print) -> dict:
-    """Runs (or resumes) one training run into ``out_dir``; returns the summary dict."""
+        *, config_dict: dict | None = None, config_defaults: dict | None = None, mesh=None, log=print) -> dict:
+    """Runs (or resumes) one training run into ``out_dir``; returns the summary dict. ``config_dict``
+    is recorded in ``out_dir/config.json`` and a resumed run must match it (``rundir.check_config``;
+    ``config_defaults``: the schema's defaults, for keys the record lacks)."""
     import orbax.checkpoint as ocp
 
     out = pathlib.Path(out_dir).resolve()
     writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
     if writer:
         rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
-        rundir.check_config(out, config_dict)
+        rundir.check_config(out, config_dict, defaults=config_defaults)
     done = multihost.broadcast_json(_already_complete(out, run_cfg, log) if writer else None)  # process 0 decides
     if done is not None:
         log(f"[run] already complete (step {run_cfg.steps}): final held-out pass@1 {done['eval_final']:.3f} "
             f"(peak {done['eval_peak']:.3f}); summary.json, metrics and curves.png in {out}")
         return done
     if writer:
+        _check_length(out, run_cfg, log)
         rundir.clear_failure(out)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
@@ -260,6 +334,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                                      options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
                                                                           enable_async_checkpointing=True))
         latest = mngr.latest_step()
+        if latest is not None and latest > run_cfg.steps:
+            raise RunDirError(f"{out} holds a checkpoint at step {latest}, past steps={run_cfg.steps}: add "
+                              f"tag=<name> for a new directory, or delete {out}")
         if latest is not None:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(state, mesh))
             state = multihost.host_local(mngr.restore(latest, args=ocp.args.StandardRestore(abstract)), state)
@@ -300,6 +377,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     t_run = time.perf_counter()
     skipped = 0
     s = start
+    stop = _StopFlag()  # Ctrl-C: stop at the end of the current step (Interrupted)
     try:
         for s in range(start, run_cfg.steps):
             if s % run_cfg.eval_every == 0:
@@ -329,17 +407,20 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
                 mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
+            if stop.is_set:
+                raise _interrupt(mngr, state, s + 1, run_cfg, out, mesh)
         ev = trainer.evaluate(state.params, run_cfg.steps)  # overlaps the last checkpoint's write
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
         if mngr is not None:
             mngr.wait_until_finished()  # the last checkpoint committed before the run counts as done
     except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
-        if writer:
+        if writer and not isinstance(e, KeyboardInterrupt):  # a run the user stopped has not failed
             rundir.record_failure(out, step=s, error=e)
         if wb is not None:
-            wb.finish(exit_code=1)
+            wb.finish(exit_code=130 if isinstance(e, KeyboardInterrupt) else 1)
         raise
     finally:
+        stop.restore()
         if mngr is not None:
             mngr.close()
     records = _read_metrics(metrics_path) if writer else []
@@ -358,6 +439,21 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     log(f"[run] done: final held-out pass@1 {summary['eval_final']:.3f} (peak {summary['eval_peak']:.3f}); "
         f"metrics, curves.png and summary.json in {out}")
     return summary
+
+
+def _interrupt(mngr, state, done: int, run_cfg: RunConfig, out: pathlib.Path, mesh) -> Interrupted:
+    """Checkpoints ``state`` after ``done`` steps (unless that step's periodic checkpoint exists) and
+    returns the ``Interrupted`` to raise."""
+    import orbax.checkpoint as ocp
+
+    if mngr is None:
+        return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); no checkpoint (ckpt_every=0): "
+                           f"a re-run starts again", step=done)
+    if mngr.latest_step() != done:
+        mngr.save(done, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
+    mngr.wait_until_finished()  # this save, or the periodic one still being written (saves are asynchronous)
+    return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); checkpoint in {out / 'checkpoints'}: "
+                       f"re-run the same command to resume", step=done)
 
 
 def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_from: int = 0) -> dict:

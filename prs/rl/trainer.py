@@ -39,7 +39,7 @@ import numpy as np
 import optax
 
 from prs.core import prefix as ps
-from prs.core.advantages import mixed_groups
+from prs.core.advantages import ESTIMATORS, mixed_groups
 from prs.core.losses import LOSS_TYPES, RATIO_LEVELS, agg_denominator, policy_loss, token_logprobs
 from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
@@ -50,7 +50,6 @@ from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
 from prs.rollout.engine import ENGINES
 from prs.rewards.verifiers import cap_successes_per_task
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 REROLL_MODES = ("replace", "append")
 REROLL_BUDGETS = ("shared", "extra")
 ALGORITHMS = ("grpo", "rft")
@@ -63,7 +62,8 @@ class RLConfig:
 
     Attributes:
       tasks_per_step: B, problems per step.        group_size: N, rollouts per problem.
-      estimator: advantage estimator (``grpo``, ``dr_grpo``, ``rloo``).
+      estimator: advantage estimator, one of ``prs.core.advantages.ESTIMATORS`` (``grpo``, ``dr_grpo``,
+        ``rloo``, ``rloo_std``, ``reinforce_pp``, ``reinforce_pp_baseline``).
       std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
       agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
@@ -110,7 +110,8 @@ class RLConfig:
         sampling_logprobs) on the PG term (``prs.core.token_weights.rollout_correction``; TRL's mode
         names ``token_truncate`` (TIS), ``token_mask`` (IcePop with min 0.5, max 5), ``sequence_truncate``,
         ``sequence_mask`` (MIS)), or None.
-      top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2).
+      top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2);
+        the cut-off is the whole update batch's, also with ``micro_batches > 1``.
       whiten_advantages: whiten the advantages over the batch (token-weighted, verl ``masked_whiten``).
       overlong_cache, overlong_factor, overlong_filter: DAPO's soft overlong penalty over the last
         ``overlong_cache`` tokens of the budget ``max_new_tokens`` (0 = off; a response counts its replayed
@@ -553,13 +554,15 @@ def _merge_groups(ep: Episodes, ep2: Episodes, from_group: jax.Array, *, n: int)
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,
-             global_norm=None, norm_len=None, ref_params=None):
+             global_norm=None, norm_len=None, ref_params=None, entropy_mask=None):
     """The clipped surrogate on ``batch``. Logits at t predict token t + 1, so every per-token
     array is taken on [:, 1:] against logits of [:, :-1]. The LM head is chunked over time
     (``rl.logits_chunk``), so no [R, L-1, V] tensor is kept. ``global_norm`` (the whole batch's
     count, see ``agg_denominator``) and ``norm_len`` (the run's full width L-1, for
     ``seq-mean-token-sum-norm`` when the batch was cut to its longest row) go to the loss;
-    ``ref_params`` (frozen, no gradient) give the KL reference log-probs when ``rl.kl_coef > 0``."""
+    ``ref_params`` (frozen, no gradient) give the KL reference log-probs when ``rl.kl_coef > 0``;
+    ``entropy_mask [R, L-1]`` (the whole batch's high-entropy selection, ``_entropy_selection``) for a
+    micro-batch when ``rl.top_entropy_quantile < 1``."""
     hidden = forward_hidden(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
                             valid=batch.valid[:, :-1])                           # [R, L-1, D]
     logp, ent = lm_head_logprobs(params, hidden, batch.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk,
@@ -573,7 +576,8 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
         return nll, {"nll": nll, "token_count": jnp.sum(m)}
     ref_logp = _ref_logprobs(ref_params, batch, cfg=cfg, rl=rl) if rl.kl_coef else None
     sampler_logp = None if batch.sampler_logp is None else batch.sampler_logp[:, 1:]
-    w, w_metrics = loss_menu.pg_weights(rl, batch.old_logp[:, 1:], sampler_logp, batch.loss_mask[:, 1:], ent)
+    w, w_metrics = loss_menu.pg_weights(rl, batch.old_logp[:, 1:], sampler_logp, batch.loss_mask[:, 1:], ent,
+                                        entropy_mask=entropy_mask)
     loss, metrics = policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
                                 clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
                                 entropy=ent, entropy_coef=rl.entropy_coef, dual_clip=rl.dual_clip,
@@ -608,10 +612,30 @@ def _micro_batches(batch: Batch, m: int) -> Batch:
     return jax.tree.map(split, batch)
 
 
+def _entropy_selection(params, mb: Batch, *, cfg: ModelConfig, rl: RLConfig):
+    """``[M, R/M, L-1]`` bool: ``loss_menu.entropy_selection`` of the whole batch, given as micro-batches ``mb``
+    ([M, R/M, ...]). A forward-only ``lax.scan`` gives every token's entropy under ``params``, then
+    one cut-off τ (the ``1 − top_entropy_quantile`` quantile) over all R rows, so every micro-batch
+    trains on the tokens the full batch would (a per-micro-batch τ does not)."""
+    def body(_, b):
+        hidden = forward_hidden(params, b.tokens[:, :-1], cfg=cfg, positions=b.positions[:, :-1],
+                                valid=b.valid[:, :-1])
+        ent = lm_head_logprobs(params, hidden, b.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk, with_entropy=True)[1]
+        return None, jax.lax.stop_gradient(ent)                                   # [R/M, L-1]
+    _, ent = jax.lax.scan(body, None, mb)                                         # [M, R/M, L-1]
+    # back to the batch's row order (the inverse of _micro_batches: under an explicit mesh the
+    # sharded R/M axis must stay the major one of the merge)
+    rows = lambda x: x.swapaxes(0, 1).reshape(-1, x.shape[-1])  # noqa: E731     [R, L-1]
+    sel = loss_menu.entropy_selection(rl, rows(ent), rows(mb.loss_mask[:, :, 1:]))
+    return _micro_batches(sel, ent.shape[0])
+
+
 def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, norm_len=None):
     """(loss, metrics, grads) of ``_loss_fn`` on ``batch``; with ``rl.micro_batches = M > 1`` a
     ``lax.scan`` over M micro-batches accumulates float32 gradients (sum of micro-batch losses,
-    each normalised by the full batch's count = the full-batch loss)."""
+    each normalised by the full batch's count = the full-batch loss; with ``top_entropy_quantile
+    < 1`` every micro-batch selects tokens by the whole batch's entropy cut-off, one extra
+    forward-only pass)."""
     grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
     m_count = rl.micro_batches
     if m_count == 1:
@@ -622,23 +646,26 @@ def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLCon
         raise ValueError(f"RLConfig.micro_batches={m_count} must divide the update's rows R={r}")
     mask = batch.loss_mask[:, 1:]
     gn = jnp.sum(mask != 0, dtype=jnp.float32) if rl.algorithm == "rft" else agg_denominator(mask, agg=rl.agg)
+    mb = _micro_batches(batch, m_count)
+    select = rl.top_entropy_quantile < 1.0 and rl.algorithm != "rft"
+    sel = _entropy_selection(params, mb, cfg=cfg, rl=rl) if select else None    # [M, R/M, L-1]
+    kw = dict(cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len, ref_params=ref_params)
 
-    def body(acc, mb):
-        (loss, m), g = grad_fn(params, mb, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len, ref_params=ref_params)
+    def body(acc, xs):
+        mb, sel = xs
+        (loss, m), g = grad_fn(params, mb, entropy_mask=sel, **kw)
         g_acc, l_acc, m_acc = acc
         g_acc = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
         w = m["token_count"]
         m_acc = {k: m_acc[k] + (m[k] if k in _SUMMED_METRICS else m[k] * w) for k in m_acc}
         return (g_acc, l_acc + loss, m_acc), None
 
-    mb = _micro_batches(batch, m_count)
-    m_shape = jax.eval_shape(lambda b: _loss_fn(params, b, cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len,
-                                                ref_params=ref_params)[1],
-                             jax.tree.map(lambda x: x[0], mb))
+    first = jax.tree.map(lambda x: x[0], (mb, sel))
+    m_shape = jax.eval_shape(lambda b, s: _loss_fn(params, b, entropy_mask=s, **kw)[1], *first)
     zeros = lambda t: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), t)  # noqa: E731
     g0 = jax.tree.map(lambda x: jnp.zeros_like(x, jnp.float32), params)  # laid out like params (explicit mesh)
     init = (g0, jnp.zeros((), jnp.float32), zeros(m_shape))
-    (grads, loss, m), _ = jax.lax.scan(body, init, mb)
+    (grads, loss, m), _ = jax.lax.scan(body, init, (mb, sel))
     n_tok = jnp.maximum(m["token_count"], 1.0)
     m = {k: (v if k in _SUMMED_METRICS else v / n_tok) for k, v in m.items()}
     grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
@@ -681,13 +708,14 @@ def sft_loss(params, tokens, loss_mask, *, cfg: ModelConfig):
 
 
 def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: int, lr: float, seed: int,
-                          log_every: int = 50, log=print):
+                          log_every: int = 50, log=print, progress=None):
     """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
 
     Data: ``steps × batch`` problems drawn from a stream disjoint from RL's (seed offset), each
     with a seeded demonstration; a task may draw them from a wider warm-start distribution
     (``task.warm_start_problems``, same signature as ``train_problems``). AdamW with cosine decay;
-    one jit compile.
+    one jit compile. ``progress`` (``prs.rl.runner.Progress``): updated every step, and ``log`` gets one
+    line at the end; None: ``log`` gets a line every ``log_every`` steps.
     """
     params = init_params(model_cfg, jax.random.PRNGKey(seed))
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(steps // 20, 1), max(steps, 2))
@@ -705,6 +733,10 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
         probs = getattr(task, "warm_start_problems", task.train_problems)(seed=10_000_000 + seed, step=i, count=batch)
         tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
         params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
-        if log and (i % log_every == 0 or i == steps - 1):
+        if progress is not None:
+            progress.update(i + 1, lambda: f"loss {float(loss):.4f}")
+        elif log and (i % log_every == 0 or i == steps - 1):
             log(f"[sft] step {i + 1}/{steps} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
+    if log and progress is not None and steps:
+        log(f"[sft] {steps} steps: loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
     return params
