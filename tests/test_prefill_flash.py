@@ -107,3 +107,42 @@ def test_compiled_flash_prefill_holds_no_dense_scores():
     f = temp(dataclasses.replace(cfg, prefill_flash_from=1, prefill_block=64))
     assert d >= scores, (d, scores)
     assert f < scores / 8, (f, scores)
+
+
+@pytest.mark.parametrize("attend", [None, (24, 40)])
+def test_long_prompt_prefill_into_the_decode_layout_samples_the_same(attend):
+    """``sampler._prefill_blocks`` (prompts >= ``prefill_flash_from``: chunked, flash, straight into
+    the decode cache layout) against the dense prefill + split: the same greedy tokens and log-probs
+    to float rounding, and the same returned cache on the rows' real slots; with ``attend_buckets``
+    (several slot blocks) too."""
+    dense = M.ModelConfig.preset("tiny", vocab_size=97, prefill_flash_from=None)
+    flash = dataclasses.replace(dense, prefill_flash_from=16, prefill_block=8)
+    params = M.init_params(dense, jax.random.PRNGKey(5))
+    tokens, lengths = _rows(dense, R=6, P=32)
+    scfg = S.SamplerConfig(max_new_tokens=12, temperature=0.0, buckets=(32,), attend_buckets=attend)
+    key = jax.random.PRNGKey(2)
+    ref, c_ref = S.sample(params, tokens, lengths, key, cfg=dense, scfg=scfg, return_cache=True)
+    assert S._long_prefill(32, flash, 1) and not S._long_prefill(32, dense, 1)
+    got, c_got = S.sample(params, tokens, lengths, key, cfg=flash, scfg=scfg, return_cache=True)
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=2e-5)
+    real = np.arange(c_ref["k"].shape[2])[None, :] < np.asarray(got.lengths)[:, None]  # [R, S] written slots
+    for n in ("k", "v"):
+        np.testing.assert_allclose(np.asarray(c_got[n])[:, real], np.asarray(c_ref[n])[:, real], atol=2e-5)
+
+
+def test_long_prompt_prefill_on_an_explicit_mesh(eight_devices):
+    from prs.parallel.sharding import make_mesh
+
+    dense = M.ModelConfig.preset("tiny", vocab_size=97, prefill_flash_from=None)
+    flash = dataclasses.replace(dense, prefill_flash_from=16, prefill_block=8)
+    params = M.init_params(dense, jax.random.PRNGKey(5))
+    tokens, lengths = _rows(dense, R=6, P=32)
+    tokens, lengths = jnp.concatenate([tokens, tokens[:2]]), jnp.concatenate([lengths, lengths[:2]])
+    scfg = S.SamplerConfig(max_new_tokens=7, temperature=0.0, buckets=(32,))
+    key = jax.random.PRNGKey(2)
+    ref = S.sample(params, tokens, lengths, key, cfg=dense, scfg=scfg)
+    for mesh in (make_mesh(eight_devices, data=1, fsdp=8, tensor=1), make_mesh(eight_devices, data=1, fsdp=4, tensor=2)):
+        got = S.sample(params, tokens, lengths, key, cfg=flash, scfg=scfg, mesh=mesh)
+        np.testing.assert_array_equal(S.all_rows_on_host(got.tokens), np.asarray(ref.tokens))
+        np.testing.assert_allclose(S.all_rows_on_host(got.logprobs), np.asarray(ref.logprobs), atol=2e-5)

@@ -518,8 +518,104 @@ def _rows_split(s: _LoopState) -> _LoopState:
                         for f in dataclasses.fields(s) if f.name != "step"})
 
 
+def _chunk_attention(q, kc, vc, i, *, block: int):
+    """Query block ``i`` (positions ``i·b .. i·b + b − 1``, b = ``block``) of a prefill against the
+    decode layout's cache block 0, keys kc [R, Kv, H, S₀], values vc [R, Kv, S₀, H], whose slots
+    ``< (i + 1)·b`` hold the prompt so far: flash attention (the online softmax of
+    ``prs.models.blockwise``) over the key blocks j = 0..i in a ``fori_loop`` (the blocks after the
+    diagonal are never read), a [R, Kv, G, b, b] f32 tile at a time, the mask key <= query built
+    from iotas. q [R, b, K, H] -> [R, b, K·H]."""
+    R, b, K, H = q.shape
+    Kv = kc.shape[1]
+    G = K // Kv
+    qh = q.reshape(R, b, Kv, G, H).transpose(0, 2, 3, 1, 4)  # [R, Kv, G, b, H]
+    ar = jnp.arange(b)
+    qk = (((4,), (2,)), ((0, 1), (0, 1)))  # [R,Kv,G,b,H] · [R,Kv,H,b] -> [R,Kv,G,b,b]
+    pv = (((4,), (2,)), ((0, 1), (0, 1)))  # [R,Kv,G,b,b] · [R,Kv,b,H] -> [R,Kv,G,b,H]
+
+    def key_block(j, carry):
+        m, l, acc = carry
+        kj = jax.lax.dynamic_slice_in_dim(kc, j * b, b, axis=3).astype(q.dtype)  # [R, Kv, H, b]
+        vj = jax.lax.dynamic_slice_in_dim(vc, j * b, b, axis=2).astype(q.dtype)  # [R, Kv, b, H]
+        sc = jax.lax.dot_general(qh, kj, qk, preferred_element_type=jnp.float32) / math.sqrt(H)
+        sc = jnp.where((i * b + ar)[:, None] >= (j * b + ar)[None, :], sc, model_lib._NEG)
+        m_new = jnp.maximum(m, jnp.max(sc, axis=-1, keepdims=True))
+        corr = jnp.exp(m - m_new)
+        p = jnp.exp(sc - m_new)
+        l = l * corr + jnp.sum(p, axis=-1, keepdims=True)
+        acc = acc * corr + jax.lax.dot_general(p.astype(vj.dtype), vj, pv, preferred_element_type=jnp.float32)
+        return m_new, l, acc
+
+    one = qh[..., :1].astype(jnp.float32)
+    _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, (jnp.full_like(one, model_lib._NEG), jnp.zeros_like(one),
+                                                        jnp.zeros_like(qh, jnp.float32)))
+    out = (acc / l).astype(q.dtype).transpose(0, 3, 1, 2, 4)  # [R, b, Kv, G, H]
+    return explicit.reshape_rows(out, (R, b, K * H))
+
+
+def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: ModelConfig, mesh):
+    """A long prompt's prefill straight into the decode loop's cache layout (``_split_cache``: per
+    layer, per slot block, keys [R, Kv, H, S_b], values [R, Kv, S_b, H]) on the decode weights
+    ``w`` (``_decode_weights``), instead of ``qwen3.prefill``'s stacked [L, R, S, Kv, H] cache
+    followed by the split, which holds the cache twice, and its whole-prompt activations.
+
+    Layers unrolled (as the decode step); within a layer a ``lax.scan`` over the P / b prompt chunks
+    of b = ``cfg.prefill_block`` tokens (P a multiple of b): chunk i's q, k, v from the layer's
+    input, k and v written at slots [i·b, (i+1)·b) of block 0 (every slot, the padding after a
+    row's length too: the decode loop overwrites slot ``cur`` before it attends it), flash
+    attention against slots [0, (i+1)·b) (``_chunk_attention``), o_proj and the MLP. Live at a
+    time: the cache, the hidden states [P/b, R, b, D] twice and one chunk's activations. Same
+    equations as ``qwen3.prefill`` (the queries a row's length covers attend only that row's own
+    prompt keys); the numbers differ by float rounding. Returns (float32 logits [R, V] after each
+    row's last prompt token, the cache as ``_split_cache`` gives it)."""
+    R, P = tokens.shape
+    b = int(cfg.prefill_block)
+    nb = P // b
+    eps = cfg.rms_norm_eps
+    Kv, H = cfg.n_kv_heads, cfg.head_dim
+    dt = cfg.dtype
+    toks = tokens.astype(jnp.int32).reshape(R, nb, b).transpose(1, 0, 2)  # [nb, R, b]
+    h = jax.vmap(lambda t: explicit.gather_rows(w["embed"], t).astype(dt))(toks)  # [nb, R, b, D]
+    ks, vs = [], []
+    for lp in w["layers"]:
+        def chunk(carry, xs, lp=lp):
+            kc, vc = carry
+            hi, i = xs  # [R, b, D], []
+            pos = jnp.broadcast_to(i * b + jnp.arange(b, dtype=jnp.int32), (R, b))
+            a = model_lib.rms_norm(hi, lp["input_layernorm"], eps=eps)
+            q, k, v = (explicit.keep_rows(x) for x in _decode_qkv(lp, a, pos, cfg))
+            kc = jax.lax.dynamic_update_slice_in_dim(kc, k.transpose(0, 2, 3, 1).astype(kc.dtype), i * b, axis=3)
+            vc = jax.lax.dynamic_update_slice_in_dim(vc, v.transpose(0, 2, 1, 3).astype(vc.dtype), i * b, axis=2)
+            hi = hi + model_lib.dense(_chunk_attention(q, kc, vc, i, block=b), lp["o_proj"], dtype=dt)
+            m = model_lib.rms_norm(hi, lp["post_attention_layernorm"], eps=eps)
+            return (kc, vc), hi + _decode_mlp(lp, m, cfg)
+
+        S0 = bounds[1]
+        init = (_constrain(explicit.zeros((R, Kv, H, S0), dt, row_axis=0), mesh, 0),
+                _constrain(explicit.zeros((R, Kv, S0, H), dt, row_axis=0), mesh, 0))
+        (kc, vc), h = jax.lax.scan(chunk, init, (h, jnp.arange(nb, dtype=jnp.int32)))
+        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), dt, row_axis=0), mesh, 0),
+                 _constrain(explicit.zeros((R, Kv, bb - a, H), dt, row_axis=0), mesh, 0))
+                for a, bb in zip(bounds[1:-1], bounds[2:])]
+        ks.append((kc,) + tuple(x for x, _ in rest))
+        vs.append((vc,) + tuple(y for _, y in rest))
+    last = jnp.maximum(lengths - 1, 0).astype(jnp.int32)  # [R]
+    hr = explicit.reshape_rows(h.transpose(1, 0, 2, 3), (R, P, h.shape[-1]))  # [R, P, D]
+    hl = jnp.take_along_axis(hr, last[:, None, None], axis=1)[:, 0]  # [R, D]
+    hn = model_lib.rms_norm(hl, w["norm"], eps=eps)
+    logits = model_lib.dense(hn, w["head"], dtype=dt, preferred_element_type=jnp.float32)
+    return logits, (tuple(ks), tuple(vs))
+
+
+def _long_prefill(P: int, cfg: ModelConfig, parts: int) -> bool:
+    """Whether ``_sample_state`` prefills with ``_prefill_blocks``: prompts of at least
+    ``cfg.prefill_flash_from`` slots that are a multiple of ``cfg.prefill_block``, one row part."""
+    return (cfg.prefill_flash_from is not None and P >= cfg.prefill_flash_from and P % cfg.prefill_block == 0
+            and parts == 1)
+
+
 def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
-                 mesh: Mesh | None) -> _LoopState:
+                 mesh: Mesh | None, w: dict | None = None) -> _LoopState:
     """The decode ``while_loop``, in ``_segments`` (each its own loop over a static attended length);
     each segment exits early when every row has stopped, and the next one then runs no step."""
     T = scfg.max_new_tokens
@@ -527,7 +623,7 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
     ar = explicit.constrain_rows(jnp.arange(R))  # [R]; explicit mesh: split like the rows
     keys = explicit.constrain_rows(_row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
-    w = _decode_weights(params, cfg)
+    w = _decode_weights(params, cfg) if w is None else w
     bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
     def body(s: _LoopState, nb: int):
@@ -591,7 +687,15 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
     ``row0``: index of the first row in the whole batch (per-row keys, ``row_chunk``)."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
-    logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
+    parts = _row_parts(R, mesh, scfg)
+    w = None
+    if _long_prefill(P, cfg, parts):  # the prefill writes the decode layout itself (no stacked copy)
+        w = _decode_weights(params, cfg)
+        logits, split = _prefill_blocks(w, tokens, lengths, bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
+        split = (split,)
+    else:
+        logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
+        split = _split_parts(cache, _blocks(P, scfg), mesh, parts)
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
     zeros = jnp.zeros((R, L), jnp.float32)
     state = _LoopState(
@@ -599,9 +703,9 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
         done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
-        logits=logits, cache=_split_parts(cache, _blocks(P, scfg), mesh, _row_parts(R, mesh, scfg)),
+        logits=logits, cache=split,
     )
-    return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh, w=w)
 
 
 def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
