@@ -90,6 +90,18 @@ class Plan(NamedTuple):
         return self.kv_cache + self.sampler_params + self.sampler_logits
 
     @property
+    def update_total(self) -> int:
+        """The update program's peak (resident state as its arguments + temporaries): what
+        ``prs.plan_compiled.update_memory`` reads back from the compiler."""
+        return self.resident + self.update_temp
+
+    @property
+    def sampling_total(self) -> int:
+        """The sampler program's peak (its parameter copy as argument + cache and working set):
+        what ``prs.plan_compiled.sampler_memory`` reads back from the compiler."""
+        return self.sampling
+
+    @property
     def peak(self) -> int:
         return self.resident + max(self.update_temp, self.sampling)
 

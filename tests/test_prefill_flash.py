@@ -56,10 +56,10 @@ def test_causal_attention_equals_the_masked_einsum():
 
 
 def test_default_gate_keeps_short_prompts_on_the_dense_path():
-    """The default config runs the dense prefill below 2048 tokens (committed runs replay bit-exactly):
+    """The default config runs the dense prefill below 512 tokens (committed runs replay bit-exactly):
     the jaxprs of the default and of ``prefill_flash_from=None`` are the same program."""
     cfg = M.ModelConfig.preset("tiny", vocab_size=97)
-    assert cfg.prefill_flash_from == 2048
+    assert cfg.prefill_flash_from == 512
     params = M.init_params(cfg, jax.random.PRNGKey(0))
     tokens, lengths = _rows(cfg)
     j = lambda c: str(jax.make_jaxpr(lambda p, t, n: M.prefill(p, t, n, cfg=c, max_len=50))(params, tokens, lengths))  # noqa: E731

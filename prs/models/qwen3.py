@@ -118,11 +118,14 @@ class ModelConfig:
       prefill_flash_from: prompt widths P >= this run ``prefill``'s attention as causal flash tiles
         (``blockwise.causal_attention``: online softmax over ``prefill_block``-sized query/key
         blocks, blocks above the diagonal skipped, no [R, K, P, P] scores and no [R, P, P] mask)
-        instead of ``attention_impl`` on the dense causal mask; None = never. Default 2048: the
-        dense scores of a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and
-        layer in f32 (issue #29), while the short prompts of the test tasks keep the dense path
-        (committed runs replay bit-exactly, tests/test_reproduce.py). Same numbers to float rounding.
-      prefill_block: queries / keys per flash tile of the prefill (above).
+        instead of ``attention_impl`` on the dense causal mask, and the sampler prefills such
+        prompts chunk by chunk straight into its decode cache layout
+        (``prs.models.sampler._prefill_blocks``); None = never. Default 512: the dense scores of
+        a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and layer in f32
+        (issue #29), while the short prompts of the test tasks keep the dense path (committed runs
+        replay bit-exactly, tests/test_reproduce.py). Same numbers to float rounding.
+      prefill_block: queries / keys per flash tile of the prefill (above); the sampler's prefill
+        chunk. A [rows, K, b, b] f32 tile is live at a time (64 rows, K = 32, b = 256: 512 MiB).
     """
 
     vocab_size: int
@@ -142,8 +145,8 @@ class ModelConfig:
     attention_impl: str = "reference"
     scan_unroll: int = 1
     causal_blocks: int = 1
-    prefill_flash_from: int | None = 2048
-    prefill_block: int = 512
+    prefill_flash_from: int | None = 512
+    prefill_block: int = 256
 
     def __post_init__(self):
         if self.remat not in REMAT_POLICIES:
