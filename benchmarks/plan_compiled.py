@@ -4,7 +4,7 @@
     python benchmarks/plan_compiled.py grpo_ps_qwen3_4b_h200x8 --layers 2 4
 
 For each preset (in its own subprocess with as many fake CPU devices as the preset's mesh) the
-sampler's fresh and Prefix Sampling re-roll calls and the update are compiled at the real widths on
+sampler's fresh and Prefix Sampling re-roll calls (of ``sampler.row_chunk`` rows when set) and the update are compiled at the real widths on
 abstract inputs with the layer count cut to L₁ and L₂, extended linearly to the real depth
 (``prs.plan_compiled``), and printed beside the planner's lines (per device, GiB):
 
@@ -48,7 +48,7 @@ def one(preset: str, layers=(2, 4), programs=("fresh", "reroll", "update")) -> d
             fn = lambda c: PC.update_memory(c, rl, rows=rows, width=P + 2 * T, mesh=mesh)  # noqa: E731
             planned = p.update_total
         else:
-            fn = lambda c, prog=prog: PC.sampler_memory(c, rows=rows, prompt_len=P, max_new_tokens=T,  # noqa: E731
+            fn = lambda c, prog=prog: PC.sampler_memory(c, rows=rl.row_chunk or rows, prompt_len=P, max_new_tokens=T,  # noqa: E731
                                                         mesh=mesh, reroll=prog == "reroll")
             planned = PL.plan_run(cfg, rl, prompt_len=P, max_new_tokens=T, device_gib=s["device_gib"],
                                   prefix_rerolls=prog == "reroll", **sz).sampling_total
@@ -81,6 +81,9 @@ def main(argv):
             print(f"| {name} | failed: {res.stderr[-400:]!r} |")
             continue
         r = json.loads(line[0][7:])
+        if os.environ.get("PLAN_COMPILED_JSON"):  # the raw numbers, one JSON line per preset
+            with open(os.environ["PLAN_COMPILED_JSON"], "a") as f:
+                f.write(line[0][7:] + "\n")
         for prog, m in r["programs"].items():
             print(f"| {name} | {prog} | {m['planner']:.1f} | {m['L1']['total']:.1f} / {m['L2']['total']:.1f} -> "
                   f"{m['full']['total']:.1f} | {m['planner'] / m['full']['total']:.2f} | {m['compile_s']:.0f} |")

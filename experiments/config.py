@@ -62,7 +62,9 @@ class ModelCfg:
 class MeshCfg:
     """``prs.parallel.sharding.make_mesh(data=, fsdp=, tensor=, axis_types=)``; ``name: single`` =
     no mesh. ``axis_types``: ``explicit`` (JAX's sharding in types) or ``auto`` (the compiler
-    propagates). ``devices`` and ``device_gib`` describe the target for ``python -m prs.plan`` only."""
+    propagates). ``devices``, ``device_gib`` and ``mem_fraction`` describe the target for ``python -m prs.plan`` only
+    (``mem_fraction``: the share of the device's memory JAX's allocator takes, on GPU
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75 unless set)."""
 
     name: str = "single"
     data: int = 1
@@ -71,6 +73,7 @@ class MeshCfg:
     axis_types: str = "explicit"
     devices: int = 0
     device_gib: float = 0.0
+    mem_fraction: float = 1.0  # the share of device_gib the allocator may use (JAX on GPU: 0.75 by default)
 
 
 TrainCfg = node(
