@@ -41,7 +41,7 @@ def one(preset: str, layers=(2, 4), programs=("fresh", "reroll", "update")) -> d
     mesh = make_mesh(jax.devices()[:s["devices"]], **sz)
     rows = rl.tasks_per_step * rl.group_size
     p = PL.plan_run(cfg, rl, prompt_len=P, max_new_tokens=T, device_gib=s["device_gib"],
-                    prefix_rerolls=s["rerolls"], **sz)
+                    prefix_rerolls=s["rerolls"], mem_fraction=s["mem_fraction"], **sz)
     out = {"preset": preset, "device_gib": s["device_gib"], "planner_peak": p.peak / PL.GIB, "programs": {}}
     for prog in programs:
         if prog == "update":

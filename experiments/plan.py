@@ -5,11 +5,14 @@
 
 Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
 the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
-(default: ``mesh.device_gib`` or 80) and ``--prompt-len P`` (prompt bucket width; default 512). Prints the per-device
+(default: ``mesh.device_gib`` or 80), ``--prompt-len P`` (prompt bucket width; default 512) and
+``--mem-fraction F`` (the allocator's share of the device; default ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+if set, else ``mesh.mem_fraction``, 0.75 in the 8xH200 presets: JAX's GPU default). Prints the per-device
 bytes of each part and the verdict; exits 1 if the run does not fit.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
@@ -34,9 +37,10 @@ def _flags(argv):
         else:
             rest.append(a)
         i += 1
-    bad = set(flags) - {"devices", "device_gib", "prompt_len"}
+    bad = set(flags) - {"devices", "device_gib", "prompt_len", "mem_fraction"}
     if bad:
-        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len")
+        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len, "
+                         "--mem-fraction")
     return flags, rest
 
 
@@ -62,6 +66,8 @@ def main(argv=None) -> int:
     devices = int(flags.get("devices", cfg.mesh.devices or 8))
     gib = float(flags.get("device_gib", cfg.mesh.device_gib or 80))
     prompt = int(flags.get("prompt_len", 512))
+    # the allocator's share: --mem-fraction, else XLA_PYTHON_CLIENT_MEM_FRACTION if set, else mesh.mem_fraction
+    frac = float(flags.get("mem_fraction", os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", cfg.mesh.mem_fraction)))
     sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
     if cfg.mesh.name == "single":
         sizes = {"data": 1, "fsdp": 1, "tensor": 1}
@@ -74,7 +80,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
     rerolls = cfg.method.mode != "baseline"  # a prefix re-roll's KV cache is prompt + 2 x budget slots
     p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
-                 prefix_rerolls=rerolls, **sizes)
+                 prefix_rerolls=rerolls, mem_fraction=frac, **sizes)
     rows = rl.tasks_per_step * rl.group_size
     print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
           f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=rerolls)} slots"

@@ -50,9 +50,18 @@ C_D, C_Q, C_F = 6.0, 3.0, 3.0
 # score-sized fp32 copies one layer keeps for its backward: the reference attention's hand-written
 # backward keeps the probabilities only; autodiff of the einsum form (and XLA's dot_product_attention)
 # keeps scores and probabilities; a flash kernel (cudnn) none.
-C_S = {"reference": 1.0, "einsum": 2.0, "xla": 2.0, "cudnn": 0.0}
+# XLA's dot_product_attention: 4 f32 + 1 bf16 score-sized buffers in one layer's backward, measured on
+# Qwen3-4B at W = 8704 (issue #29: 42.4 GiB of temporaries at 2 layers).
+C_S = {"reference": 1.0, "einsum": 2.0, "xla": 4.5, "cudnn": 0.0, "blockwise": 0.0}
 C_OPT = 1.0
 C_LG = 3.0
+# The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
+# ``_sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
+# buffers in f32, so these are on the safe side for GPU/TPU):
+C_DW = 2.0     # the decode step's per-layer weights (``_decode_weights``), in units of |dtype| per parameter
+C_PH = 4.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
+C_KT = 2.0     # f32 copies of one layer's K+V cache block (a transient convert in the decode attention)
+C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
 
 
 def _bytes(dtype) -> int:
@@ -75,7 +84,11 @@ class Plan(NamedTuple):
     sampler_logits: int
     device_bytes: int
     reference: int = 0       # the frozen KL reference copy (kl_coef > 0), sharded like the params
-
+    head: int = 0            # the update's gathered LM head (|dtype|) and its f32 cotangent
+    decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``_decode_weights``)
+    prefill: int = 0         # the sampler's prefill working set (chunked flash, or dense scores + a 2nd cache)
+    cache_transient: int = 0  # one layer's cache block converted in the decode step
+    mem_fraction: float = 1.0  # the share of device_bytes the allocator may use
     @property
     def resident(self) -> int:
         return self.parameters + self.optimizer_state + self.reference
@@ -83,11 +96,12 @@ class Plan(NamedTuple):
     @property
     def update_temp(self) -> int:
         """What XLA reports as the update's temp bytes (everything but the arguments)."""
-        return self.gradients + self.optimizer_temps + self.activations + self.logits
+        return self.gradients + self.optimizer_temps + self.activations + self.logits + self.head
 
     @property
     def sampling(self) -> int:
-        return self.kv_cache + self.sampler_params + self.sampler_logits
+        return (self.kv_cache + self.sampler_params + self.sampler_logits + self.decode_weights + self.prefill
+                + self.cache_transient)
 
     @property
     def update_total(self) -> int:
@@ -106,8 +120,13 @@ class Plan(NamedTuple):
         return self.resident + max(self.update_temp, self.sampling)
 
     @property
+    def usable(self) -> int:
+        """The bytes the allocator may hand out: ``device_bytes · mem_fraction``."""
+        return int(self.device_bytes * self.mem_fraction)
+
+    @property
     def fits(self) -> bool:
-        return self.peak <= self.device_bytes
+        return self.peak <= self.usable
 
     def report(self) -> str:
         g = lambda b: f"{b / GIB:9.2f} GiB"  # noqa: E731
@@ -115,13 +134,17 @@ class Plan(NamedTuple):
                 ("KL reference params", self.reference),
                 ("gradients", self.gradients), ("optimizer temps", self.optimizer_temps),
                 ("activations", self.activations), ("logits chunks", self.logits),
+                ("gathered LM head + cot.", self.head),
                 ("= update peak", self.resident + self.update_temp),
                 ("KV cache (sampling)", self.kv_cache), ("sampler params", self.sampler_params),
+                ("decode weight copy", self.decode_weights), ("prefill working set", self.prefill),
+                ("cache block transient", self.cache_transient),
                 ("sampler logits", self.sampler_logits), ("= sampling peak", self.resident + self.sampling),
-                ("PEAK per device", self.peak), ("device memory", self.device_bytes)]
+                ("PEAK per device", self.peak), ("device memory", self.device_bytes),
+                (f"usable (x{self.mem_fraction:g})", self.usable)]
         lines = [f"  {name:22s}{g(b)}" for name, b in rows]
         verdict = "fits" if self.fits else "DOES NOT FIT"
-        lines.append(f"  verdict: {verdict} ({100 * self.peak / self.device_bytes:.0f}% of the device)")
+        lines.append(f"  verdict: {verdict} ({100 * self.peak / self.usable:.0f}% of the usable memory)")
         return "\n".join(lines)
 
 
@@ -138,7 +161,7 @@ def _leaves(tree):
 def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
          micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
          sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False,
-         sampling_bytes: int | None = None, cache_slots: int | None = None) -> Plan:
+         sampling_bytes: int | None = None, cache_slots: int | None = None, mem_fraction: float = 1.0) -> Plan:
     """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
     ``sample_rows`` (default ``rows``) rollouts of ``cache_slots`` (default ``prompt_len +
     max_new_tokens``) cache slots."""
@@ -173,10 +196,21 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     if S < prompt_len + max_new_tokens:
         raise ValueError(f"plan: cache_slots={S} must be >= prompt_len + max_new_tokens = {prompt_len + max_new_tokens}")
     kv = 2 * L * rs * S * Kv * H * b
+    head = V * D * (b + 4) / t
+    mats = L * D * ((K + 2 * Kv) * H + 3 * F) + L * K * H * D + (V * D if cfg.tie_embeddings else 0)
+    Pb = S - max_new_tokens  # the call's prompt bucket
+    flash = cfg.prefill_flash_from is not None and Pb >= cfg.prefill_flash_from and Pb % cfg.prefill_block == 0
+    if flash:  # chunked flash prefill into the decode layout (prs.models.sampler._prefill_blocks)
+        c = cfg.prefill_block
+        pre = C_PH * rs * Pb * D * 4 + rs * c * (C_D * D + C_Q * Q + C_F * F / t) * 4 + 3 * rs * (K / t) * c * c * 4
+    else:  # qwen3.prefill: dense scores, whole-prompt activations, and the stacked cache beside the split one
+        pre = C_S["xla"] * rs * (K / t) * Pb * Pb * 4 + rs * Pb * (C_D * D + C_Q * Q + C_F * F / t) * 4 + kv
     return Plan(parameters=int(P * pb / shard), optimizer_state=int(2 * P * pb / shard), gradients=int(grads),
                 optimizer_temps=int(C_OPT * P * 4 / shard), activations=int(act), logits=int(logits),
-                kv_cache=int(kv), sampler_params=int(P * (sampling_bytes or pb)), sampler_logits=int(rs * V * 4),
-                device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0)
+                kv_cache=int(kv), sampler_params=int(P * (sampling_bytes or pb) / t), sampler_logits=int(C_SL * rs * V * 4),
+                device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0,
+                head=int(head), decode_weights=int(C_DW * mats * b / t), prefill=int(pre),
+                cache_transient=int(C_KT * 2 * rs * S * Kv * H * 4), mem_fraction=float(mem_fraction))
 
 
 def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls: bool) -> int:
@@ -187,14 +221,16 @@ def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls:
 
 
 def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int, data: int, fsdp: int,
-             tensor: int, device_gib: float, prefix_rerolls: bool = True) -> Plan:
+             tensor: int, device_gib: float, prefix_rerolls: bool = True, mem_fraction: float = 1.0) -> Plan:
     """``plan`` for a trainer run: R = B·N rows (doubled with ``reroll=append``), the trainer's
     width prompt + 2 · budget (the longest a re-rolled row can be), ``rl.micro_batches``; with
     ``prefix_rerolls`` (a method that continues replayed prefixes) the sampler's KV cache is sized
     for a re-roll call (``sampler_cache_slots``)."""
     rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
     slots = sampler_cache_slots(prompt_len, max_new_tokens, prefix_rerolls=prefix_rerolls)
+    sample_rows = min(rows, rl.row_chunk) if getattr(rl, "row_chunk", None) else None  # one call's rows
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len, cache_slots=slots,
+                sample_rows=sample_rows, mem_fraction=mem_fraction,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
                 data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),
                 sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))

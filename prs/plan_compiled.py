@@ -164,4 +164,5 @@ def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512
     known = int(np.prod([v for v in sizes.values() if v != -1]))
     sizes = {k: (n // known if v == -1 else v) for k, v in sizes.items()}
     return dict(model_cfg=model_cfg, rl=rl, sizes=sizes, devices=n, device_gib=float(c.mesh.device_gib or 80),
+                mem_fraction=float(c.mesh.mem_fraction),
                 budget=budget, prompt_len=prompt_len, rerolls=c.method.mode != "baseline")
