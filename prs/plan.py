@@ -21,17 +21,27 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
                       bound; Q = (K + 2Kv)·H / t; the W² term is the attention scores/probs, absent
                       with a flash kernel, ``attention_impl=cudnn``)
     logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
-    sampling          KV cache 2·L·(R / Bs)·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget
-                      slots: prompt + budget for fresh rollouts, prompt + 2·budget for a Prefix
-                      Sampling re-roll, whose rows, prompt + replayed prefix, fall in the
-                      prompt + budget bucket; R = B·N there too: ``same_step_reroll`` pads to B groups) + the
-                      sampler's parameter copy P·|sampling_dtype| (replicated over the mesh: today's
-                      ``prs.models.sampler`` calls ``replicate``) + logits (R / Bs)·V·4
+    LM head (FSDP)    V·D·(|dtype| + 4) / t                  (the gathered head and its f32 cotangent)
+    sampling, per call of rs = (R or ``row_chunk``) / Bs rows per device:
+      KV cache        2·L·rs·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget slots: prompt +
+                      budget for fresh rollouts, prompt + 2·budget for a Prefix Sampling re-roll,
+                      whose rows, prompt + replayed prefix, fall in the prompt + budget bucket; R =
+                      B·N there too: ``same_step_reroll`` pads to B groups)
+      f32 transients  C_KT · KV cache
+      parameters      P·|sampling_dtype| / t (the trainer's sampling copy, the program's argument)
+      decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``_decode_weights``)
+      prefill         chunked flash (P_bucket >= ``prefill_flash_from``): C_PH·rs·P_b·D·4 + one
+                      chunk's activations + 3 f32 [rs, K/t, b, b] tiles; dense: C_S·rs·(K/t)·P_b²·4
+                      + the whole prompt's activations + a second KV cache (the stacked one)
+      logits          C_SL · rs·V·4
 
-The step's peak is resident (parameters + optimizer state) + max(update, sampling). The C_*
-constants were fitted to ``memory_analysis().temp_size_in_bytes`` of the jitted update on CPU at
-small shapes (tests/test_plan.py re-checks two configs within 25%); accelerator compilers fuse
-differently, so treat the activation line as an estimate with that margin.
+The step's peak is resident (parameters + optimizer state) + max(update, sampling), checked against
+``device_gib · mem_fraction`` (JAX's GPU allocator takes ``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75
+by default). The update's C_* constants were fitted to ``memory_analysis().temp_size_in_bytes`` of
+the jitted update on CPU at small shapes (tests/test_plan.py re-checks two configs within 25%), C_S
+and the sampler's to the programs compiled at the presets' real widths (``prs.plan_compiled``,
+tests/test_plan_compiled.py, benchmarks/plan_compiled.py: within 15%, on the safe side, of
+XLA:CPU's count, which keeps some bf16 buffers in f32; GPU/TPU compilers fuse differently).
 """
 from __future__ import annotations
 
@@ -58,9 +68,9 @@ C_LG = 3.0
 # The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
 # ``_sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
 # buffers in f32, so these are on the safe side for GPU/TPU):
-C_DW = 2.0     # the decode step's per-layer weights (``_decode_weights``), in units of |dtype| per parameter
-C_PH = 4.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
-C_KT = 2.0     # f32 copies of one layer's K+V cache block (a transient convert in the decode attention)
+C_DW = 1.0     # the decode step's per-layer weights (``_decode_weights``), in units of |dtype| per parameter
+C_PH = 2.4     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
+C_KT = 1.3     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
 C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
 
 
@@ -87,7 +97,7 @@ class Plan(NamedTuple):
     head: int = 0            # the update's gathered LM head (|dtype|) and its f32 cotangent
     decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``_decode_weights``)
     prefill: int = 0         # the sampler's prefill working set (chunked flash, or dense scores + a 2nd cache)
-    cache_transient: int = 0  # one layer's cache block converted in the decode step
+    cache_transient: int = 0  # the KV cache's f32 transients (fitted on XLA:CPU, see C_KT)
     mem_fraction: float = 1.0  # the share of device_bytes the allocator may use
     @property
     def resident(self) -> int:
@@ -138,7 +148,7 @@ class Plan(NamedTuple):
                 ("= update peak", self.resident + self.update_temp),
                 ("KV cache (sampling)", self.kv_cache), ("sampler params", self.sampler_params),
                 ("decode weight copy", self.decode_weights), ("prefill working set", self.prefill),
-                ("cache block transient", self.cache_transient),
+                ("KV cache f32 transients", self.cache_transient),
                 ("sampler logits", self.sampler_logits), ("= sampling peak", self.resident + self.sampling),
                 ("PEAK per device", self.peak), ("device memory", self.device_bytes),
                 (f"usable (x{self.mem_fraction:g})", self.usable)]
@@ -196,7 +206,7 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     if S < prompt_len + max_new_tokens:
         raise ValueError(f"plan: cache_slots={S} must be >= prompt_len + max_new_tokens = {prompt_len + max_new_tokens}")
     kv = 2 * L * rs * S * Kv * H * b
-    head = V * D * (b + 4) / t
+    head = V * D * (b + 4) / t if fsdp > 1 else 0  # FSDP: the whole head gathered, its f32 cotangent before the scatter
     mats = L * D * ((K + 2 * Kv) * H + 3 * F) + L * K * H * D + (V * D if cfg.tie_embeddings else 0)
     Pb = S - max_new_tokens  # the call's prompt bucket
     flash = cfg.prefill_flash_from is not None and Pb >= cfg.prefill_flash_from and Pb % cfg.prefill_block == 0
@@ -210,7 +220,7 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
                 kv_cache=int(kv), sampler_params=int(P * (sampling_bytes or pb) / t), sampler_logits=int(C_SL * rs * V * 4),
                 device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0,
                 head=int(head), decode_weights=int(C_DW * mats * b / t), prefill=int(pre),
-                cache_transient=int(C_KT * 2 * rs * S * Kv * H * 4), mem_fraction=float(mem_fraction))
+                cache_transient=int(C_KT * kv), mem_fraction=float(mem_fraction))
 
 
 def sampler_cache_slots(prompt_len: int, max_new_tokens: int, *, prefix_rerolls: bool) -> int:
