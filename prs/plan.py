@@ -68,9 +68,11 @@ C_LG = 3.0
 # The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
 # ``_sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
 # buffers in f32, so these are on the safe side for GPU/TPU):
-C_DW = 1.0     # the decode step's per-layer weights (``_decode_weights``), in units of |dtype| per parameter
-C_PH = 2.4     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
-C_KT = 1.3     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
+# (fit: the re-roll calls of 4B and 8B at 16 rows per device within 1.01-1.09 of the compiled count,
+# the smaller fresh calls 1.19-1.24, all on the safe side; benchmarks/plan_compiled.py)
+C_DW = 2.5     # the decode step's per-layer weights (``_decode_weights``; f32 on CPU), in |dtype| per parameter
+C_PH = 2.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
+C_KT = 0.8     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
 C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
 
 
