@@ -28,8 +28,6 @@ DEVICES = {"h200x8": 8, "v5p64": 32}
 
 def one(preset: str, layers=(2, 4), programs=("fresh", "reroll", "update")) -> dict:
     """In this process (its device count set by the caller): the compiled and planned GiB."""
-    import dataclasses
-
     import jax
 
     from prs import plan as PL
