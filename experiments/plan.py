@@ -5,14 +5,16 @@
 
 Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
 the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
-(default: ``mesh.device_gib`` or 80) and ``--prompt-len P`` (prompt bucket width; default 512). Prints the per-device
-bytes of each part and the verdict; exits 1 if the run does not fit. The device memory is what JAX
-gets: ``mesh.platform`` gpu (default) takes ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it (0.75 when unset,
-as JAX; set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m prs.plan ...``),
-tpu all of it (``prs.plan.mem_fraction``).
+(default: ``mesh.device_gib`` or 80), ``--prompt-len P`` (prompt bucket width; default 512) and
+``--mem-fraction F``. Prints the per-device bytes of each part and the verdict; exits 1 if the run
+does not fit. The device memory is what JAX gets: ``--mem-fraction`` if given, else on
+``mesh.platform`` gpu (default) ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it (0.75 when unset, as JAX;
+set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m prs.plan ...``),
+on tpu all of it (``prs.plan.mem_fraction``).
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
@@ -37,9 +39,10 @@ def _flags(argv):
         else:
             rest.append(a)
         i += 1
-    bad = set(flags) - {"devices", "device_gib", "prompt_len"}
+    bad = set(flags) - {"devices", "device_gib", "prompt_len", "mem_fraction"}
     if bad:
-        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len")
+        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len, "
+                         "--mem-fraction")
     return flags, rest
 
 
@@ -66,7 +69,8 @@ def main(argv=None) -> int:
     devices = int(flags.get("devices", cfg.mesh.devices or 8))
     gib = float(flags.get("device_gib", cfg.mesh.device_gib or 80))
     platform = cfg.mesh.platform or "gpu"
-    frac = mem_fraction(platform=platform)
+    # the allocator's share: --mem-fraction, else what JAX takes on the platform (prs.plan.mem_fraction)
+    frac = float(flags["mem_fraction"]) if "mem_fraction" in flags else mem_fraction(platform=platform)
     prompt = int(flags.get("prompt_len", 512))
     sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
     if cfg.mesh.name == "single":
@@ -89,6 +93,43 @@ def main(argv=None) -> int:
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())
     return 0 if p.fits else 1
+
+
+def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512):
+    """The model config, RLConfig, mesh sizes, device GiB and budget of ``conf/experiment/<name>.yaml``
+    (as ``python -m prs.plan`` composes them)."""
+    import pathlib
+
+    from hydra import compose, initialize_config_dir
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments.config import validate
+    from experiments.schema import to_kwargs
+    from prs.models.qwen3 import ModelConfig
+    from prs.plan import mem_fraction
+    from prs.rl.trainer import RLConfig
+
+    conf = str(pathlib.Path(__file__).resolve().parent.parent / "conf")  # the repo's conf/
+    with initialize_config_dir(config_dir=conf, version_base=None):
+        raw = compose("config", overrides=["sft.base_dir=/tmp/prs-plan", f"+experiment={name}"])
+    c = validate(raw)
+    over = dict(c.model.overrides)
+    for key in ("dtype", "param_dtype"):
+        if key in over:
+            over[key] = getattr(jnp, over[key])
+    model_cfg = ModelConfig.preset(c.model.preset, **over)
+    rl = RLConfig(**to_kwargs(c.algo, RLConfig), **to_kwargs(c.optim, RLConfig), **to_kwargs(c.sampler, RLConfig),
+                  **to_kwargs(c.method, RLConfig), **to_kwargs(c.eval, RLConfig))
+    budget = rl.max_new_tokens or int(c.task.params.get("max_new_tokens", 0)) or 512
+    n = int(devices or c.mesh.devices or 8)
+    sizes = {"data": c.mesh.data, "fsdp": c.mesh.fsdp, "tensor": c.mesh.tensor}
+    known = int(np.prod([v for v in sizes.values() if v != -1]))
+    sizes = {k: (n // known if v == -1 else v) for k, v in sizes.items()}
+    return dict(model_cfg=model_cfg, rl=rl, sizes=sizes, devices=n, device_gib=float(c.mesh.device_gib or 80),
+                mem_fraction=mem_fraction(platform=c.mesh.platform or "gpu"),
+                budget=budget, prompt_len=prompt_len, rerolls=c.method.mode != "baseline")
 
 
 if __name__ == "__main__":

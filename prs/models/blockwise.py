@@ -236,18 +236,108 @@ def blockwise_attention(q, k, v, mask, *, rows: int = 1, q_blocks: int = 1, k_bl
     return _per_shard(run, q, k, v, mask.astype(bool))
 
 
-def _per_shard(run, q, k, v, mask):
+def _per_shard(run, q, k, v, mask=None):
     """Under an explicit mesh (whose types ``lax.map`` cannot scan over a split row axis): ``run``
     on each device's own rows and heads (``jax.shard_map``). Rows may be split over the batch axes
     and the heads K / Kv over one axis (query head j = kv·G + g: a contiguous split of K and of Kv
-    by the same count keeps each query head with its key/value head); T, S and H must be whole."""
-    sq, sk, sv, sm = (explicit.spec(x) for x in (q, k, v, mask))
+    by the same count keeps each query head with its key/value head); T, S and H must be whole.
+    ``mask=None``: ``run(q, k, v)`` (a mask-free kernel, ``causal_attention``)."""
+    sq, sk, sv = (explicit.spec(x) for x in (q, k, v))
+    sm = explicit.spec(mask) if mask is not None else (sq[0], None, None)
     if sq[1] is not None or sq[3] is not None or sk[1] is not None or sk[3] is not None or sv != sk \
             or sm[1:] != (None, None) or sq[0] != sk[0] or sq[0] != sm[0] or sq[2] != sk[2]:
         raise ValueError(f"blockwise_attention: under an explicit mesh q {sq}, k {sk}, v {sv}, mask {sm} must be split "
                          "only along rows (alike) and heads (q and k/v alike)")
     P = jax.sharding.PartitionSpec
-    return jax.shard_map(run, in_specs=(P(*sq), P(*sk), P(*sv), P(*sm)), out_specs=P(sq[0], None, sq[2]))(q, k, v, mask)
+    specs, args = (P(*sq), P(*sk), P(*sv)), (q, k, v)
+    if mask is not None:
+        specs, args = specs + (P(*sm),), args + (mask,)
+    return jax.shard_map(run, in_specs=specs, out_specs=P(sq[0], None, sq[2]))(*args)
+
+
+# f32 bytes of one score tile [c, K, block, block] that ``causal_attention`` aims at when it picks
+# its row chunk c (one tile and its exponentials are live at a time: the tiles run in loops)
+TILE_BYTES = 256 * 2 ** 20
+
+
+def _causal_chunk(q, k, v, *, block: int):
+    """``causal_attention`` of one row chunk: q [c, T, K, H], k/v [c, T, Kv, H] -> [c, T, K·H].
+
+    T is padded to nb·b (b = ``block``; padded keys lie after every real query, so the causal mask
+    hides them; padded queries are dropped). ``lax.map`` over the nb query blocks; for query block
+    i a ``fori_loop`` over its key blocks j = 0..i (the blocks above the diagonal are never
+    visited) runs the online softmax of the module docstring on a [c, Kv, G, b, b] f32 tile whose
+    mask key <= query (by index) is built from iotas. The loops make the tiles run one after the
+    other, so only one tile's scores are live (a Python loop over tiles lets XLA keep them all)."""
+    c, T, K, H = q.shape
+    Kv = k.shape[2]
+    G = K // Kv
+    b = int(block)
+    nb = -(-T // b)
+    pad = nb * b - T
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
+    # blocks first: q [nb, c, Kv, G, b, H], k/v [nb, c, Kv, b, H]
+    qb = q.reshape(c, nb, b, Kv, G, H).transpose(1, 0, 3, 4, 2, 5)
+    kb = k.reshape(c, nb, b, Kv, H).transpose(1, 0, 3, 2, 4)
+    vb = v.reshape(c, nb, b, Kv, H).transpose(1, 0, 3, 2, 4)
+    ar = jnp.arange(b)
+    scale = 1.0 / math.sqrt(H)
+
+    def q_block(xs):
+        i, qi = xs  # qi [c, Kv, G, b, H]
+
+        def key_block(j, carry):
+            m, l, acc = carry
+            kj = jax.lax.dynamic_index_in_dim(kb, j, 0, keepdims=False)  # [c, Kv, b, H]
+            vj = jax.lax.dynamic_index_in_dim(vb, j, 0, keepdims=False)
+            s = jax.lax.dot_general(qi, kj, _QK, preferred_element_type=f32) * scale  # [c, Kv, G, b, b]
+            ok = (i * b + ar)[:, None] >= (j * b + ar)[None, :]  # [b, b] key <= query
+            s = jnp.where(ok, s, NEG)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+            corr = jnp.exp(m - m_new)
+            p = jnp.exp(s - m_new)
+            l = l * corr + jnp.sum(p, axis=-1, keepdims=True)
+            acc = acc * corr + jax.lax.dot_general(p.astype(vj.dtype), vj, _PV, preferred_element_type=f32)
+            return m_new, l, acc
+
+        one = qi[..., :1].astype(f32)  # *_like of the block: varying like it inside a shard_map
+        init = (jnp.full_like(one, NEG), jnp.zeros_like(one), jnp.zeros_like(qi, f32))
+        _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
+        return (acc / l).astype(q.dtype)  # [c, Kv, G, b, H]
+
+    out = jax.lax.map(q_block, (jnp.arange(nb), qb))  # [nb, c, Kv, G, b, H]
+    out = out.transpose(1, 0, 4, 2, 3, 5).reshape(c, nb * b, K * H)
+    return out[:, :T]
+
+
+def causal_attention(q, k, v, *, block: int = 512, rows: int | None = None):
+    """Forward-only causal self-attention by flash tiles, for a prefill: query t attends keys
+    s <= t (by index), softmax(q kᵀ/√H + causal) v (grouped-query heads), computed per (row
+    chunk, query block, key block) tile with the online softmax of the module docstring, the key
+    blocks above each query block's diagonal skipped and the mask built per tile from iotas
+    (``_causal_chunk``): neither an [R, K, T, T] score tensor nor an [R, T, T] mask exists. No
+    backward (the sampler never differentiates its prefill).
+
+    ``block``: queries / keys per tile; ``rows``: rows per ``lax.map`` chunk (rounded down to a
+    divisor of R); None = as many as keep one f32 tile [c, K, block, block] within ``TILE_BYTES``.
+    Under an explicit mesh each device runs its own rows (and heads, if split; ``_per_shard``).
+    q [R, T, K, H]; k, v [R, T, Kv, H] -> [R, T, K·H]."""
+    R, T, K, H = q.shape
+    Kv = k.shape[2]
+    if k.shape != (R, T, Kv, H) or v.shape != k.shape or K % Kv:
+        raise ValueError(f"causal_attention: q {q.shape}, k {k.shape}, v {v.shape} disagree (self-attention: S = T)")
+    if int(block) < 1:
+        raise ValueError(f"causal_attention: block={block} must be >= 1")
+    b = min(int(block), T)
+
+    def run(q, k, v):
+        c = rows if rows is not None else max(1, TILE_BYTES // (q.shape[2] * b * b * 4))
+        return _chunked(functools.partial(_causal_chunk, block=b), (q, k, v), _row_chunk(q.shape[0], c))
+
+    if explicit.explicit_mesh() is None:
+        return run(q, k, v)
+    return _per_shard(run, q, k, v)
 
 
 def parse_variant(name: str) -> dict | None:

@@ -115,6 +115,17 @@ class ModelConfig:
         its block's keys instead of all T keys. Default 1: at 10m R=32 T=256 B=2 saved only ~1.6%
         CPU-s (within noise; benchmarks/README.md), and B > 1 changes float rounding, so committed
         runs would no longer re-run to the same records.
+      prefill_flash_from: prompt widths P >= this run ``prefill``'s attention as causal flash tiles
+        (``blockwise.causal_attention``: online softmax over ``prefill_block``-sized query/key
+        blocks, blocks above the diagonal skipped, no [R, K, P, P] scores and no [R, P, P] mask)
+        instead of ``attention_impl`` on the dense causal mask, and the sampler prefills such
+        prompts chunk by chunk straight into its decode cache layout
+        (``prs.models.sampler._prefill_blocks``); None = never. Default 512: the dense scores of
+        a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and layer in f32
+        (issue #29), while the short prompts of the test tasks keep the dense path (committed runs
+        replay bit-exactly, tests/test_reproduce.py). Same numbers to float rounding.
+      prefill_block: queries / keys per flash tile of the prefill (above); the sampler's prefill
+        chunk. A [rows, K, b, b] f32 tile is live at a time (64 rows, K = 32, b = 256: 512 MiB).
     """
 
     vocab_size: int
@@ -134,6 +145,8 @@ class ModelConfig:
     attention_impl: str = "reference"
     scan_unroll: int = 1
     causal_blocks: int = 1
+    prefill_flash_from: int | None = 512
+    prefill_block: int = 256
 
     def __post_init__(self):
         if self.remat not in REMAT_POLICIES:
@@ -141,9 +154,11 @@ class ModelConfig:
         if self.attention_impl not in _ATTENTION_IMPLS:
             raise ValueError(f"ModelConfig.attention_impl={self.attention_impl!r}; choose from {tuple(_ATTENTION_IMPLS)}")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "scan_unroll",
-                     "causal_blocks"):
+                     "causal_blocks", "prefill_block"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefill_flash_from is not None and int(self.prefill_flash_from) < 1:
+            raise ValueError(f"ModelConfig.prefill_flash_from must be >= 1 or None, got {self.prefill_flash_from}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"ModelConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
@@ -586,7 +601,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype: Any = None)
 
 def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array,
            write: jax.Array | None = None, *, cfg: ModelConfig,
-           kv_len: int | None = None) -> tuple[jax.Array, Cache]:
+           kv_len: int | None = None, causal_block: int = 0) -> tuple[jax.Array, Cache]:
     """Runs a block of C new tokens per row against the cache; returns hidden [R, C, D] and the cache.
 
     tokens, positions: [R, C] (positions = cache slots, contiguous after the row's cached tokens);
@@ -595,6 +610,10 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
     causal mask of ``forward`` for right-padded rows. ``decode_step`` is C = 1; ``prefill`` is
     C = P on an empty cache. ``kv_len`` (static) attends only to slots ``[0, kv_len)`` — a
     caller's promise that every position is < kv_len (``prefill`` uses P, not S).
+    ``causal_block`` > 0 (static): the caller's promise that ``positions[r] = 0..C-1`` and
+    ``kv_len = C`` (a prefill), so the mask is the causal one; the attention then runs as causal
+    flash tiles of that many queries / keys (``blockwise.causal_attention``) on the same cached
+    keys and values.
     """
     _check_tokens("tokens", tokens, cfg, 2)
     R, C = tokens.shape
@@ -608,7 +627,14 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
     slots = jnp.where(write, positions, S)  # [R, C]; S is out of range -> dropped
     rows = jnp.arange(R)[:, None]  # [R, 1]
     A = S if kv_len is None else min(int(kv_len), S)  # attended slots
+    if causal_block and A != C:
+        raise ValueError(f"extend: causal_block needs kv_len == C (a prefill), got kv_len={kv_len}, C={C}, S={S}")
     mask = jnp.arange(A)[None, None, :] <= positions[:, :, None]  # [R, C, A]
+
+    def attend(q, k, v):
+        if causal_block and C > 1:
+            return _bw.causal_attention(q, k, v, block=causal_block)
+        return (_decode_attention if C == 1 else _attention)(q, k, v, mask, cfg)
 
     def layer(carry, xs):
         # The whole cache rides in the carry and is written by scatter, so XLA updates it in
@@ -622,7 +648,7 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         cv_all = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
         ck = jax.lax.dynamic_index_in_dim(ck_all, l, 0, keepdims=False)[:, :A]  # [R, A, Kv, H]
         cv = jax.lax.dynamic_index_in_dim(cv_all, l, 0, keepdims=False)[:, :A]
-        att = (_decode_attention if C == 1 else _attention)(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype), mask, cfg)
+        att = attend(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype))
         h = h + dense(att, lp["o_proj"], dtype=cfg.dtype)
         m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
         return (h + _mlp(lp, m, cfg), ck_all, cv_all), None
@@ -650,7 +676,8 @@ def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, *, cfg: Model
 
     tokens: [R, P]; lengths: [R] valid tokens per row (>= 1). Returns (float32 logits [R, V] of the
     token after each row's last prompt token, cache). Only the last-token logits are projected
-    to the vocabulary (no [R, P, V] tensor).
+    to the vocabulary (no [R, P, V] tensor). From ``P >= cfg.prefill_flash_from`` on, attention runs
+    in causal flash tiles of ``cfg.prefill_block`` (``extend``'s ``causal_block``).
     """
     _check_tokens("tokens", tokens, cfg, 2)
     R, P = tokens.shape
@@ -660,7 +687,9 @@ def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, *, cfg: Model
         raise ValueError(f"prefill: lengths has shape {tuple(lengths.shape)}, expected {(R,)}")
     cache = init_cache(cfg, R, max_len, dtype=cache_dtype)
     positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), (R, P))
-    h, cache = extend(params, cache, tokens, positions, positions < lengths[:, None], cfg=cfg, kv_len=P)
+    flash = cfg.prefill_flash_from is not None and P >= cfg.prefill_flash_from
+    h, cache = extend(params, cache, tokens, positions, positions < lengths[:, None], cfg=cfg, kv_len=P,
+                      causal_block=cfg.prefill_block if flash else 0)
     last = jnp.take_along_axis(h, jnp.maximum(lengths - 1, 0)[:, None, None].astype(jnp.int32), axis=1)[:, 0]
     return logits_from_hidden(params, last, cfg=cfg), cache
 

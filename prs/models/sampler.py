@@ -287,7 +287,7 @@ def _constrain(x, mesh: Mesh | None, axis: int = 0):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
-def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh) -> tuple:
+def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = False) -> tuple:
     """The model's stacked cache {"k", "v": [L, R, S, Kv, H]} -> ``(k, v)``, each a tuple over layers
     of a tuple over slot blocks ``[bounds[b], bounds[b+1])``: keys [R, Kv, H, S_b] (slots minor),
     values [R, Kv, S_b, H] (one copy per call, which also does the transpose).
@@ -297,17 +297,21 @@ def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh) -> tuple:
     cache is a copy on XLA:CPU, measured). With the stacked layout the layer scan sliced (copied)
     every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20).
     The layouts make both attention contractions reductions over a non-minor axis, vectorised
-    along the minor one (``_block_attention``)."""
-    return tuple(tuple(tuple(_constrain(c[l, :, a:b].transpose(perm), mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+    along the minor one (``_block_attention``). ``bits``: a 16-bit float cache held as its
+    unsigned-integer bits (``_bits_dtype``; the decode loop of ``_sample_jit`` / ``_resume_jit``)."""
+    cv = _to_bits if bits else (lambda x: x)
+    return tuple(tuple(tuple(_constrain(cv(c[l, :, a:b].transpose(perm)), mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
                        for l in range(c.shape[0]))
                  for c, perm in ((cache["k"], (0, 2, 3, 1)), (cache["v"], (0, 2, 1, 3))))
 
 
-def _stack_cache(cache: tuple) -> Cache:
-    """Inverse of ``_split_cache``: back to the model's stacked [L, R, S, Kv, H]."""
+def _stack_cache(cache: tuple, dtype=None) -> Cache:
+    """Inverse of ``_split_cache``: back to the model's stacked [L, R, S, Kv, H] (of ``dtype`` when
+    the blocks hold its bits)."""
     k, v = cache
-    return {"k": jnp.stack([jnp.concatenate(blocks, axis=3).transpose(0, 3, 1, 2) for blocks in k]),
-            "v": jnp.stack([jnp.concatenate(blocks, axis=2).transpose(0, 2, 1, 3) for blocks in v])}
+    fb = (lambda x: x) if dtype is None else (lambda x: _from_bits(x, dtype))
+    return {"k": jnp.stack([fb(jnp.concatenate(blocks, axis=3)).transpose(0, 3, 1, 2) for blocks in k]),
+            "v": jnp.stack([fb(jnp.concatenate(blocks, axis=2)).transpose(0, 2, 1, 3) for blocks in v])}
 
 
 _MATS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -433,12 +437,12 @@ def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int,
         atts = []
         for i, (pk, pv) in enumerate(parts):
             ki, vi = piece(k, i), piece(v, i)
-            ck = tuple(c.at[rows, :, :, piece(sl, i)].set(ki.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+            ck = tuple(c.at[rows, :, :, piece(sl, i)].set(_store(ki, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
                        for c, sl in zip(pk[l][:nb], slots)) + pk[l][nb:]
-            cv = tuple(c.at[rows, :, piece(sl, i)].set(vi.astype(c.dtype), mode="drop", out_sharding=explicit.same(c))
+            cv = tuple(c.at[rows, :, piece(sl, i)].set(_store(vi, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
                        for c, sl in zip(pv[l][:nb], slots)) + pv[l][nb:]
-            atts.append(_block_attention(piece(q, i), [c.astype(cfg.dtype) for c in ck[:nb]],
-                                         [c.astype(cfg.dtype) for c in cv[:nb]], piece(pos, i), bounds, cfg))
+            atts.append(_block_attention(piece(q, i), [_load(c, cfg) for c in ck[:nb]],
+                                         [_load(c, cfg) for c in cv[:nb]], piece(pos, i), bounds, cfg))
             new[i][0].append(ck)
             new[i][1].append(cv)
         att = atts[0] if n_parts == 1 else jnp.concatenate(atts)  # [R, 1, K·H]
@@ -448,6 +452,18 @@ def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int,
     hn = model_lib.rms_norm(h[:, 0], w["norm"], eps=eps)
     logits = model_lib.dense(hn, w["head"], dtype=cfg.dtype, preferred_element_type=jnp.float32)  # [R, V]
     return logits, tuple((tuple(nk), tuple(nv)) for nk, nv in new)
+
+
+def _store(x, cache_dtype, cfg: ModelConfig):
+    """k or v as a cache block of ``cache_dtype`` holds it: cast, or ``cfg.dtype``'s bits."""
+    if cache_dtype == jnp.uint16:
+        return _to_bits(x.astype(cfg.dtype))
+    return x.astype(cache_dtype)
+
+
+def _load(c, cfg: ModelConfig):
+    """A cache block in ``cfg.dtype`` (from its bits if it holds them)."""
+    return (_from_bits(c, cfg.dtype) if c.dtype == jnp.uint16 else c).astype(cfg.dtype)
 
 
 def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
@@ -467,18 +483,20 @@ def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
 
 
 def _split_parts(cache: Cache, bounds: tuple[int, ...], mesh, parts: int) -> tuple:
-    """``_split_cache`` of each of ``parts`` equal row ranges: a tuple over parts."""
+    """``_split_cache`` of each of ``parts`` equal row ranges: a tuple over parts; a 16-bit cache as
+    its bits (``_bits_dtype``: XLA:CPU runs a bf16 scatter as an f32 one on a converted copy of the
+    whole block, +2× the cache per layer in the decode loop, measured; on integers it does not)."""
     R = cache["k"].shape[1]
     n = R // parts
     if parts == 1:
-        return (_split_cache(cache, bounds, mesh),)
-    return tuple(_split_cache(jax.tree.map(lambda c: c[:, i * n:(i + 1) * n], cache), bounds, mesh)
+        return (_split_cache(cache, bounds, mesh, bits=True),)
+    return tuple(_split_cache(jax.tree.map(lambda c: c[:, i * n:(i + 1) * n], cache), bounds, mesh, bits=True)
                  for i in range(parts))
 
 
-def _stack_parts(parts: tuple) -> Cache:
-    """Inverse of ``_split_parts``."""
-    stacked = [_stack_cache(p) for p in parts]
+def _stack_parts(parts: tuple, dtype) -> Cache:
+    """Inverse of ``_split_parts`` (the blocks hold ``dtype``'s bits, ``_bits_dtype``)."""
+    stacked = [_stack_cache(p, dtype) for p in parts]
     if len(stacked) == 1:
         return stacked[0]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *stacked)
@@ -518,8 +536,137 @@ def _rows_split(s: _LoopState) -> _LoopState:
                         for f in dataclasses.fields(s) if f.name != "step"})
 
 
+def _bits_dtype(dtype):
+    """The unsigned integer type of a 2-byte float ``dtype`` (bf16, f16: ``jnp.uint16``), else ``dtype``.
+
+    ``_prefill_blocks`` keeps a 16-bit cache as these bits while it writes and reads it chunk by
+    chunk (bitcasts: free): XLA:CPU normalises a bf16 dynamic-update-slice / dynamic-slice to f32
+    by converting the *whole* operand, an f32 copy of the layer's cache per chunk, and hoists the
+    loop-invariant one out of the key-block loop (measured: +2.1 GiB per layer at Qwen3-4B's 64
+    rows × 8,704 slots per device); on integers it does not. Same bits, same numbers."""
+    return jnp.uint16 if jnp.dtype(dtype).itemsize == 2 and jnp.issubdtype(dtype, jnp.floating) else dtype
+
+
+def _to_bits(x):
+    bits = _bits_dtype(x.dtype)
+    return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
+
+
+def _from_bits(x, dtype):
+    return x if x.dtype == jnp.dtype(dtype) else jax.lax.bitcast_convert_type(x, dtype)
+
+
+def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
+    """Query block ``i`` (positions ``i·b .. i·b + b − 1``, b = ``block``) of a prefill: flash
+    attention (the online softmax of ``prs.models.blockwise``) over the block's own keys and values
+    k, v [R, b, Kv, H] (the diagonal tile, mask key <= query from iotas), then over the earlier
+    prompt keys in the decode layout's cache block 0, kc [R, Kv, H, S₀], vc [R, Kv, S₀, H], blocks
+    j = 0..i−1 (unmasked) in a ``fori_loop``; the blocks after the diagonal are never read. One
+    [R, Kv, G, b, b] f32 tile at a time. q [R, b, K, H] -> [R, b, K·H].
+
+    ``kc``, ``vc`` may hold a 16-bit cache as its unsigned-integer bits (``_prefill_blocks``),
+    sliced as such and each tile cast to f32 after its slice."""
+    R, b, K, H = q.shape
+    Kv = kc.shape[1]
+    G = K // Kv
+    f32 = jnp.float32
+    qh = q.reshape(R, b, Kv, G, H).transpose(0, 2, 3, 1, 4).astype(f32)  # [R, Kv, G, b, H]
+    qk = (((4,), (2,)), ((0, 1), (0, 1)))  # [R,Kv,G,b,H] · [R,Kv,H,b] -> [R,Kv,G,b,b]
+    pv = (((4,), (2,)), ((0, 1), (0, 1)))  # [R,Kv,G,b,b] · [R,Kv,b,H] -> [R,Kv,G,b,H]
+    scale = 1.0 / math.sqrt(H)
+
+    def tile(carry, kj, vj, mask):
+        m, l, acc = carry
+        sc = jax.lax.dot_general(qh, kj, qk, preferred_element_type=f32) * scale
+        if mask is not None:
+            sc = jnp.where(mask, sc, model_lib._NEG)
+        m_new = jnp.maximum(m, jnp.max(sc, axis=-1, keepdims=True))
+        corr = jnp.exp(m - m_new)
+        p = jnp.exp(sc - m_new)
+        l = l * corr + jnp.sum(p, axis=-1, keepdims=True)
+        return m_new, l, acc * corr + jax.lax.dot_general(p, vj, pv, preferred_element_type=f32)
+
+    one = qh[..., :1]
+    init = (jnp.full_like(one, model_lib._NEG), jnp.zeros_like(one), jnp.zeros_like(qh))
+    ar = jnp.arange(b)
+    carry = tile(init, k.transpose(0, 2, 3, 1).astype(f32), v.transpose(0, 2, 1, 3).astype(f32),
+                 ar[:, None] >= ar[None, :])  # the diagonal tile
+
+    def key_block(j, carry):
+        kj = jax.lax.dynamic_slice_in_dim(kc, j * b, b, axis=3)  # [R, Kv, H, b]
+        vj = jax.lax.dynamic_slice_in_dim(vc, j * b, b, axis=2)  # [R, Kv, b, H]
+        return tile(carry, _from_bits(kj, k.dtype).astype(f32), _from_bits(vj, v.dtype).astype(f32), None)
+
+    _, l, acc = jax.lax.fori_loop(0, i, key_block, carry)
+    out = (acc / l).astype(q.dtype).transpose(0, 3, 1, 2, 4)  # [R, b, Kv, G, H]
+    return explicit.reshape_rows(out, (R, b, K * H))
+
+
+def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: ModelConfig, mesh):
+    """A long prompt's prefill straight into the decode loop's cache layout (``_split_cache``: per
+    layer, per slot block, keys [R, Kv, H, S_b], values [R, Kv, S_b, H]) on the decode weights
+    ``w`` (``_decode_weights``), instead of ``qwen3.prefill``'s stacked [L, R, S, Kv, H] cache
+    followed by the split, which holds the cache twice, and its whole-prompt activations.
+
+    Layers unrolled (as the decode step); within a layer a ``lax.scan`` over the P / b prompt chunks
+    of b = ``cfg.prefill_block`` tokens (P a multiple of b): chunk i's q, k, v from the layer's
+    input, k and v written at slots [i·b, (i+1)·b) of block 0 (every slot, the padding after a
+    row's length too: the decode loop overwrites slot ``cur`` before it attends it), flash
+    attention against slots [0, (i+1)·b) (``_chunk_attention``), o_proj and the MLP. Live at a
+    time: the cache, the hidden states [P/b, R, b, D] twice and one chunk's activations. Same
+    equations as ``qwen3.prefill`` (the queries a row's length covers attend only that row's own
+    prompt keys); the numbers differ by float rounding. Returns (float32 logits [R, V] after each
+    row's last prompt token, the cache as ``_split_cache`` gives it)."""
+    R, P = tokens.shape
+    b = int(cfg.prefill_block)
+    nb = P // b
+    eps = cfg.rms_norm_eps
+    Kv, H = cfg.n_kv_heads, cfg.head_dim
+    dt = cfg.dtype
+    toks = tokens.astype(jnp.int32).reshape(R, nb, b).transpose(1, 0, 2)  # [nb, R, b]
+    h = jax.vmap(lambda t: explicit.gather_rows(w["embed"], t).astype(dt))(toks)  # [nb, R, b, D]
+    ks, vs = [], []
+    for lp in w["layers"]:
+        def chunk(carry, xs, lp=lp):
+            kc, vc = carry
+            hi, i = xs  # [R, b, D], []
+            pos = jnp.broadcast_to(i * b + jnp.arange(b, dtype=jnp.int32), (R, b))
+            a = model_lib.rms_norm(hi, lp["input_layernorm"], eps=eps)
+            q, k, v = (explicit.keep_rows(x) for x in _decode_qkv(lp, a, pos, cfg))
+            k, v = k.astype(dt), v.astype(dt)  # attended as the cache holds them
+            att = _chunk_attention(q, k, v, kc, vc, i, block=b)
+            kc = jax.lax.dynamic_update_slice_in_dim(kc, _to_bits(k.transpose(0, 2, 3, 1)), i * b, axis=3)
+            vc = jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2)
+            hi = hi + model_lib.dense(att, lp["o_proj"], dtype=dt)
+            m = model_lib.rms_norm(hi, lp["post_attention_layernorm"], eps=eps)
+            return (kc, vc), hi + _decode_mlp(lp, m, cfg)
+
+        S0, bits = bounds[1], _bits_dtype(dt)
+        init = (_constrain(explicit.zeros((R, Kv, H, S0), bits, row_axis=0), mesh, 0),
+                _constrain(explicit.zeros((R, Kv, S0, H), bits, row_axis=0), mesh, 0))
+        (kc, vc), h = jax.lax.scan(chunk, init, (h, jnp.arange(nb, dtype=jnp.int32)))  # bits, as the loop holds them
+        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), bits, row_axis=0), mesh, 0),
+                 _constrain(explicit.zeros((R, Kv, bb - a, H), bits, row_axis=0), mesh, 0))
+                for a, bb in zip(bounds[1:-1], bounds[2:])]
+        ks.append((kc,) + tuple(x for x, _ in rest))
+        vs.append((vc,) + tuple(y for _, y in rest))
+    last = jnp.maximum(lengths - 1, 0).astype(jnp.int32)  # [R]
+    hr = explicit.reshape_rows(h.transpose(1, 0, 2, 3), (R, P, h.shape[-1]))  # [R, P, D]
+    hl = jnp.take_along_axis(hr, last[:, None, None], axis=1)[:, 0]  # [R, D]
+    hn = model_lib.rms_norm(hl, w["norm"], eps=eps)
+    logits = model_lib.dense(hn, w["head"], dtype=dt, preferred_element_type=jnp.float32)
+    return logits, (tuple(ks), tuple(vs))
+
+
+def _long_prefill(P: int, cfg: ModelConfig, parts: int) -> bool:
+    """Whether ``_sample_state`` prefills with ``_prefill_blocks``: prompts of at least
+    ``cfg.prefill_flash_from`` slots that are a multiple of ``cfg.prefill_block``, one row part."""
+    return (cfg.prefill_flash_from is not None and P >= cfg.prefill_flash_from and P % cfg.prefill_block == 0
+            and parts == 1)
+
+
 def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
-                 mesh: Mesh | None) -> _LoopState:
+                 mesh: Mesh | None, w: dict | None = None) -> _LoopState:
     """The decode ``while_loop``, in ``_segments`` (each its own loop over a static attended length);
     each segment exits early when every row has stopped, and the next one then runs no step."""
     T = scfg.max_new_tokens
@@ -527,7 +674,7 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
     ar = explicit.constrain_rows(jnp.arange(R))  # [R]; explicit mesh: split like the rows
     keys = explicit.constrain_rows(_row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
-    w = _decode_weights(params, cfg)
+    w = _decode_weights(params, cfg) if w is None else w
     bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
     def body(s: _LoopState, nb: int):
@@ -581,7 +728,7 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 def _sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
                 return_cache: bool = True):
     s = _sample_state(params, tokens, lengths, key, budget, row0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_parts(s.cache) if return_cache else None)
+    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_parts(s.cache, cfg.dtype) if return_cache else None)
 
 
 def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig,
@@ -591,7 +738,15 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
     ``row0``: index of the first row in the whole batch (per-row keys, ``row_chunk``)."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
-    logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
+    parts = _row_parts(R, mesh, scfg)
+    w = None
+    if _long_prefill(P, cfg, parts):  # the prefill writes the decode layout itself (no stacked copy)
+        w = _decode_weights(params, cfg)
+        logits, split = _prefill_blocks(w, tokens, lengths, bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
+        split = (split,)
+    else:
+        logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
+        split = _split_parts(cache, _blocks(P, scfg), mesh, parts)
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
     zeros = jnp.zeros((R, L), jnp.float32)
     state = _LoopState(
@@ -599,9 +754,9 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
         done=jnp.zeros((R,), bool), stop_token=jnp.full((R,), -1, jnp.int32), limit=budget.astype(jnp.int32),
-        logits=logits, cache=_split_parts(cache, _blocks(P, scfg), mesh, _row_parts(R, mesh, scfg)),
+        logits=logits, cache=split,
     )
-    return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh)
+    return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh, w=w)
 
 
 def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
@@ -640,7 +795,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
         cache=_split_parts(cache, _blocks(L0 + O, scfg), mesh, _row_parts(R, mesh, scfg)),
     )
     s = _decode_loop(params, state, key, 0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_parts(s.cache)
+    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_parts(s.cache, cfg.dtype)
 
 
 # ----------------------------------------------------------------------------- public API
