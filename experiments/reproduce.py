@@ -24,18 +24,12 @@ the code that changed under the run.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import pathlib
 import sys
 import tempfile
 
-
-def read_records(run_dir: pathlib.Path) -> list[dict]:
-    """``metrics.jsonl`` (or its committed ``.gz``) of ``run_dir``."""
-    plain, packed = run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.gz"
-    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+from prs.analysis.runs import read_records  # noqa: F401  (also this module's API)
 
 
 def comparable(records: list[dict]) -> list[dict]:

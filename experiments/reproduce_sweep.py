@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.reproduce import read_records
+from prs.analysis.runs import read_records
 
 _NAME = re.compile(r"^(?P<variant>[^-]+)-(?P<arm>.+)-s(?P<seed>\d+)$")
 N_BOOT = 2000

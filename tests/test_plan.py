@@ -117,9 +117,9 @@ def test_planner_cli_compares_against_the_memory_jax_gets(env, want_gib, monkeyp
         monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", env)
     main(["+experiment=grpo_ps_qwen3_8b_h200x8"])
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.strip().startswith("device memory"))
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("usable"))   # device memory x fraction
     assert float(line.split()[-2]) == pytest.approx(want_gib, abs=0.01), line
     main(["+experiment=grpo_ps_qwen3_8b_v5p64"])
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.strip().startswith("device memory"))
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("usable"))
     assert float(line.split()[-2]) == pytest.approx(95.0, abs=0.01), line

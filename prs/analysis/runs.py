@@ -3,6 +3,7 @@ paper's reported numbers to compare against (never results of this code base).""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 import pathlib
@@ -253,6 +254,14 @@ def load_run(path) -> Run:
         error=error, schedule=schedule, task_params=task_params, method_params=dict(config.get("method") or {}),
         k_hist0=tuple(int(v) for v in (train[0].get("k_hist") or ())) if train else (),
         series={k: np.array([_f(r.get(k)) for r in train], float) for k in SERIES if any(k in r for r in train)})
+
+
+def read_records(run_dir) -> list[dict]:
+    """Every record of ``run_dir``'s ``metrics.jsonl`` (or its committed ``metrics.jsonl.gz``), in order."""
+    run_dir = pathlib.Path(run_dir)
+    plain, packed = run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.gz"
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def find_run_dirs(root) -> list[pathlib.Path]:
