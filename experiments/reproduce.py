@@ -59,10 +59,13 @@ def rerun(run_dir, out_dir) -> list[dict]:
 
 
 def diff(recorded: list[dict], fresh: list[dict]) -> list[str]:
-    """Human-readable differences between two record lists (empty: identical)."""
+    """Human-readable differences between two record lists (empty: identical). A field the re-run
+    logs that the record does not have (a metric added since) is new, not different: it is not
+    compared (``new_fields`` lists them); a recorded field the re-run lacks is a difference."""
     a, b = comparable(recorded), comparable(fresh)
     out = [] if len(a) == len(b) else [f"{len(a)} recorded lines vs {len(b)} re-run lines"]
     for i, (x, y) in enumerate(zip(a, b)):
+        y = {k: v for k, v in y.items() if k in x}
         if x != y:
             keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
             out.append(f"line {i} ({x.get('kind')} step {x.get('step')}): " +
@@ -107,6 +110,8 @@ def check(run_dir, *, mode: str = "auto", log=print) -> int:
         first = rerun(run_dir, pathlib.Path(tmp) / "a")
         if mode == "exact":
             problems = diff(recorded, first)
+            if new_fields(recorded, first):
+                log(f"not compared (fields added since the record): {', '.join(new_fields(recorded, first))}")
             for line in problems:
                 log(line)
             log("identical records" if not problems else f"{len(problems)} difference(s)")
@@ -121,6 +126,12 @@ def check(run_dir, *, mode: str = "auto", log=print) -> int:
     log("deterministic: two fresh re-runs gave identical records" if not problems
         else f"{len(problems)} difference(s) between two re-runs on one machine")
     return 1 if problems else 0
+
+
+def new_fields(recorded: list[dict], fresh: list[dict]) -> list[str]:
+    """Fields the re-run logs that no recorded line has (metrics added after the record was made)."""
+    have = set().union(*map(set, recorded)) if recorded else set()
+    return sorted(set().union(*map(set, fresh)) - have) if fresh else []
 
 
 def main(argv=None) -> int:

@@ -73,6 +73,10 @@ def test_diff_reports_a_changed_record():
     out = reproduce.diff(recorded, changed)
     assert len(out) == 1 and "pass_rate" in out[0] and "time_sample" not in out[0]
     assert reproduce.diff(recorded, changed[:-1])[0].endswith("re-run lines")
+    added = [{**r, "new/metric": 1.0} for r in recorded]          # a metric added since: new, not different
+    assert reproduce.diff(recorded, added) == [] and reproduce.new_fields(recorded, added) == ["new/metric"]
+    dropped = [{k: v for k, v in r.items() if k != "pass_rate"} for r in recorded]
+    assert any("pass_rate" in line for line in reproduce.diff(recorded, dropped))  # a recorded field lost
 
 
 def _fp(**kw) -> dict:
