@@ -46,17 +46,19 @@ def _flags(argv):
     return flags, rest
 
 
-def main(argv=None) -> int:
+def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, frac=None) -> dict:
+    """What ``python -m prs.plan`` plans for Hydra ``overrides``: ``{"cfg", "model_cfg", "rl", "sizes",
+    "devices", "device_gib", "mem_fraction", "platform", "budget", "prompt_len", "rerolls"}``. ``devices`` /
+    ``device_gib`` default to ``mesh.devices`` (or 8) / ``mesh.device_gib`` (or 80); ``frac`` (the
+    allocator's share) to what JAX takes on ``mesh.platform`` (``prs.plan.mem_fraction``)."""
     import jax.numpy as jnp
 
     from prs.models.qwen3 import ModelConfig
-    from prs.plan import mem_fraction, plan_run, sampler_cache_slots
+    from prs.plan import mem_fraction
     from prs.rl.trainer import RLConfig
 
-    flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
     with initialize_config_dir(config_dir=CONF, version_base=None):
-        raw = compose("config", overrides=["sft.base_dir=/tmp/prs-plan", *overrides])
-    cfg = validate(raw)
+        cfg = validate(compose("config", overrides=["sft.base_dir=/tmp/prs-plan", *overrides]))
     over = dict(cfg.model.overrides)
     for key in ("dtype", "param_dtype"):
         if key in over:
@@ -66,71 +68,46 @@ def main(argv=None) -> int:
                   **to_kwargs(cfg.rollout, RLConfig),
                   **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
     budget = rl.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
-    devices = int(flags.get("devices", cfg.mesh.devices or 8))
-    gib = float(flags.get("device_gib", cfg.mesh.device_gib or 80))
+    devices = int(devices or cfg.mesh.devices or 8)
     platform = cfg.mesh.platform or "gpu"
-    # the allocator's share: --mem-fraction, else what JAX takes on the platform (prs.plan.mem_fraction)
-    frac = float(flags["mem_fraction"]) if "mem_fraction" in flags else mem_fraction(platform=platform)
-    prompt = int(flags.get("prompt_len", 512))
     sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
     if cfg.mesh.name == "single":
-        sizes = {"data": 1, "fsdp": 1, "tensor": 1}
-        devices = 1
+        sizes, devices = {"data": 1, "fsdp": 1, "tensor": 1}, 1
     known = 1
     for v in sizes.values():
         known *= v if v != -1 else 1
     sizes = {k: (devices // known if v == -1 else v) for k, v in sizes.items()}
     if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != devices:
         raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
-    rerolls = cfg.method.mode != "baseline"  # a prefix re-roll's KV cache is prompt + 2 x budget slots
+    return dict(cfg=cfg, model_cfg=model_cfg, rl=rl, sizes=sizes, devices=devices, platform=platform,
+                device_gib=float(device_gib or cfg.mesh.device_gib or 80),
+                mem_fraction=float(frac) if frac is not None else mem_fraction(platform=platform),
+                budget=budget, prompt_len=int(prompt_len),
+                rerolls=cfg.method.mode != "baseline")  # a prefix re-roll's KV cache is prompt + 2 x budget slots
+
+
+def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512) -> dict:
+    """``setup`` of ``conf/experiment/<name>.yaml`` (``prs.plan_compiled``'s presets)."""
+    return setup([f"+experiment={name}"], devices=devices, prompt_len=prompt_len)
+
+
+def main(argv=None) -> int:
+    from prs.plan import plan_run, sampler_cache_slots
+
+    flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
+    s = setup(overrides, devices=flags.get("devices"), device_gib=flags.get("device_gib"),
+              prompt_len=int(flags.get("prompt_len", 512)), frac=flags.get("mem_fraction"))
+    rl, model_cfg, prompt, budget, gib, frac = s["rl"], s["model_cfg"], s["prompt_len"], s["budget"], s["device_gib"], s["mem_fraction"]
     p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
-                 prefix_rerolls=rerolls, mem_fraction=frac, **sizes)
+                 prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
     rows = rl.tasks_per_step * rl.group_size
-    print(f"{cfg.model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
-          f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=rerolls)} slots"
-          f"{' (prefix re-rolls)' if rerolls else ''}, mesh {sizes} on {devices} {platform} devices of {gib:g} GiB "
-          f"(JAX gets {frac:g} of it: {gib * frac:.1f} GiB), remat={model_cfg.remat}, "
+    print(f"{s['cfg'].model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
+          f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=s['rerolls'])} slots"
+          f"{' (prefix re-rolls)' if s['rerolls'] else ''}, mesh {s['sizes']} on {s['devices']} {s['platform']} devices "
+          f"of {gib:g} GiB (JAX gets {frac:g} of it: {gib * frac:.1f} GiB), remat={model_cfg.remat}, "
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())
     return 0 if p.fits else 1
-
-
-def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512):
-    """The model config, RLConfig, mesh sizes, device GiB and budget of ``conf/experiment/<name>.yaml``
-    (as ``python -m prs.plan`` composes them)."""
-    import pathlib
-
-    from hydra import compose, initialize_config_dir
-
-    import jax.numpy as jnp
-    import numpy as np
-
-    from experiments.config import validate
-    from experiments.schema import to_kwargs
-    from prs.models.qwen3 import ModelConfig
-    from prs.plan import mem_fraction
-    from prs.rl.trainer import RLConfig
-
-    conf = str(pathlib.Path(__file__).resolve().parent.parent / "conf")  # the repo's conf/
-    with initialize_config_dir(config_dir=conf, version_base=None):
-        raw = compose("config", overrides=["sft.base_dir=/tmp/prs-plan", f"+experiment={name}"])
-    c = validate(raw)
-    over = dict(c.model.overrides)
-    for key in ("dtype", "param_dtype"):
-        if key in over:
-            over[key] = getattr(jnp, over[key])
-    model_cfg = ModelConfig.preset(c.model.preset, **over)
-    rl = RLConfig(**to_kwargs(c.algo, RLConfig), **to_kwargs(c.optim, RLConfig), **to_kwargs(c.sampler, RLConfig),
-                  **to_kwargs(c.method, RLConfig), **to_kwargs(c.eval, RLConfig))
-    budget = rl.max_new_tokens or int(c.task.params.get("max_new_tokens", 0)) or 512
-    n = int(devices or c.mesh.devices or 8)
-    sizes = {"data": c.mesh.data, "fsdp": c.mesh.fsdp, "tensor": c.mesh.tensor}
-    known = int(np.prod([v for v in sizes.values() if v != -1]))
-    sizes = {k: (n // known if v == -1 else v) for k, v in sizes.items()}
-    return dict(model_cfg=model_cfg, rl=rl, sizes=sizes, devices=n, device_gib=float(c.mesh.device_gib or 80),
-                mem_fraction=mem_fraction(platform=c.mesh.platform or "gpu"),
-                budget=budget, prompt_len=prompt_len, rerolls=c.method.mode != "baseline")
-
 
 if __name__ == "__main__":
     sys.exit(main())
