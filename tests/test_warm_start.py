@@ -35,3 +35,45 @@ def test_default_warm_start_learns_the_task(tmp_path, seed, xla_flags):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"sft.seed={seed} XLA_FLAGS={xla_flags}: {got}")
     assert got["heldout_demo_loss"] <= MAX_LOSS and got["pass_at_1"] >= MIN_PASS, got
+
+
+class _Spy:
+    """The tiny arith task, recording which stream steps the warm start draws."""
+
+    def __init__(self, task):
+        self.task, self.steps = task, []
+
+    def warm_start_problems(self, *, seed, step, count):
+        self.steps.append(step)
+        return getattr(self.task, "warm_start_problems", self.task.train_problems)(seed=seed, step=step, count=count)
+
+    def train_problems(self, **kw):
+        return self.task.train_problems(**kw)
+
+    def demonstrations(self, probs, *, seed):
+        return self.task.demonstrations(probs, seed=seed)
+
+
+def test_warm_restarts_run_another_cycle_only_while_the_loss_is_above_the_target():
+    import jax
+    import numpy as np
+
+    from prs.rl.trainer import supervised_warm_start
+    from tests._arith_tiny import MODEL, TASK
+
+    kw = dict(steps=4, batch=8, lr=3e-3, seed=0)
+    one = _Spy(TASK)
+    p1 = supervised_warm_start(one, MODEL, **kw, log=None)
+    met = _Spy(TASK)   # a target every loss meets: one cycle, identical to no target
+    p_met = supervised_warm_start(met, MODEL, **kw, until_loss=float("inf"), max_cycles=3, log=None)
+    lines = []
+    two = _Spy(TASK)   # a target no loss meets: every cycle runs, on the next problems of the stream
+    p2 = supervised_warm_start(two, MODEL, **kw, until_loss=-1.0, max_cycles=2, log=lines.append)
+    assert one.steps == met.steps == [0, 1, 2, 3] and two.steps == list(range(8))
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), p1, p_met)
+    assert all(jax.tree.leaves(same))
+    assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), p1, p2)))
+    cyc = [ln for ln in lines if "cycle" in ln]
+    assert len(cyc) == 2 and "another cycle" in cyc[0] and "sft.max_cycles=2" in cyc[1], lines
+    with pytest.raises(ValueError, match="max_cycles"):
+        supervised_warm_start(TASK, MODEL, **kw, max_cycles=0, log=None)

@@ -83,6 +83,8 @@ class RunConfig:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     sft_seed: int = 0
+    sft_until_loss: float | None = None
+    sft_max_cycles: int = 1
     base_dir: str | None = None
     wandb_mode: str = "offline"
     wandb_project: str = "prs"
@@ -208,7 +210,9 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     if run.sft_steps == 0:
         return sharded_params(lambda: init_params(model_cfg, jax.random.PRNGKey(run.sft_seed)), shardings)
     # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
-    key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed))
+    restarts = () if run.sft_until_loss is None else (run.sft_until_loss, run.sft_max_cycles)  # old keys unchanged
+    key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed,
+                 *restarts))
     path = (base_dir / f"base-{key}").resolve()
     ckptr = ocp.StandardCheckpointer()
 
@@ -227,7 +231,8 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         log(f"[base] supervised warm start on every process ({jax.process_count()}), not cached: build {path} "
             "with one process first to reuse it")
         return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                     seed=run.sft_seed, log=log, progress=_sft_progress(run))
+                                     seed=run.sft_seed, until_loss=run.sft_until_loss,
+                                     max_cycles=run.sft_max_cycles, log=log, progress=_sft_progress(run))
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -236,7 +241,8 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
             return load()
         log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
         params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                       seed=run.sft_seed, log=log, progress=_sft_progress(run))
+                                       seed=run.sft_seed, until_loss=run.sft_until_loss,
+                                     max_cycles=run.sft_max_cycles, log=log, progress=_sft_progress(run))
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         ckptr.save(tmp, params)
         ckptr.wait_until_finished()
