@@ -3,12 +3,15 @@
 A clean clone on an AVX2-only machine once trained a warm start that had not learned the addition
 table (held-out pass@1 0.09 at step 0, 0.06 after RL) where the recording AVX-512 machine reached
 0.46: the warm start sat on a loss plateau until late in its cosine schedule, so whether it escaped
-before the learning rate decayed was decided by rounding. This builds the default warm start
-(``conf/config.yaml``'s ``sft``) for two seeds, one of them with XLA limited to AVX2
-(``--xla_cpu_max_isa=AVX2``: the code an AVX2-only machine runs), and requires the quality the
+before the learning rate decayed was decided by rounding. The default now restarts the schedule
+(``sft.until_loss`` / ``sft.max_cycles``) while the loss stays on the plateau. This builds the
+default warm start for two cases that failed or were at risk without restarts and pass with them
+(seed 0 as the machine compiles it; seed 1 with XLA limited to AVX2, ``--xla_cpu_max_isa=AVX2``:
+the code an AVX2-only machine runs, which needed a second cycle), and requires the quality the
 README's main job needs: held-out demonstration loss and step-0 held-out pass@1 past thresholds
-that every failed warm start measured missed by a wide margin (failed: loss 0.73-0.86, pass@1
-0.09-0.18; learned: loss <= 0.55, pass@1 >= 0.38)."""
+that every failed warm start measured missed by a wide margin (failed: loss 0.71-0.86, pass@1
+0.09-0.21; learned: loss <= 0.55, pass@1 >= 0.38). It is a guard against a change that breaks
+the main job, not a proof of robustness: AVX2 seed 2 still stays on a plateau (README)."""
 import json
 import os
 import pathlib
