@@ -102,6 +102,20 @@ def batch_axes(mesh: Mesh) -> str | tuple[str, ...] | None:
     return axes[0] if len(axes) == 1 else axes
 
 
+def pad_rows(rows: int, multiple: int) -> np.ndarray:
+    """Row ids ``[R']`` that pad ``rows`` up to ``R' = ⌈R / multiple⌉ · multiple`` (the batch shards of
+    a mesh): ``0 .. R − 1`` and then copies of the first rows (real prompts, so the padding decodes
+    like real rows and no sampler input is special). The sampler draws row ``r`` from its own stream
+    ``fold_in(key, r)``, so rows ``0 .. R − 1`` of the padded call are those of the unpadded one
+    and dropping the rest leaves the unpadded result (e.g. an evaluation of 30 problems × 8 samples =
+    240 rows on a 32-way v5p-64 batch: 256 rows sampled, 240 scored)."""
+    if not (isinstance(multiple, (int, np.integer)) and multiple >= 1):
+        raise ValueError(f"pad_rows: multiple must be an int >= 1, got {multiple!r}")
+    if rows < 1:
+        raise ValueError(f"pad_rows: rows must be >= 1, got {rows}")
+    return np.arange(-(-rows // multiple) * multiple) % rows
+
+
 def batch_size_multiple(mesh: Mesh) -> int:
     """How many shards a batch's rows are split into (the row count must be a multiple)."""
     return int(np.prod([mesh.shape[a] for a in (DATA_AXIS, FSDP_AXIS) if a in mesh.shape]))

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models.sampler import sample_all_rows
-from prs.parallel.sharding import batch_size_multiple, process_rows
+from prs.parallel.sharding import batch_size_multiple, pad_rows, process_rows  # noqa: F401  (pad_rows: API)
 
 
 def multi_process(mesh) -> bool:
@@ -80,20 +80,6 @@ def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
         budget = None if budget is None else np.asarray(budget)[fill]
     out = host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
     return out if fill.size == r else jax.tree.map(lambda x: x[:r], out)
-
-
-def pad_rows(rows: int, multiple: int) -> np.ndarray:
-    """Row ids ``[R']`` that pad ``rows`` up to ``R' = ⌈R / multiple⌉ · multiple`` (the batch shards of
-    a mesh): ``0 .. R − 1`` and then copies of the first rows (real prompts, so the padding decodes
-    like real rows and no sampler input is special). The sampler draws row ``r`` from its own stream
-    ``fold_in(key, r)``, so rows ``0 .. R − 1`` of the padded call are those of the unpadded one
-    and dropping the rest leaves the unpadded result (e.g. an evaluation of 30 problems × 8 samples =
-    240 rows on a 32-way v5p-64 batch: 256 rows sampled, 240 scored)."""
-    if not (isinstance(multiple, (int, np.integer)) and multiple >= 1):
-        raise ValueError(f"pad_rows: multiple must be an int >= 1, got {multiple!r}")
-    if rows < 1:
-        raise ValueError(f"pad_rows: rows must be >= 1, got {rows}")
-    return np.arange(-(-rows // multiple) * multiple) % rows
 
 
 def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):

@@ -23,6 +23,7 @@ from prs.models import sampler as S
 from prs.models.continuous import sample_continuous
 from prs.models.qwen3 import ModelConfig
 from prs.models.sampler import Rollout, SamplerConfig
+from prs.parallel.sharding import batch_size_multiple, pad_rows
 from prs.rollout.engine import check_budget, join_prefix
 
 
@@ -51,9 +52,14 @@ class JaxEngine:
         rows, lengths = join_prefix(prompts, prompt_lengths, prefixes, prefix_lengths, pad_id=scfg.pad_id)
         if budget is not None:
             budget = check_budget(budget, rows.shape[0], scfg.max_new_tokens)
-        if self.mesh is not None:
+        if self.mesh is not None:  # rows the batch shards do not divide: padded, the padding dropped (pad_rows)
+            r = rows.shape[0]
+            fill = pad_rows(r, batch_size_multiple(self.mesh))
+            if fill.size > r:
+                rows, lengths = np.asarray(rows)[fill], np.asarray(lengths)[fill]
+                budget = None if budget is None else np.asarray(budget)[fill]
             ro = S.sample_all_rows(params, rows, lengths, key, cfg=self.cfg, scfg=scfg, mesh=self.mesh, budget=budget)
-            return jax.tree.map(S.all_rows_on_host, ro)
+            return jax.tree.map(lambda x: S.all_rows_on_host(x)[:r], ro)
         if self.continuous_slots is not None:
             return sample_continuous(params, rows, lengths, key, cfg=self.cfg, scfg=scfg, slots=self.continuous_slots,
                                      budget=budget)
