@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import signal
+import time
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -36,6 +37,11 @@ _Capturing, captured = capturing_trainer()
 class KilledTrainer(_Capturing):
     def step(self, state):
         if mode == "kill" and info.process_index == 1 and int(state.step) == CRASH_AT:
+            # checkpoints are written asynchronously: the premise is a kill after the step-CRASH_AT checkpoint
+            # is committed (orbax renames its directory into place when the write is done), so wait for it
+            deadline = time.monotonic() + 120
+            while not (root / "killed" / "checkpoints" / str(CRASH_AT)).is_dir() and time.monotonic() < deadline:
+                time.sleep(0.2)
             print(f"[p1] SIGKILL at step {CRASH_AT}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(state)
