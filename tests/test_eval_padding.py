@@ -16,6 +16,7 @@ from prs.core import prefix as ps
 from prs.models import qwen3 as M
 from prs.models import sampler as S
 from prs.parallel import sharding as shd
+from prs.rollout.jax_engine import JaxEngine
 from prs.rl import multihost
 from prs.rl import trainer as T
 from prs.tasks.registry import make_task
@@ -60,7 +61,7 @@ def test_evaluate_rows_not_divisible_equal_one_device(eight_devices, mesh_kw):
 
 
 def test_sample_rows_padding_dropped(eight_devices):
-    """``multihost.sample_rows`` of 13 rows on 8 shards: exactly 13 rows back, tokens and log-probs
+    """The jax engine's mesh call (``JaxEngine.generate``) of 13 rows on 8 shards: exactly 13 rows back, tokens and log-probs
     equal the 1-device ``sample`` (per-row keys: the padding does not move the real rows' draws)."""
     cfg = M.ModelConfig.preset("tiny")
     params = M.init_params(cfg, jax.random.key(0), std=0.3)
@@ -71,8 +72,9 @@ def test_sample_rows_padding_dropped(eight_devices):
     scfg = S.SamplerConfig(max_new_tokens=5, temperature=1.0, buckets=(8,))
     want = S.sample(params, toks, lengths, jax.random.key(3), cfg=cfg, scfg=scfg, budget=budget)
     mesh = shd.make_mesh(eight_devices, fsdp=8)
-    got = multihost.sample_rows(params, toks, lengths, jax.random.key(3), cfg=cfg, scfg=scfg, mesh=mesh,
-                                budget=budget)
+    engine = JaxEngine(cfg, mesh=mesh)
+    engine.update_params(params)
+    got = engine.generate(toks, lengths, key=jax.random.key(3), scfg=scfg, budget=budget)
     assert got.tokens.shape == want.tokens.shape
     np.testing.assert_array_equal(got.tokens, np.asarray(want.tokens))
     np.testing.assert_array_equal(got.lengths, np.asarray(want.lengths))

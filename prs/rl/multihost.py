@@ -7,14 +7,15 @@ Several processes (the trainer's mesh spans every process's devices), one step:
 
 1. every process builds the same B problems and the same ``[R, P]`` input rows (problems are a
    function of (seed, step), re-roll sources come from step 3's host view);
-2. ``sample_rows``: each process hands the sampler only its own rows ``x[process_rows]`` (the rows
+2. sampling (``prs.rollout.jax_engine.JaxEngine.generate`` with a mesh: rows the batch shards do
+   not divide are padded, ``pad_rows``, and the padding dropped): each process hands the sampler only its own rows ``x[process_rows]`` (the rows
    its devices hold, ``prs.parallel.sharding.process_rows``); the sampler assembles them into one
    global ``[R, ...]`` batch (``jax.make_array_from_process_local_data``) and decodes it as one
    SPMD program, so the tokens are those of a single-process run with the same key (threefry
    draws do not depend on the sharding). All processes pad the rows to the *same* width: the
    prompt bucket of the longest row of the whole batch, not of their own rows;
 3. the rollout (tokens, masks, log-probs: ``[R, L]``, small next to the model) is gathered to
-   every host (``process_allgather``);
+   every host (``prs.models.sampler.all_rows_on_host``: ``process_allgather``);
 4. ``score_rows``: each process scores only its own rows (its slice of the problems; a
    code-executing verifier runs once per row, not once per process), and the ``[R]`` rewards are
    gathered so every process holds all of them.
@@ -39,7 +40,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.models.sampler import sample_all_rows
 from prs.parallel.sharding import batch_size_multiple, pad_rows, process_rows  # noqa: F401  (pad_rows: API)
 
 
@@ -51,35 +51,6 @@ def multi_process(mesh) -> bool:
         raise ValueError(f"{jax.process_count()} processes but no mesh: the trainer needs a mesh over every "
                          "process's devices (experiments.train: mesh=fsdp or dp_fsdp, not mesh=single)")
     return True
-
-
-def host_view(tree):
-    """Global arrays (a ``Rollout`` row-split over the processes) -> host numpy arrays of all rows,
-    the same on every process (``process_allgather``; module docstring, step 3). One process: the
-    arrays copied to the host."""
-    if jax.process_count() == 1:
-        return jax.tree.map(np.asarray, tree)
-    from jax.experimental import multihost_utils as mhu
-
-    return jax.tree.map(np.asarray, mhu.process_allgather(tree, tiled=True))
-
-
-def sample_rows(params, rows, rows_len, key, *, cfg, scfg, mesh, budget=None):
-    """``prs.models.sampler.sample_all_rows`` (each process feeds its own rows of the full ``rows
-    [R, P]``, the same on every process) gathered: the whole ``Rollout`` as host arrays, the same on
-    every process (module docstring, steps 2-3). On one process with a mesh: ``sample`` on the mesh,
-    copied to the host, so the host glue never runs eager ops on arrays typed with an Explicit
-    mesh's row split (a task's ``[R] -> [B, N]`` reshape with B below the row shards is an error).
-    A row count that the mesh's batch shards do not divide is padded (``pad_rows``) and the padding
-    dropped from the result: the rollout has exactly ``R`` rows, the unpadded call's."""
-    rows, rows_len = np.asarray(rows), np.asarray(rows_len)
-    r = rows.shape[0]
-    fill = pad_rows(r, batch_size_multiple(mesh))  # [R'] row ids: 0..R-1, then copies up to the shards
-    if fill.size > r:
-        rows, rows_len = rows[fill], rows_len[fill]
-        budget = None if budget is None else np.asarray(budget)[fill]
-    out = host_view(sample_all_rows(params, rows, rows_len, key, cfg=cfg, scfg=scfg, mesh=mesh, budget=budget))
-    return out if fill.size == r else jax.tree.map(lambda x: x[:r], out)
 
 
 def score_rows(rewards_fn, task, problems, ro, *, group_size: int, mesh):
