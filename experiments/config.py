@@ -31,7 +31,7 @@ EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eva
 ROLLOUT = {"engine": "rollout_engine"}
 ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values(), ROLLOUT.values())
 SFT = {"steps": "sft_steps", "batch": "sft_batch", "lr": "sft_lr", "seed": "sft_seed", "until_loss": "sft_until_loss",
-       "max_cycles": "sft_max_cycles", "base_dir": "base_dir"}
+       "max_cycles": "sft_max_cycles", "attempts": "sft_attempts", "base_dir": "base_dir"}
 LOGGING = ["wandb_mode", "wandb_project", "progress"]
 
 MethodCfg = node("MethodCfg", (PrefixConfig, METHOD_PREFIX), (RLConfig, METHOD_RL), extra={"name": (str, "ps_ada")})

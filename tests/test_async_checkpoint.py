@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import pytest
 
 from orbax.checkpoint._src.path import atomicity
 
@@ -15,6 +16,7 @@ from prs.rl.runner import RunConfig, run
 from tests.test_faults import COMMON, MODEL, PC, QUIET, RL, TASK
 
 
+@pytest.mark.slow
 def test_the_next_step_overlaps_the_checkpoint_write(tmp_path, monkeypatch):
     events = []
     orig_finalize = atomicity.AtomicRenameTemporaryPath.finalize

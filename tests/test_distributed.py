@@ -19,6 +19,7 @@ def test_detect_start_up_method():
     assert _detect({"PRS_COORDINATOR": "h:1", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "16"}) == "explicit"
 
 
+@pytest.mark.slow
 def test_two_processes_sharded_update_equals_single_process(tmp_path):
     out = tmp_path / "result.npz"
     run_processes("_distributed_worker.py", lambda i: [out], cwd=tmp_path, timeout=240, tail=4000)

@@ -26,6 +26,7 @@ def test_histogram_counts_and_shares():
         kh.histogram(np.array([9]), 8)
 
 
+@pytest.mark.slow
 def test_tool_matches_the_runs_first_step(tmp_path):
     from hydra import compose, initialize_config_dir
 

@@ -32,6 +32,7 @@ def test_every_notebook_is_listed():
     assert sorted(p.name for p in nbs.NOTEBOOK_DIR.glob("*.ipynb")) == sorted(NOTEBOOKS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_committed_notebook_shows_its_outputs_and_matches_a_fresh_execution(name):
     path = nbs.NOTEBOOK_DIR / name

@@ -157,6 +157,7 @@ def test_next_visit_replayed_prefix_is_verbatim_with_zero_loss_mask_and_zero_gra
         assert mask[r, plen[r // 8] + c]                                    # the continuation starts right after
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_equals_the_uninterrupted_run_with_the_task_memory(tmp_path, base_params):
     common = dict(seed=3, eval_every=3, ckpt_every=2, sft_steps=60, sft_batch=32, sft_lr=3e-3,
                   base_dir=str(tmp_path / "base"), wandb_mode="disabled", progress=False)

@@ -144,6 +144,7 @@ def test_a_field_the_record_lacks_compares_as_its_default(tmp_path):
     assert "(sampler.row_parts: 1 (recorded) vs 2 (now))" in r.stderr.strip().splitlines()[-1], r.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_runs_past_a_failed_job_and_reports_it(tmp_path):
     from prs.analysis import load_runs
 

@@ -80,3 +80,35 @@ def test_warm_restarts_run_another_cycle_only_while_the_loss_is_above_the_target
     assert len(cyc) == 2 and "another cycle" in cyc[0] and "sft.max_cycles=2" in cyc[1], lines
     with pytest.raises(ValueError, match="max_cycles"):
         supervised_warm_start(TASK, MODEL, **kw, max_cycles=0, log=None)
+
+
+def test_random_restarts_start_fresh_after_failed_cycles_and_keep_the_best_attempt():
+    import re
+
+    import jax
+    import numpy as np
+
+    from prs.rl.trainer import supervised_warm_start
+    from tests._arith_tiny import MODEL, TASK
+
+    kw = dict(steps=4, batch=8, lr=3e-3, seed=0)
+    same = lambda a, b: all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))  # noqa: E731
+    p1 = supervised_warm_start(_Spy(TASK), MODEL, **kw, log=None)
+    met = _Spy(TASK)    # the first attempt meets the target: no other attempt, identical to one attempt
+    assert same(p1, supervised_warm_start(met, MODEL, **kw, until_loss=float("inf"), attempts=3, log=None))
+    assert met.steps == [0, 1, 2, 3]
+    lines, two = [], _Spy(TASK)   # no attempt meets the target: both run, the stream goes on, the best is kept
+    p2 = supervised_warm_start(two, MODEL, **kw, until_loss=-1.0, attempts=2, log=lines.append)
+    assert two.steps == list(range(8))
+    tails = [float(m) for ln in lines for m in re.findall(r"attempt \d cycle 1: mean loss of its last steps ([\d.]+)", ln)]
+    assert len(tails) == 2 and tails[0] != tails[1], lines
+    kept = int(re.search(r"keeping attempt (\d)", lines[-1]).group(1))
+    assert kept == 1 + int(np.argmin(tails))
+    assert same(p2, p1) == (kept == 1)
+    # a target between the two attempts' losses: the attempt that meets it ends the warm start
+    if tails[1] < tails[0]:
+        third = _Spy(TASK)
+        p3 = supervised_warm_start(third, MODEL, **kw, until_loss=(tails[0] + tails[1]) / 2, attempts=3, log=None)
+        assert third.steps == list(range(8)) and same(p3, p2)
+    with pytest.raises(ValueError, match="attempts=2 needs until_loss"):
+        supervised_warm_start(_Spy(TASK), MODEL, **kw, attempts=2, log=None)

@@ -64,6 +64,8 @@ class RunConfig:
       eval_every: held-out evaluation period (steps); also evaluated at the end.
       ckpt_every: checkpoint period (steps); 0 = no checkpoints.
       sft_steps, sft_batch, sft_lr, sft_seed: the supervised warm start (0 steps = random init).
+      sft_until_loss, sft_max_cycles, sft_attempts: warm restarts while the warm start's loss stays
+        above ``sft_until_loss``, then fresh initialisations (``supervised_warm_start``).
       base_dir: cache of warm-start parameters shared by runs (default ``<out_dir>/../base``).
       wandb_mode: ``disabled``, ``offline`` (default, into ``<out_dir>/wandb``) or ``online``.
       wandb_project: wandb project name.
@@ -85,6 +87,7 @@ class RunConfig:
     sft_seed: int = 0
     sft_until_loss: float | None = None
     sft_max_cycles: int = 1
+    sft_attempts: int = 1
     base_dir: str | None = None
     wandb_mode: str = "offline"
     wandb_project: str = "prs"
@@ -211,6 +214,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         return sharded_params(lambda: init_params(model_cfg, jax.random.PRNGKey(run.sft_seed)), shardings)
     # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
     restarts = () if run.sft_until_loss is None else (run.sft_until_loss, run.sft_max_cycles)  # old keys unchanged
+    restarts += () if run.sft_attempts == 1 else (("attempts", run.sft_attempts),)
     key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed,
                  *restarts))
     path = (base_dir / f"base-{key}").resolve()
@@ -232,7 +236,8 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
             "with one process first to reuse it")
         return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
                                      seed=run.sft_seed, until_loss=run.sft_until_loss,
-                                     max_cycles=run.sft_max_cycles, log=log, progress=_sft_progress(run))
+                                     max_cycles=run.sft_max_cycles, attempts=run.sft_attempts, log=log,
+                                     progress=_sft_progress(run))
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -242,7 +247,8 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
         params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
                                        seed=run.sft_seed, until_loss=run.sft_until_loss,
-                                     max_cycles=run.sft_max_cycles, log=log, progress=_sft_progress(run))
+                                     max_cycles=run.sft_max_cycles, attempts=run.sft_attempts, log=log,
+                                     progress=_sft_progress(run))
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         ckptr.save(tmp, params)
         ckptr.wait_until_finished()

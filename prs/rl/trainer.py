@@ -708,7 +708,7 @@ def sft_loss(params, tokens, loss_mask, *, cfg: ModelConfig):
 
 
 def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: int, lr: float, seed: int,
-                          until_loss: float | None = None, max_cycles: int = 1,
+                          until_loss: float | None = None, max_cycles: int = 1, attempts: int = 1,
                           log_every: int = 50, log=print, progress=None):
     """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
 
@@ -721,15 +721,24 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     Warm restarts (SGDR, Loshchilov & Hutter 2017): the arith warm start sits on a loss plateau
     (~0.9) until it learns the running sum, and leaves it anywhere from step ~450 to past 1,000
     depending on seed and on the machine's rounding; a cosine schedule that has decayed by then
-    keeps it there (held-out pass@1 0.09-0.2 instead of 0.4-0.5). With ``until_loss``, a cycle of
-    ``steps`` whose last ``min(50, steps)`` losses average above it is followed by another cycle
-    (the same warm-up and cosine schedule, fresh optimizer moments, the next problems of the
-    stream), at most ``max_cycles`` in all; the last cycle's shortfall is logged. ``until_loss=None``
-    (default) is one cycle, exactly as before.
+    keeps it there. With ``until_loss``, a cycle of ``steps`` whose last ``min(50, steps)`` losses
+    average above it is followed by another cycle (the same warm-up and cosine schedule, fresh
+    optimizer moments, the next problems of the stream), at most ``max_cycles`` per attempt.
+
+    Random restarts: some initialisations leave the first plateau for a second one (~0.75) that
+    further cycles, or a constant learning rate, do not leave. With ``attempts > 1``, an attempt
+    whose last cycle still ends above ``until_loss`` is followed by a fresh initialisation
+    (``fold_in(PRNGKey(seed), attempt)``; the data stream goes on); the first attempt that reaches
+    the target is returned, else the attempt with the lowest final loss (logged).
+    ``until_loss=None`` (default) is one cycle of one attempt, exactly as before.
     """
-    if max_cycles < 1:
-        raise ValueError(f"supervised_warm_start: max_cycles must be >= 1, got {max_cycles}")
-    params = init_params(model_cfg, jax.random.PRNGKey(seed))
+    if not (isinstance(max_cycles, int) and max_cycles >= 1):
+        raise ValueError(f"supervised_warm_start: max_cycles must be an int >= 1, got {max_cycles!r}")
+    if not (isinstance(attempts, int) and attempts >= 1):
+        raise ValueError(f"supervised_warm_start: attempts must be an int >= 1, got {attempts!r}")
+    if attempts > 1 and until_loss is None:
+        raise ValueError(f"supervised_warm_start: attempts={attempts} needs until_loss (the target that decides "
+                         "whether an attempt learned); set until_loss or attempts=1")
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(steps // 20, 1), max(steps, 2))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
 
@@ -740,28 +749,42 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
         return optax.apply_updates(p, u), o, loss
 
     t0 = time.perf_counter()
-    for cycle in range(max_cycles):
-        opt = tx.init(params)
-        losses = []
-        for j in range(steps):
-            i = cycle * steps + j
-            probs = getattr(task, "warm_start_problems", task.train_problems)(seed=10_000_000 + seed, step=i, count=batch)
-            tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
-            params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
-            losses.append(loss)
-            if progress is not None:
-                progress.update(j + 1, lambda: f"loss {float(loss):.4f}")
-            elif log and (j % log_every == 0 or j == steps - 1):
-                log(f"[sft] step {i + 1}/{steps * (cycle + 1)} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
-        if log and progress is not None and steps:
-            log(f"[sft] {steps * (cycle + 1)} steps: loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
-        if until_loss is None or not steps:
-            break
-        tail = float(jnp.mean(jnp.stack(losses[-min(50, steps):])))
-        if tail <= until_loss:
-            break
-        if log:
-            log(f"[sft] cycle {cycle + 1}: mean loss of its last steps {tail:.4f} > sft.until_loss {until_loss}: "
-                + (f"another cycle of {steps} steps (warm restart)" if cycle + 1 < max_cycles
-                   else f"stopping after sft.max_cycles={max_cycles}; the warm start may not have learned the task"))
-    return params
+    i = 0               # the step of the demonstration stream (continues across cycles and attempts)
+    best = None         # (final mean loss, attempt, params) of the best attempt so far
+    for attempt in range(attempts):
+        key = jax.random.PRNGKey(seed)
+        params = init_params(model_cfg, key if attempt == 0 else jax.random.fold_in(key, attempt))
+        for cycle in range(max_cycles):
+            opt = tx.init(params)
+            losses = []
+            for j in range(steps):
+                probs = getattr(task, "warm_start_problems", task.train_problems)(seed=10_000_000 + seed, step=i,
+                                                                                  count=batch)
+                tokens, mask = task.demonstrations(probs, seed=seed * 100_003 + i)
+                params, opt, loss = upd(params, opt, jnp.asarray(tokens), jnp.asarray(mask))
+                losses.append(loss)
+                i += 1
+                if progress is not None:
+                    progress.update(j + 1, lambda: f"loss {float(loss):.4f}")
+                elif log and (j % log_every == 0 or j == steps - 1):
+                    log(f"[sft] step {i}/{steps * (cycle + 1)} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
+            if log and progress is not None and steps:
+                log(f"[sft] {i} steps: loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
+            if until_loss is None or not steps:
+                return params
+            tail = float(jnp.mean(jnp.stack(losses[-min(50, steps):])))
+            if tail <= until_loss:
+                return params
+            last = cycle + 1 == max_cycles
+            if log:
+                log(f"[sft] attempt {attempt + 1} cycle {cycle + 1}: mean loss of its last steps {tail:.4f} > "
+                    f"sft.until_loss {until_loss}: "
+                    + ("another cycle of %d steps (warm restart)" % steps if not last else
+                       "a fresh initialisation (sft.attempts)" if attempt + 1 < attempts else
+                       f"stopping after sft.max_cycles={max_cycles} x sft.attempts={attempts}"))
+        if best is None or tail < best[0]:
+            best = (tail, attempt, params)
+    if log:
+        log(f"[sft] no attempt reached sft.until_loss {until_loss}: keeping attempt {best[1] + 1} (final mean loss "
+            f"{best[0]:.4f}); the warm start may not have learned the task")
+    return best[2]
