@@ -3,15 +3,17 @@
 A clean clone on an AVX2-only machine once trained a warm start that had not learned the addition
 table (held-out pass@1 0.09 at step 0, 0.06 after RL) where the recording AVX-512 machine reached
 0.46: the warm start sat on a loss plateau until late in its cosine schedule, so whether it escaped
-before the learning rate decayed was decided by rounding. The default now restarts the schedule
-(``sft.until_loss`` / ``sft.max_cycles``) while the loss stays on the plateau. This builds the
-default warm start for two cases that failed or were at risk without restarts and pass with them
-(seed 0 as the machine compiles it; seed 1 with XLA limited to AVX2, ``--xla_cpu_max_isa=AVX2``:
-the code an AVX2-only machine runs, which needed a second cycle), and requires the quality the
-README's main job needs: held-out demonstration loss and step-0 held-out pass@1 past thresholds
-that every failed warm start measured missed by a wide margin (failed: loss 0.71-0.86, pass@1
-0.09-0.21; learned: loss <= 0.55, pass@1 >= 0.38). It is a guard against a change that breaks
-the main job, not a proof of robustness: AVX2 seed 2 still stays on a plateau (README)."""
+before the learning rate decayed was decided by rounding, and some initialisations stop on a second
+plateau (~0.75) that no restart leaves. The default now restarts the schedule (``sft.until_loss`` /
+``sft.max_cycles``) while the loss stays on a plateau and starts from a fresh initialisation after two
+failed cycles (``sft.attempts``). This builds the default warm start for three cases that failed
+without these (seed 0 as this machine compiles it, which failed with one long cycle; seeds 1 and 2
+with XLA limited to AVX2, ``--xla_cpu_max_isa=AVX2``: the code an AVX2-only machine runs; seed 1
+needs a second cycle, seed 2 a second attempt), and requires the quality the README's main job
+needs: held-out demonstration loss and step-0 held-out pass@1 past thresholds that every failed warm
+start measured missed by a wide margin (failed: loss 0.71-0.86, pass@1 0.09-0.21; learned: loss
+<= 0.55, pass@1 >= 0.38). It guards the main job against a change that breaks it; it does not prove
+that every seed on every machine learns."""
 import json
 import os
 import pathlib
@@ -26,7 +28,7 @@ MIN_PASS = 0.30       # step-0 held-out pass@1 (256 problems x 2 samples)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed,xla_flags", [(0, None), (1, "--xla_cpu_max_isa=AVX2")])
+@pytest.mark.parametrize("seed,xla_flags", [(0, None), (1, "--xla_cpu_max_isa=AVX2"), (2, "--xla_cpu_max_isa=AVX2")])
 def test_default_warm_start_learns_the_task(tmp_path, seed, xla_flags):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if xla_flags:
