@@ -1,4 +1,4 @@
-"""The decisive comparison (prs.analysis.decisive, issue #16 items 3 and 5): the verdict rules on
+"""The decisive comparison (experiments.studies.decisive, issue #16 items 3 and 5): the verdict rules on
 synthetic arms whose mechanism is known by construction, arm/variant grouping from run configs, the
 page section, the committed records, and the paper's numbers against the shared context file."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from prs import analysis as an
-from prs.analysis import decisive as dc
+from experiments.studies import decisive as dc
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 S, STEPS = 8, np.arange(0, 101, 5)

@@ -60,8 +60,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from prs.analysis.gap import auc, gap_compare
-from prs.analysis.runs import _read_jsonl, find_run_dirs, load_run
-from prs.analysis.stats import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean, bootstrap_ratio_of_means
+from prs.analysis.runs import read_jsonl, find_run_dirs, load_run
+from prs.analysis.bootstrap import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean, bootstrap_ratio_of_means
 
 __all__ = ["ARMS", "EVAL_METRICS", "TrapRun", "arm_of", "load_trap_run", "load_trap_runs", "trap_cells",
            "common_seeds", "curve_matrix", "paired_curves", "drift", "ols_slope", "paired_diff", "window_mean",
@@ -191,7 +191,7 @@ def load_trap_run(path) -> TrapRun | None:
     if (cfg.get("task") or {}).get("name") != "trap":
         return None
     base = load_run(path)
-    records, problems = _read_jsonl(path / "metrics.jsonl")
+    records, problems = read_jsonl(path / "metrics.jsonl")
     train = sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["step"])
     evals = sorted((r for r in records if r.get("kind") == "eval"), key=lambda r: r["step"])
     algo, params = cfg.get("algo") or {}, (cfg.get("task") or {}).get("params") or {}
