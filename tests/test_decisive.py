@@ -277,9 +277,9 @@ def test_committed_records():
     assert len(nv) == 2 and all(res["arms"][a]["vs"] == "baseline-next_visit" for a in nv)
     assert res["arms"]["ps_ada"]["vs"] == "baseline" and len(res["arms"]["ps_ada"]["paired_seeds"]) == 3
     assert res["verdict"]["mechanism"] in dc.MECHANISMS
-    old = dc.lm_variant([r for r in an.load_runs(REPO / "results" / "runs") if r.task == "arith"], n_boot=200)
+    old = dc.lm_variant([r for r in an.load_runs(REPO / "results" / "ablation" / "runs") if r.task == "arith"], n_boot=200)
     # the old metric beside: the same numbers as stats.analyze_task (paired) gives
-    ref = an.analyze_task(an.group_runs([r for r in an.load_runs(REPO / "results" / "runs") if r.task == "arith"])["arith"],
+    ref = an.analyze_task(an.group_runs([r for r in an.load_runs(REPO / "results" / "ablation" / "runs") if r.task == "arith"])["arith"],
                           paired=True, n_boot=200)
     assert old["old_metric"]["ps_ada"]["value"] == pytest.approx(ref["methods"]["ps_ada"]["speedup_steps"]["value"])
 

@@ -197,7 +197,7 @@ def test_a_deliberate_cycle_in_a_package_is_found(tmp_path):
 
 
 @pytest.mark.parametrize("mod", ["prs.core", "prs.models", "prs.parallel", "prs.rollout", "prs.rl", "prs.tasks", "prs.rewards",
-                                 "prs.sim", "prs.analysis"])
+                                 "prs.sim", "prs.analysis", "experiments.studies.trap", "experiments.studies.decisive"])
 def test_each_room_imports_on_its_own(mod):
     importlib.import_module(mod)
 

@@ -61,7 +61,8 @@ import numpy as np
 
 from prs.analysis.gap import FRACTIONS, common_horizon, cost_at_steps, gap_compare, restricted_steps
 from prs.analysis.runs import PAPER_ABLATION_SPEEDUP, PAPER_ABLATION_STEPS, PAPER_EQUAL_STEP_PP, Run
-from prs.analysis.stats import (bootstrap_diff_of_means, bootstrap_ratio_of_means, censoring_bound, eval_matrix,
+from prs.analysis.bootstrap import bootstrap_diff_of_means, bootstrap_ratio_of_means
+from prs.analysis.stats import (censoring_bound, eval_matrix,
                                 moving_average)
 
 __all__ = ["arm_label", "baseline_for", "arm_stats", "head_to_head", "verdict", "arms_table", "lm_arms",
@@ -635,7 +636,7 @@ def section_markdown(parts: Sequence[str], *, commit: str | None, dirty: bool | 
             "the steps-to-converge speed-up of the first table (window 3, the baseline's final level). The paper's "
             "ablation (" + ", ".join(f"{m} {v}" for m, v in PAPER_ABLATION_STEPS.items()) + " steps to converge; "
             + " / ".join(f"+{v} pp" for v in PAPER_EQUAL_STEP_PP.values()) + " at equal steps, "
-            + " / ".join(PAPER_EQUAL_STEP_PP) + ") is beside. The verdict applies the rules in `prs/analysis/decisive.py`'s docstring to "
+            + " / ".join(PAPER_EQUAL_STEP_PP) + ") is beside. The verdict applies the rules in `experiments/studies/decisive.py`'s docstring to "
             "these CIs.", ""]
     return "\n".join(head + list(parts) + [END]) + "\n"
 

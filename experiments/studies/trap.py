@@ -24,7 +24,7 @@ Definitions (S seeds, E evaluation points at steps s_0 = 0 < ... < s_{E-1}, T tr
   one p_A (the figures) use the seeds complete in *every* arm present there (the balanced set), and
   are resampled with one seed index per bootstrap draw for all arms (``stats.bootstrap_band`` on
   [A, S, E]). Per-arm scalars are over that arm's own complete seeds (``n`` reported).
-* **Bootstrap.** Percentile bootstrap over seeds (``prs.analysis.stats``; seeded; 95% by default);
+* **Bootstrap.** Percentile bootstrap over seeds (``prs.analysis.bootstrap``; seeded; 95% by default);
   a paired difference resamples the seed-wise differences (``bootstrap_diff_of_means(paired=True)``),
   a paired ratio resamples seeds jointly (``bootstrap_ratio_of_means(paired=True)``). NaN CI with < 2 seeds.
 * **Warm start** (per p_A): the step-0 evaluation, identical in every arm for one seed; measured
@@ -652,7 +652,7 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
     L += [prov, ""]
     L += [f"Seed means with {lvl}% percentile-bootstrap CIs over seeds ({result['options']['n_boot']} resamples); "
           "differences between arms are **paired by seed** (same warm start, same problem stream) over the seeds "
-          "complete in both arms; only complete runs count (definitions: `prs/analysis/trap.py`). "
+          "complete in both arms; only complete runs count (definitions: `experiments/studies/trap.py`). "
           "Arms: fraction reward, binary reward, binary + PS, fraction + PS (PS = PS-ada on the next_visit "
           "schedule with cut_spread + sources=all); every arm on the same next_visit pool.", ""]
     if cuts:

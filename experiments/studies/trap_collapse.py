@@ -62,7 +62,9 @@ def step_series(train: Sequence[dict], *, tasks_per_step: int = 8) -> dict[str, 
     """Per train step [T] of one run: the quantities of the module docstring."""
     steered = _col(train, "groups_steered")
     mixed_share = np.nan_to_num(_col(train, "steered_mixed_share"))  # NaN where nothing was steered
-    rho = np.nanmean(np.stack([_col(train, "bucket/1/rho"), _col(train, "bucket/2/rho")]), axis=0)
+    r12 = np.stack([_col(train, "bucket/1/rho"), _col(train, "bucket/2/rho")])  # [2, T]
+    ok = np.isfinite(r12)
+    rho = np.where(ok.any(0), np.where(ok, r12, 0.0).sum(0) / np.maximum(ok.sum(0), 1), np.nan)  # [T]
     return {"steered": steered / tasks_per_step,
             "trained_fresh": _col(train, "groups_kept") - steered * mixed_share,
             "rho": rho,
