@@ -284,3 +284,17 @@ def test_private_import_checker_can_fail(tmp_path):
     got = private_imports(tmp_path, ["prs.core.a", "prs.b"], packages=("prs",))
     assert got == ["prs.b: from prs.core.a import _y", "prs.b: from prs.core import _validate",
                    "prs.b: m._y (prs.core.a)"]
+
+
+def test_study_code_moved_out_of_the_library_says_where():
+    import prs.analysis as an
+
+    with pytest.raises(ImportError, match=r"prs.analysis.trap moved to experiments.studies.trap"):
+        from prs.analysis import trap  # noqa: F401
+    with pytest.raises(ImportError, match=r"experiments.studies.notebook"):
+        an.notebook_runs
+    with pytest.raises(AttributeError):
+        an.no_such_name
+    from experiments.studies import decisive, notebook, trap  # noqa: F401
+    for name, mod in an.MOVED.items():
+        assert hasattr(importlib.import_module(mod), name) or mod.endswith(name), (name, mod)

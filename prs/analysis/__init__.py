@@ -79,3 +79,26 @@ from prs.analysis.gap import (  # noqa: F401
     gap_compare,
     gap_task,
 )
+
+# One study's analysis moved out of the library; an old import names the new place in one line.
+MOVED = {"trap": "experiments.studies.trap", "decisive": "experiments.studies.decisive",
+         "notebook": "experiments.studies.notebook", "notebook_runs": "experiments.studies.notebook",
+         "make_tiny_runs": "experiments.studies.notebook", "tiny_run_dir": "experiments.studies.notebook",
+         "find_run_root": "experiments.studies.notebook", "TrapRun": "experiments.studies.trap",
+         "load_trap_run": "experiments.studies.trap", "load_trap_runs": "experiments.studies.trap",
+         "trap_cells": "experiments.studies.trap", "analyze_trap": "experiments.studies.trap",
+         "budget_cuts": "experiments.studies.trap", "theory_predictions": "experiments.studies.trap",
+         "trap_section": "experiments.studies.trap", "plot_trap_curves": "experiments.studies.trap",
+         "plot_trap_theory": "experiments.studies.trap", "collect_trap_records": "experiments.studies.trap",
+         "arm_label": "experiments.studies.decisive", "arm_stats": "experiments.studies.decisive",
+         "head_to_head": "experiments.studies.decisive", "verdict": "experiments.studies.decisive",
+         "arms_table": "experiments.studies.decisive", "lm_arms": "experiments.studies.decisive",
+         "lm_variant": "experiments.studies.decisive", "task_variants": "experiments.studies.decisive"}
+
+
+def __getattr__(name: str):
+    """An ImportError naming the new module for a name in ``MOVED`` (so ``from prs.analysis import trap``
+    says where it went); AttributeError otherwise."""
+    if name in MOVED:
+        raise ImportError(f"prs.analysis.{name} moved to {MOVED[name]} (study code lives in experiments/studies)")
+    raise AttributeError(f"module 'prs.analysis' has no attribute {name!r}")
