@@ -45,7 +45,7 @@ Definitions (S seeds, E evaluation points, T training steps, K controller bucket
   seeds below ``L`` at their last evaluation enter with their run length: with ``ref="final"``
   about half of them are, by construction, and the baseline's steps are then its run length, as
   in the paper's "baseline's step 300". Both censoring counts are reported.
-* **CIs** of every statistic here and in ``prs.analysis.gap`` / ``decisive``: ``percentile_ci``, which
+* **CIs** of every statistic here and in ``prs.analysis.gap``: ``prs.analysis.bootstrap.percentile_ci``, which
   leaves undefined resamples (0/0, a resample without a gap) out, reports their share, and gives no
   interval when the share exceeds one tail's mass ((1 - level)/2).
 * **Settled re-roll pass rate** of bucket ``k`` in one run: the mean of ``bucket/k/reroll_pass_rate``
