@@ -59,3 +59,26 @@ def test_committed_collapse_numbers_match_a_plain_recomputation():
     ps, base = res["binary_ps-pa0.1"]["per_seed"], res["binary-pa0.1"]["per_seed"]
     assert max(ps["late_trained_fresh"]) < 0.5 < min(base["late_trained_fresh"])
     assert max(ps["final_true"]) < 0.03 < min(base["final_true"])
+
+
+@pytest.mark.parametrize("sub, page", [("runs", "collapse.md"), ("collapse_check", "collapse_check.md")])
+def test_committed_collapse_pages_are_what_the_script_writes(sub, page, tmp_path):
+    root = REPO / "results" / "trap" / sub
+    if not root.is_dir():
+        pytest.skip("no committed trap records")
+    out = tmp_path / page
+    tc.main([str(root), "--out", str(out)])
+    want = (REPO / "results" / "trap" / page).read_text().split("\n", 1)[1]  # past the command line
+    assert out.read_text().split("\n", 1)[1] == want
+
+
+def test_check_runs_capped_prefix_does_not_collapse():
+    """The page's check: with ``method.rho_max=0.2`` every paired seed ends above its uncapped twin in true
+    resolution and below it in "other" episodes."""
+    root = REPO / "results" / "trap" / "collapse_check"
+    if not root.is_dir():
+        pytest.skip("no committed check records")
+    res = tc.analyze(tc.load(root), arms=("cap", "ctrl"), n_boot=200)
+    cap, ctrl = res["cap"]["per_seed"], res["ctrl"]["per_seed"]
+    assert all(a > b for a, b in zip(cap["final_true"], ctrl["final_true"]))
+    assert all(a < b for a, b in zip(cap["final_other"], ctrl["final_other"]))

@@ -2,6 +2,7 @@
 of the committed runs, side by side with the arms that do not collapse.
 
     python -m experiments.studies.trap_collapse results/trap/runs [--out results/trap/collapse.md]
+    python -m experiments.studies.trap_collapse results/trap/collapse_check --out results/trap/collapse_check.md
 
 Reads every ``<arm>-pa<p>-s<seed>`` run under the root (``metrics.jsonl(.gz)``: ``train`` and ``eval``
 lines) and reports, per arm and 10-step window, seed means with 95% percentile-bootstrap CIs over seeds
@@ -37,15 +38,16 @@ from prs.analysis.runs import read_records
 
 ARMS = ("binary_ps-pa0.1", "binary-pa0.1", "fraction_ps-pa0.1", "binary_ps-pa0.3")
 WINDOW = 10
-NAME = re.compile(r"^trap_(?P<arm>[a-z_]+-pa[0-9.]+)-s(?P<seed>\d+)$")
+NAME = re.compile(r"^(?:trap_)?(?P<arm>[a-z_]+(?:-pa[0-9.]+)?)-s(?P<seed>\d+)$")  # trap_<arm>-pa<p>-s<seed> or <arm>-s<seed>
 
 
 def load(root) -> dict[str, list[tuple[list[dict], list[dict]]]]:
-    """{arm: [(train lines, eval lines) per seed, seeds ascending]} of the run directories under ``root``."""
+    """{arm: [(train lines, eval lines) per seed, seeds ascending]} of the run directories under ``root``
+    (``trap_<arm>-pa<p>-s<seed>``: arm ``<arm>-pa<p>``; any other ``<arm>-s<seed>``: arm ``<arm>``)."""
     runs: dict[str, list] = defaultdict(list)
     for d in sorted(pathlib.Path(root).iterdir()):
         m = NAME.match(d.name)
-        if not m:
+        if not m or not d.is_dir():
             continue
         recs = read_records(d)
         train = sorted((r for r in recs if r["kind"] == "train"), key=lambda r: r["step"])
@@ -162,10 +164,13 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root")
     ap.add_argument("--out", default=None, help="write the markdown tables here")
+    ap.add_argument("--arms", nargs="*", default=None, help=f"arms to report (default: those of {ARMS} present, else all)")
     args = ap.parse_args(argv)
-    res = analyze(load(args.root))
+    runs = load(args.root)
+    arms = args.arms or [a for a in ARMS if a in runs] or sorted(runs)
+    res = analyze(runs, arms=arms)
     text = page(res, command=f"python -m experiments.studies.trap_collapse {args.root}"
-                + (f" --out {args.out}" if args.out else ""))
+                + (f" --arms {' '.join(args.arms)}" if args.arms else "") + (f" --out {args.out}" if args.out else ""))
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n")
