@@ -1,9 +1,9 @@
 """Analysis of a set of training runs (issue #7): tables, figures and ``results.json``.
 
     python -m experiments.analyze runs/sweep                      # -> runs/sweep/analysis/
-    python -m experiments.analyze runs/sweep --baseline baseline --out results/cpu --ref peak --window 3
-    python -m experiments.analyze /work/runs/regime_sweep/runs results/runs results/schedules/runs \
-        --out results --readme results/README.md --sim-grid results/sim_grid     # + the decisive section
+    python -m experiments.analyze runs/sweep --baseline baseline --out /tmp/prs-cpu --ref peak --window 3
+    python -m experiments.analyze results/ablation/runs results/schedules/runs results/regime/runs \
+        --out results/regime --readme results/regime/README.md --sim-grid results/sim/grid --decisive-only
 
 Prints markdown tables (every run with its status, steps/wall-clock/tokens to converge and
 speed-ups with 95% bootstrap CIs, equal-step improvement, settled re-rollout pass rates per
@@ -18,7 +18,7 @@ bucket) and writes into ``--out`` (default ``RUN_ROOT/analysis``):
     controller_<task>.png     ρ_b and re-rollout pass rate per bucket over training
 
 With several run roots the tables above come from the first one; the **decisive experiment**
-(issue #16; ``prs.analysis.decisive``) is computed for every root and every task variant in it
+(issue #16; ``experiments.studies.decisive``) is computed for every root and every task variant in it
 (variants and arms are read from each run's config: task name + tag + params, ``method.name`` and
 ``method.schedule``): every arm against its schedule's baseline (steps, generated tokens and
 wall-clock to 50% / 80% of the baseline's gap, AUC, equal-step difference, the old metric, all with
@@ -33,7 +33,7 @@ Definitions: see ``prs.analysis``. Partial (killed) runs are listed and analysed
 
 An explicit ``--out`` that already holds files of the kinds this command writes, which analyze did
 not write there itself (it lists its own in ``OUT/.analyze-written``), is refused unless ``--force``:
-``--out results`` would otherwise replace the committed results with those of a different command
+``--out results/ablation`` would otherwise replace the committed results with those of a different command
 (the committed ``decisive.json`` comes from three run roots, ``--decisive-only``). Regenerate into a
 fresh directory and compare.
 
@@ -42,13 +42,13 @@ summary / config / provenance; ``--copy-prefix`` selects by run name) into ``DIR
 analyses ``DIR`` in that root's place; copying the same run again is a no-op, a different run of that name
 an error. The page's command line then names the copied directory, so it re-runs from committed records:
 
-    python -m experiments.analyze /work/runs/regime_sweep/runs results/runs --decisive-only \
-        --copy-records results/regime/runs --copy-prefix regime_ --out results --readme results/README.md
+    python -m experiments.analyze /work/runs/regime_sweep/runs results/ablation/runs --decisive-only \
+        --copy-records results/regime/runs --copy-prefix regime_ --out results/regime --readme results/regime/README.md
 
-The partial-pass trap (issue #18; ``prs.analysis.trap``), instead of the tables above:
+The partial-pass trap (issue #18; ``experiments.studies.trap``), instead of the tables above:
 
     python -m experiments.analyze runs/trap_sweep/runs --trap --out results/trap \
-        --copy-records results/trap/runs --page results/README.md
+        --copy-records results/trap/runs --page results/trap/README.md
 
 copies the complete runs' records into ``--copy-records`` (then analyses those), and writes into
 ``--out`` ``trap.md`` (the results-page section: provenance, plain-language answers with paired CIs,
@@ -85,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "spikes); 0 = raw wall-clock (default 5)")
     p.add_argument("--no-figures", action="store_true", help="tables and results.json only")
     p.add_argument("--force", action="store_true", help="overwrite outputs in --out that analyze did not write there "
-                   "(e.g. the committed results/); without it such an --out is refused")
+                   "(e.g. the committed results/<study>/); without it such an --out is refused")
     p.add_argument("--readme", default=None, help="page whose decisive-experiment section is (re)written")
     p.add_argument("--sim-grid", default=None, help="experiments.sim_grid output directory to cite on the page")
     p.add_argument("--no-decisive", action="store_true", help="skip the decisive-experiment analysis")
@@ -96,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decisive-only", action="store_true",
                    help="only the decisive-experiment analysis (no tables.md / results.json / fig1-4)")
     p.add_argument("--trap", action="store_true", help="the partial-pass trap section (issue #18) instead of the tables")
-    p.add_argument("--page", default=None, help="--trap: results page whose trap section is replaced (e.g. results/README.md)")
+    p.add_argument("--page", default=None, help="--trap: results page whose trap section is replaced (e.g. results/trap/README.md)")
     p.add_argument("--copy-records", default=None,
                    help="copy the first run root's complete runs' records (metrics.jsonl.gz, summary/config/"
                    "provenance) here first and analyse this directory in its place (with --trap: the trap runs)")
@@ -139,7 +139,7 @@ def _owned(out: pathlib.Path) -> set[str]:
 
 def check_out(out: pathlib.Path, patterns, *, force: bool) -> set[str]:
     """The files of the kinds this run writes that ``out`` already holds and analyze did not write
-    there (``OWNED``: e.g. the committed ``results/``): ``SystemExit`` naming them unless ``force``.
+    there (``OWNED``: e.g. the committed ``results/<study>/``): ``SystemExit`` naming them unless ``force``.
     Returns the names present before the run that analyze may not claim afterwards."""
     foreign = sorted(_matching(out, patterns) - _owned(out))
     if foreign and not force:
@@ -232,7 +232,7 @@ def _rerun_argv(argv: list[str], first_root: str, copied: str) -> list[str]:
 
 def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
     """The decisive experiment for every root and task variant: decisive.json, figures, the page section."""
-    from prs.analysis import decisive as dc
+    from experiments.studies import decisive as dc
     from prs.rl.provenance import code_state
 
     cs = code_state()  # before anything is written, so the page's own outputs do not count as dirty
@@ -250,7 +250,7 @@ def decisive_section(roots, out: pathlib.Path, args, argv=None) -> dict:
                                 time_clip=args.time_clip or None)
             figs = []
             if "error" not in res and not args.no_figures:
-                figs = write_decisive_figures(res, out, dc._slug(f"{root}_{variant}".replace("/", "_")), name)
+                figs = write_decisive_figures(res, out, dc.slug(f"{root}_{variant}".replace("/", "_")), name)
             base_runs = [r for r in vruns if r.method == args.baseline]
             try:
                 kh = dc.k_histogram(base_runs)
@@ -361,7 +361,7 @@ def trap_main(args, root: pathlib.Path, out: pathlib.Path) -> dict:
     import os
     import shlex
 
-    from prs.analysis import trap
+    from experiments.studies import trap
     from prs.rl.provenance import code_state
 
     if args.copy_records:

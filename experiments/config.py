@@ -70,7 +70,7 @@ class MeshCfg:
     no mesh. ``axis_types``: ``explicit`` (JAX's sharding in types) or ``auto`` (the compiler
     propagates). ``devices``, ``device_gib`` and ``platform`` (``gpu``, the default when empty, or
     ``tpu``: whether ``XLA_PYTHON_CLIENT_MEM_FRACTION`` applies) describe the target for
-    ``python -m prs.plan`` only."""
+    ``python -m experiments.plan`` only."""
 
     name: str = "single"
     data: int = 1

@@ -1,10 +1,10 @@
 """Coverage of the speed-up intervals by simulation (``prs.analysis.coverage``; issue #31, item 4).
 
-    python -m experiments.coverage                                   # 400 studies per scenario -> results/coverage.md
+    python -m experiments.coverage                                   # 400 studies per scenario -> results/coverage/coverage.md
     python -m experiments.coverage --studies 50 --n-boot 500 --out /tmp/cov.md
 
 Writes the markdown page (``--out``) and the numbers beside it (same name, ``.json``: command, commit,
-results); ``--render results/coverage.json`` re-renders the page from those numbers.
+results); ``--render results/coverage/coverage.json`` re-renders the page from those numbers.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scenarios", nargs="*", default=[s.name for s in C.SCENARIOS])
-    p.add_argument("--out", default="results/coverage.md")
+    p.add_argument("--out", default="results/coverage/coverage.md")
     p.add_argument("--render", metavar="JSON", help="re-render the page from saved numbers (no simulation)")
     a = p.parse_args(argv)
     if a.render:

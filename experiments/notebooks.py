@@ -1,11 +1,11 @@
 """Executes the notebooks in ``notebooks/`` against the committed results and saves them with
 their outputs, so a reader sees every figure and table without running anything:
 
-    python -m experiments.notebooks                  # all notebooks, in place, from results/runs
+    python -m experiments.notebooks                  # all notebooks, in place, from results/ablation/runs
     python -m experiments.notebooks fig4_ablation    # one (name without .ipynb)
     python -m experiments.notebooks --check          # exit 1 if a committed notebook no longer matches
 
-The run notebooks show the committed ablation ``results/runs`` (``prs.analysis.notebook_runs``; a
+The run notebooks show the committed ablation ``results/ablation/runs`` (``experiments.studies.notebook.notebook_runs``; a
 ``PRS_RUN_ROOT`` in the environment is not passed on here, so no training happens); ``fig2_pass_rate_metrics`` and ``simulator`` compute their own data; ``trap``
 reads ``PRS_TRAP_ROOT``, else the committed trap sweep ``results/trap/runs`` (else the test fixture). ``--check``
 re-executes into memory and compares each cell's outputs with the committed ones (``outputs_digest``:

@@ -1,7 +1,8 @@
-"""Command line of the memory planner (``python -m prs.plan`` forwards here).
+"""Command line of the memory planner over a training config (``prs.plan`` holds the arithmetic and a
+command line over explicit sizes).
 
-    python -m prs.plan +experiment=grpo_ps_qwen3_4b_h200x8
-    python -m prs.plan +experiment=grpo_ps_qwen3_4b_v5p64 algo.micro_batches=16 --devices 32 --device-gib 95
+    python -m experiments.plan +experiment=grpo_ps_qwen3_4b_h200x8
+    python -m experiments.plan +experiment=grpo_ps_qwen3_4b_v5p64 algo.micro_batches=16 --devices 32 --device-gib 95
 
 Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
 the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
@@ -9,7 +10,7 @@ the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--devic
 ``--mem-fraction F``. Prints the per-device bytes of each part and the verdict; exits 1 if the run
 does not fit. The device memory is what JAX gets: ``--mem-fraction`` if given, else on
 ``mesh.platform`` gpu (default) ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it (0.75 when unset, as JAX;
-set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m prs.plan ...``),
+set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m experiments.plan ...``),
 on tpu all of it (``prs.plan.mem_fraction``).
 """
 from __future__ import annotations
@@ -41,13 +42,13 @@ def _flags(argv):
         i += 1
     bad = set(flags) - {"devices", "device_gib", "prompt_len", "mem_fraction"}
     if bad:
-        raise SystemExit(f"prs.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len, "
+        raise SystemExit(f"experiments.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len, "
                          "--mem-fraction")
     return flags, rest
 
 
 def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, frac=None) -> dict:
-    """What ``python -m prs.plan`` plans for Hydra ``overrides``: ``{"cfg", "model_cfg", "rl", "sizes",
+    """What ``python -m experiments.plan`` plans for Hydra ``overrides``: ``{"cfg", "model_cfg", "rl", "sizes",
     "devices", "device_gib", "mem_fraction", "platform", "budget", "prompt_len", "rerolls"}``. ``devices`` /
     ``device_gib`` default to ``mesh.devices`` (or 8) / ``mesh.device_gib`` (or 80); ``frac`` (the
     allocator's share) to what JAX takes on ``mesh.platform`` (``prs.plan.mem_fraction``)."""
@@ -78,7 +79,7 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
         known *= v if v != -1 else 1
     sizes = {k: (devices // known if v == -1 else v) for k, v in sizes.items()}
     if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != devices:
-        raise SystemExit(f"prs.plan: mesh {sizes} does not cover --devices {devices}")
+        raise SystemExit(f"experiments.plan: mesh {sizes} does not cover --devices {devices}")
     return dict(cfg=cfg, model_cfg=model_cfg, rl=rl, sizes=sizes, devices=devices, platform=platform,
                 device_gib=float(device_gib or cfg.mesh.device_gib or 80),
                 mem_fraction=float(frac) if frac is not None else mem_fraction(platform=platform),

@@ -1,7 +1,7 @@
 """The simulator's broad grid for the decisive experiment (issue #16, items 2 and 4).
 
-    python -m experiments.sim_grid --out results/sim_grid              # scan, grid, report (resumable)
-    python -m experiments.sim_grid --out results/sim_grid --stage report   # tables + verdicts only
+    python -m experiments.sim_grid --out results/sim/grid              # scan, grid, report (resumable)
+    python -m experiments.sim_grid --out results/sim/grid --stage report   # tables + verdicts only
 
 Every arm of the LM sweep, on the noise-limited learner (``conf/simulate/learner/noise_limited.yaml``:
 D = 64 shared parameters, a re-rolled group's gradient averaged with its group's), in task regimes
@@ -26,7 +26,7 @@ Stages (each writes files into ``--out`` and skips what exists, so an interrupte
    per-seed curves and per-step metrics).
 3. ``report``: ``summary.md`` (gap statistics via prs.analysis.gap: steps and policy decisions to
    50% / 80% of the baseline's gap, AUC, equal-step improvement, paired bootstrap CIs, and the
-   verdict of prs.analysis.decisive per regime) and ``summary.json``.
+   verdict of experiments.studies.decisive per regime) and ``summary.json``.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def _curve(rec: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def report(out: pathlib.Path, *, n_boot: int = 1000, progress=print) -> dict:
-    from prs.analysis import decisive
+    from experiments.studies import decisive
 
     rd = out / "records"
     res: dict = {"regimes": {}}
@@ -185,7 +185,7 @@ def report(out: pathlib.Path, *, n_boot: int = 1000, progress=print) -> dict:
 
 
 def _decisive():
-    from prs.analysis import decisive
+    from experiments.studies import decisive
     return decisive
 
 
@@ -205,7 +205,7 @@ def summary_markdown(res: dict) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m experiments.sim_grid", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="results/sim_grid")
+    p.add_argument("--out", default="results/sim/grid")
     p.add_argument("--stage", choices=("all", "scan", "grid", "report"), default="all")
     p.add_argument("--seeds", type=int, default=16)
     p.add_argument("--n-boot", type=int, default=1000)

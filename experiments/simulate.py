@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
+from prs.analysis.bootstrap import bootstrap_ci, speedup_ci
 from prs.analysis.gap import gap_compare
 from prs.analysis.runs import PAPER_ABLATION_SPEEDUP
 from prs.core import prefix as px
@@ -153,7 +154,7 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
         cum = np.cumsum(m["decisions"], axis=1)  # [S, T] policy decisions sampled so far
         cost = cum[np.arange(len(steps)), np.minimum(steps, cum.shape[1]) - 1]  # [S] decisions to reach
         rec = dict(mode=mode, n=n, difficulty=dname, target=target, seeds=sw.seeds, wall_s=wall,
-                   includes_compile=first, steps=_ci(sim.bootstrap_ci(steps.astype(float), **boot)),
+                   includes_compile=first, steps=_ci(bootstrap_ci(steps.astype(float), **boot)),
                    censored=float(censored.mean()), success0=float(m["success0"].mean()),
                    final_success=float(m["success"][:, -1].mean()),
                    skewed0=float(m["skewed"][:, 0].mean()), skewed=float(m["skewed"].mean()),
@@ -168,8 +169,8 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
             base_curve[(n, dname)] = (curve, spent)
             rec["speedup"] = rec["speedup_compute"] = _ci((1.0, 1.0, 1.0))
         elif (n, dname) in base_steps:
-            rec["speedup"] = _ci(sim.speedup_ci(base_steps[(n, dname)], steps, **boot))
-            rec["speedup_compute"] = _ci(sim.speedup_ci(base_cost[(n, dname)], cost, **boot))
+            rec["speedup"] = _ci(speedup_ci(base_steps[(n, dname)], steps, **boot))
+            rec["speedup_compute"] = _ci(speedup_ci(base_cost[(n, dname)], cost, **boot))
             try:
                 rec["gap"] = gap_summary(base_curve[(n, dname)], (curve, spent), k=sw.gap_k, k_start=sw.gap_k_start,
                                          **boot)

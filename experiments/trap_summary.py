@@ -18,6 +18,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from prs.analysis.bootstrap import bootstrap_mean
+
 KEYS = ("eval/true_resolution_rate", "eval/hack_rate", "eval/mean_fraction_reward", "eval/p_root",
         "eval/root_attempt_rate")
 
@@ -38,14 +40,6 @@ def load(root: pathlib.Path) -> list[dict]:
                      "mixed_share": float(np.mean([m["groups_mixed"] for m in train]) / cfg["algo"]["tasks_per_step"])
                      if train else float("nan")})
     return runs
-
-
-def bootstrap_ci(x: np.ndarray, *, n: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    if x.size < 2:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = rng.choice(x, size=(n, x.size)).mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def theory_surface_advantage(p_a: float, q: float, group_size: int = 8, estimator: str = "rloo") -> float:
@@ -91,7 +85,8 @@ def main(argv=None) -> dict:
                     continue
                 for k in ("eval/true_resolution_rate", "eval/hack_rate"):
                     d = np.array([by[(*a, p, s)]["last"][k] - by[(*b, p, s)]["last"][k] for s in seeds])
-                    lo, hi = bootstrap_ci(d)
+                    ci = bootstrap_mean(d, n_boot=10_000)  # percentile 95% (NaN with < 2 seeds)
+                    lo, hi = ci["lo"], ci["hi"]
                     paired.append({"a": "/".join(a), "b": "/".join(b), "target_p_A": p, "metric": k,
                                    "seeds": len(seeds), "mean_diff": float(d.mean()), "ci95": [lo, hi]})
                     print(f"  {'/'.join(a)} - {'/'.join(b)} p_A={p}: {k} {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] "

@@ -27,4 +27,12 @@ from prs.rewards import available_rewards, binary_test_reward, fraction_test_rew
 from prs.rewards.verifiers import best_at_k, cap_successes_per_task, hybrid_score, orm_score, pass_at_k  # noqa: F401
 from prs.rewards.audit import eqs, eqs_verdict, gold_sanity_gate  # noqa: F401
 from prs.rewards.math_verify import math_reward, verify_answer  # noqa: F401
-from prs import analysis  # noqa: F401
+
+
+def __getattr__(name: str):
+    """``prs.analysis`` is loaded on first use (``import prs`` stays light: the kernels, not the run readers)."""
+    if name == "analysis":
+        import importlib
+
+        return importlib.import_module("prs.analysis")
+    raise AttributeError(f"module 'prs' has no attribute {name!r}")

@@ -1,10 +1,10 @@
-"""Per-device memory planner for a GRPO + Prefix Sampling run (issue #14).
+"""Per-device memory planner for a GRPO + Prefix Sampling run.
 
-    python -m prs.plan +experiment=grpo_ps_qwen3_4b_h200x8            # Hydra overrides, as training
-    python -m prs.plan +experiment=grpo_ps_qwen3_8b_v5p64 mesh=fsdp algo.micro_batches=16 --devices 32
+    python -m prs.plan --preset qwen3_4b --rows 256 --prompt-len 512 --max-new-tokens 4096 --fsdp 8 --device-gib 141
+    python -m experiments.plan +experiment=grpo_ps_qwen3_4b_h200x8     # the same from a Hydra config
 
-(The command line lives in ``experiments/plan.py``, since ``prs`` never imports Hydra; this module
-holds the arithmetic, ``plan(...)``, and forwards ``python -m prs.plan`` there.)
+This module holds the arithmetic (``plan``, ``plan_run``) and a command line over explicit sizes
+(``main``); ``experiments.plan`` reads the sizes from a training config (``prs`` never imports Hydra).
 
 Per device, with P parameters, a (data, fsdp, tensor) mesh, shard = fsdp · tensor, batch shards
 Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width − 1 tokens per row:
@@ -282,7 +282,57 @@ def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int
                 sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))
 
 
-if __name__ == "__main__":  # the Hydra command line is in experiments/plan.py (prs never imports Hydra)
-    import runpy
+def main(argv=None) -> int:
+    """``python -m prs.plan``: the plan of one model preset and batch shape; exits 1 if it does not fit.
+    Hydra overrides (``key=value``) are read by ``python -m experiments.plan``."""
+    import argparse
+    import sys
 
-    runpy.run_module("experiments.plan", run_name="__main__", alter_sys=True)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    hydra = [a for a in argv if "=" in a and not a.startswith("-")]
+    if hydra:
+        raise SystemExit(f"prs.plan: {hydra[0]!r} is a Hydra override; run python -m experiments.plan {' '.join(argv)}")
+    ap = argparse.ArgumentParser(prog="python -m prs.plan", description="Per-device memory of a GRPO + PS step.")
+    ap.add_argument("--preset", required=True, help="ModelConfig.preset name, e.g. qwen3_4b")
+    ap.add_argument("--rows", type=int, required=True, help="rollouts per step, B·N")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--max-new-tokens", type=int, default=512)
+    ap.add_argument("--micro-batches", type=int, default=1)
+    ap.add_argument("--row-chunk", type=int, default=None, help="rows per sampler call (default: all)")
+    ap.add_argument("--remat", default=None, help="ModelConfig.remat (default: the preset's)")
+    ap.add_argument("--attention-impl", default=None, help="ModelConfig.attention_impl (default: the preset's)")
+    ap.add_argument("--logits-chunk", type=int, default=512)
+    ap.add_argument("--data", type=int, default=1)
+    ap.add_argument("--fsdp", type=int, default=1)
+    ap.add_argument("--tensor", type=int, default=1)
+    ap.add_argument("--device-gib", type=float, default=80.0)
+    ap.add_argument("--platform", default="gpu", choices=PLATFORMS)
+    ap.add_argument("--mem-fraction", type=float, default=None, help="default: what JAX takes (mem_fraction())")
+    ap.add_argument("--dtype", default="bfloat16", help="compute dtype (conf/model: bfloat16)")
+    ap.add_argument("--param-dtype", default="float32", help="master weights (conf/model: float32)")
+    ap.add_argument("--sampling-dtype", default=None, help="the sampler's weight copy (default: --param-dtype)")
+    ap.add_argument("--kl-reference", action="store_true", help="a frozen reference copy (kl_coef > 0)")
+    ap.add_argument("--no-rerolls", action="store_true", help="no prefix re-rolls (the baseline's sampler cache)")
+    args = ap.parse_args(argv)
+    import jax.numpy as jnp
+
+    over = {k: v for k, v in (("remat", args.remat), ("attention_impl", args.attention_impl)) if v is not None}
+    cfg = ModelConfig.preset(args.preset, dtype=getattr(jnp, args.dtype), param_dtype=getattr(jnp, args.param_dtype),
+                             **over)
+    frac = args.mem_fraction if args.mem_fraction is not None else mem_fraction(platform=args.platform)
+    slots = sampler_cache_slots(args.prompt_len, args.max_new_tokens, prefix_rerolls=not args.no_rerolls)
+    p = plan(cfg, rows=args.rows, width=args.prompt_len + 2 * args.max_new_tokens, prompt_len=args.prompt_len,
+             max_new_tokens=args.max_new_tokens, micro_batches=args.micro_batches, logits_chunk=args.logits_chunk,
+             data=args.data, fsdp=args.fsdp, tensor=args.tensor, device_gib=args.device_gib,
+             kl_reference=args.kl_reference, cache_slots=slots, mem_fraction=frac,
+             sample_rows=min(args.rows, args.row_chunk) if args.row_chunk else None,
+             sampling_bytes=_bytes(getattr(jnp, args.sampling_dtype)) if args.sampling_dtype else None)
+    print(f"{args.preset}: {args.rows} rollouts x (prompt {args.prompt_len} + budget {args.max_new_tokens}), "
+          f"sampler cache {slots} slots, mesh data={args.data} fsdp={args.fsdp} tensor={args.tensor}, "
+          f"{args.device_gib:g} GiB x {frac:g}")
+    print(p.report())
+    return 0 if p.fits else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

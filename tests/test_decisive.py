@@ -1,4 +1,4 @@
-"""The decisive comparison (prs.analysis.decisive, issue #16 items 3 and 5): the verdict rules on
+"""The decisive comparison (experiments.studies.decisive, issue #16 items 3 and 5): the verdict rules on
 synthetic arms whose mechanism is known by construction, arm/variant grouping from run configs, the
 page section, the committed records, and the paper's numbers against the shared context file."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from prs import analysis as an
-from prs.analysis import decisive as dc
+from experiments.studies import decisive as dc
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 S, STEPS = 8, np.arange(0, 101, 5)
@@ -277,9 +277,9 @@ def test_committed_records():
     assert len(nv) == 2 and all(res["arms"][a]["vs"] == "baseline-next_visit" for a in nv)
     assert res["arms"]["ps_ada"]["vs"] == "baseline" and len(res["arms"]["ps_ada"]["paired_seeds"]) == 3
     assert res["verdict"]["mechanism"] in dc.MECHANISMS
-    old = dc.lm_variant([r for r in an.load_runs(REPO / "results" / "runs") if r.task == "arith"], n_boot=200)
+    old = dc.lm_variant([r for r in an.load_runs(REPO / "results" / "ablation" / "runs") if r.task == "arith"], n_boot=200)
     # the old metric beside: the same numbers as stats.analyze_task (paired) gives
-    ref = an.analyze_task(an.group_runs([r for r in an.load_runs(REPO / "results" / "runs") if r.task == "arith"])["arith"],
+    ref = an.analyze_task(an.group_runs([r for r in an.load_runs(REPO / "results" / "ablation" / "runs") if r.task == "arith"])["arith"],
                           paired=True, n_boot=200)
     assert old["old_metric"]["ps_ada"]["value"] == pytest.approx(ref["methods"]["ps_ada"]["speedup_steps"]["value"])
 

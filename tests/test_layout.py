@@ -27,6 +27,7 @@ RANKS = {
     "prs.tasks": 4,
     "prs.analysis": 5,
     "prs": 6,
+    "experiments.studies": 6.5,  # one study's analysis each, below the command lines that run them
     "experiments": 7,
 }
 
@@ -196,7 +197,7 @@ def test_a_deliberate_cycle_in_a_package_is_found(tmp_path):
 
 
 @pytest.mark.parametrize("mod", ["prs.core", "prs.models", "prs.parallel", "prs.rollout", "prs.rl", "prs.tasks", "prs.rewards",
-                                 "prs.sim", "prs.analysis"])
+                                 "prs.sim", "prs.analysis", "experiments.studies.trap", "experiments.studies.decisive"])
 def test_each_room_imports_on_its_own(mod):
     importlib.import_module(mod)
 
@@ -222,3 +223,78 @@ def test_pyproject_extras_exist_and_dev_has_nbconvert():
             for extra in m.group(2).split(","):
                 assert extra.strip() in provided, f"[{group}] {req}: {m.group(1)} provides {sorted(provided)}"
     assert any(r.startswith("nbconvert") for r in opt["dev"])
+
+
+def test_import_prs_stays_light():
+    """``import prs`` loads the kernels and models, not the run analysis (``prs.analysis`` on first use)."""
+    import subprocess
+    import sys
+
+    code = "import sys, prs; print('prs.analysis' in sys.modules); prs.analysis; print('prs.analysis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
+def private_imports(root: pathlib.Path, modules, packages=PACKAGES) -> list[str]:
+    """``from a.b import _x`` and ``import a.b as m ... m._x`` where ``_x`` is a private name of another
+    module (``__dunder__`` names and private *modules* of the importer's own package are allowed)."""
+    files = module_files(root, packages)
+    bad = []
+    for mod in modules:
+        tree = ast.parse(files[mod].read_text())
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    if full in files:  # a module: private modules only within their own package
+                        if a.name.startswith("_") and node.module != mod.rpartition(".")[0]:
+                            bad.append(f"{mod}: from {node.module} import {a.name}")
+                        aliases[a.asname or a.name] = full
+                    elif a.name.startswith("_") and not a.name.startswith("__"):
+                        bad.append(f"{mod}: from {node.module} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname and a.name in files:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                bad.append(f"{mod}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
+    return bad
+
+
+def test_analysis_and_studies_use_only_public_names():
+    mods = [m for m in module_files(ROOT) if room(m) in ("prs.analysis", "experiments.studies")]
+    mods += ["experiments.analyze", "experiments.sim_grid", "experiments.simulate", "experiments.trap_summary",
+             "prs.models.qwen3"]
+    assert {"prs.analysis.bootstrap", "experiments.studies.trap"} <= set(mods)
+    assert private_imports(ROOT, mods) == []
+
+
+def test_private_import_checker_can_fail(tmp_path):
+    pkg = tmp_path / "prs"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "__init__.py").write_text("")
+    (pkg / "core" / "_validate.py").write_text("x = 1\n")
+    (pkg / "core" / "a.py").write_text("from prs.core import _validate as v\n_y = 1\n")  # allowed: own package
+    (pkg / "b.py").write_text("from prs.core.a import _y\nfrom prs.core import a as m\nfrom prs.core import _validate\n"
+                              "z = m._y\n")
+    got = private_imports(tmp_path, ["prs.core.a", "prs.b"], packages=("prs",))
+    assert got == ["prs.b: from prs.core.a import _y", "prs.b: from prs.core import _validate",
+                   "prs.b: m._y (prs.core.a)"]
+
+
+def test_study_code_moved_out_of_the_library_says_where():
+    import prs.analysis as an
+
+    with pytest.raises(ImportError, match=r"prs.analysis.trap moved to experiments.studies.trap"):
+        from prs.analysis import trap  # noqa: F401
+    with pytest.raises(ImportError, match=r"experiments.studies.notebook"):
+        an.notebook_runs
+    with pytest.raises(AttributeError):
+        an.no_such_name
+    from experiments.studies import decisive, notebook, trap  # noqa: F401
+    for name, mod in an.MOVED.items():
+        assert hasattr(importlib.import_module(mod), name) or mod.endswith(name), (name, mod)

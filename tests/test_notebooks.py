@@ -1,5 +1,5 @@
 """The notebooks in ``notebooks/`` are committed executed (against the committed ablation,
-``results/runs``), so a reader sees the figures without running anything. Here each one is
+``results/ablation/runs``), so a reader sees the figures without running anything. Here each one is
 executed headless (nbclient) and must (a) raise no error, (b) reproduce its committed outputs
 (``experiments.notebooks.outputs_digest``: text and tables verbatim, figures by presence), and the
 notebooks that read runs also (c) execute on a tiny run set trained on the fly (``PRS_RUN_ROOT=tiny``).
@@ -72,7 +72,7 @@ def test_notebook_kernel_is_this_interpreter(monkeypatch, tmp_path):
 def test_run_notebooks_show_the_committed_runs_unless_asked(name, tmp_path, monkeypatch, capsys):
     """A user's own sweep under runs/sweep used to replace the committed records in every run
     notebook; now the first output line names the runs, the committed ones unless PRS_RUN_ROOT asks."""
-    for d in ("runs/sweep/arith-baseline-s0", "results/runs/arith-baseline-s0"):
+    for d in ("runs/sweep/arith-baseline-s0", "results/ablation/runs/arith-baseline-s0"):
         (tmp_path / d).mkdir(parents=True)
         (tmp_path / d / "summary.json").write_text("{}")
     (tmp_path / "notebooks").mkdir()
@@ -90,8 +90,8 @@ def test_run_notebooks_show_the_committed_runs_unless_asked(name, tmp_path, monk
         return ns["root"], capsys.readouterr().out.splitlines()[0]
 
     root, line = first_line(None)
-    assert root.resolve() == (tmp_path / "results" / "runs").resolve()
-    assert line.startswith("runs: ../results/runs (the committed records; PRS_RUN_ROOT=")
+    assert root.resolve() == (tmp_path / "results" / "ablation" / "runs").resolve()
+    assert line.startswith("runs: ../results/ablation/runs (the committed records; PRS_RUN_ROOT=")
     root, line = first_line("../runs/sweep")
     assert root.resolve() == (tmp_path / "runs" / "sweep").resolve() and line == "runs: ../runs/sweep (yours: PRS_RUN_ROOT)"
     root, line = first_line("tiny")

@@ -106,7 +106,7 @@ def test_mem_fraction_reads_the_launchers_variable():
 
 @pytest.mark.parametrize("env, want_gib", [(None, 0.75 * 141), ("0.92", 0.92 * 141), ("0.5", 0.5 * 141)])
 def test_planner_cli_compares_against_the_memory_jax_gets(env, want_gib, monkeypatch, capsys):
-    """``python -m prs.plan`` on the H200 preset: the device memory it plans against is
+    """``python -m experiments.plan`` on the H200 preset: the device memory it plans against is
     ``XLA_PYTHON_CLIENT_MEM_FRACTION × 141 GiB`` from the environment (as the sbatch script exports
     it), 0.75 × when unset; on the v5p preset (``mesh.platform: tpu``) all 95 GiB whatever the variable."""
     from experiments.plan import main
@@ -123,3 +123,21 @@ def test_planner_cli_compares_against_the_memory_jax_gets(env, want_gib, monkeyp
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("usable"))
     assert float(line.split()[-2]) == pytest.approx(95.0, abs=0.01), line
+
+
+def test_prs_plan_cli_over_explicit_sizes_matches_the_config_cli(capsys, monkeypatch):
+    """``python -m prs.plan`` (explicit sizes, no Hydra) and ``python -m experiments.plan`` (the same run
+    read from ``conf/experiment/grpo_ps_qwen3_4b_h200x8.yaml``) print the same per-device report; a Hydra
+    override given to ``prs.plan`` is refused with one line naming ``experiments.plan``."""
+    from experiments.plan import main as config_main
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
+    assert config_main(["+experiment=grpo_ps_qwen3_4b_h200x8"]) == 0
+    want = capsys.readouterr().out.split("\n", 1)[1]  # the report, after the header line
+    assert PL.main(["--preset", "qwen3_4b", "--rows", "512", "--prompt-len", "512", "--max-new-tokens", "4096",
+                    "--micro-batches", "64", "--row-chunk", "128", "--fsdp", "8", "--device-gib", "141",
+                    "--sampling-dtype", "bfloat16", "--remat", "full", "--attention-impl", "xla"]) == 0
+    got = capsys.readouterr().out.split("\n", 1)[1]
+    assert got == want
+    with pytest.raises(SystemExit, match="python -m experiments.plan"):
+        PL.main(["+experiment=grpo_ps_qwen3_4b_h200x8"])

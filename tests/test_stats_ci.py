@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from prs import analysis as an
-from prs.analysis import decisive as dc
+from experiments.studies import decisive as dc
 from prs.analysis import tables
 
 
@@ -147,7 +147,7 @@ def test_a_ratio_censored_in_both_arms_prints_as_undefined():
     # a restricted mean (at a stated horizon) is defined whatever the censoring: it prints, marked
     r = dc._cell({**d, "estimator": "restricted (mean_curve)"})
     assert r.startswith("1.07 [0.90, 1.20]") and "censored both" in r and "≤" not in r
-    t = tables._fmt_ci(d, bound=True)
+    t = tables.fmt_ci(d, bound=True)
     assert "<=" not in t and "1.07" not in t and "censored both" in t
 
 

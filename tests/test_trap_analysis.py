@@ -1,4 +1,4 @@
-"""The partial-pass trap analysis (prs.analysis.trap, experiments.analyze --trap): paired bootstrap
+"""The partial-pass trap analysis (experiments.studies.trap, experiments.analyze --trap): paired bootstrap
 against a numpy reference, known answers on synthetic records, partial sweeps, the theory's closed
 form (RLOO), and the results-page section from a fixture of real records (tests/data/trap_records:
 4 arms x target p_A 0.1 x seeds 0-1 of the #18 sweep at commit 947315b, train lines stripped to the
@@ -12,7 +12,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from prs.analysis import stats, trap
+from experiments.studies import trap
+from prs.analysis import stats
 from prs.analysis.tables import to_jsonable
 
 FIXTURE = pathlib.Path(__file__).parent / "data" / "trap_records"

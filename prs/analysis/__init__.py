@@ -1,9 +1,9 @@
-"""Run analysis: reading runs (``runs``), convergence and bootstrap statistics (``stats``), gap statistics
-with paired CIs (``gap``), the decisive experiment's comparisons and verdict rules (``decisive``), the
-partial-pass trap (``trap``, #18), tables, figures, a tiny run set for notebooks (``notebook``).
+"""Reusable run analysis: reading runs (``runs``), the percentile bootstrap (``bootstrap``), convergence
+statistics (``stats``), gap statistics with paired CIs (``gap``), their coverage by simulation
+(``coverage``), tables and figures. One study's analysis lives in ``experiments.studies``.
 
-May import everything below it (``prs.rl``, ``prs.tasks`` for the tiny runs) and ``theory`` (Fig. 2);
-no other subpackage imports it (``prs`` re-exports it). Every module's public names are re-exported here."""
+May import everything below it (``prs.rl``) and ``theory`` (Fig. 2); no other subpackage imports it
+(``prs`` loads it on first use). Every module's public names are re-exported here."""
 from prs.analysis.runs import (  # noqa: F401
     PAPER_ABLATION_STEPS,
     PAPER_ABLATION_SPEEDUP,
@@ -19,8 +19,16 @@ from prs.analysis.runs import (  # noqa: F401
     find_run_dirs,
     load_runs,
     copy_run_records,
+    read_jsonl,
+    read_records,
     collect_records,
     group_runs,
+)
+from prs.analysis.bootstrap import (  # noqa: F401
+    bootstrap_ci,
+    speedup_ci,
+    check_boot,
+    safe_ratio,
 )
 from prs.analysis.stats import (  # noqa: F401
     moving_average,
@@ -43,6 +51,8 @@ from prs.analysis.stats import (  # noqa: F401
     analyze,
 )
 from prs.analysis.tables import (  # noqa: F401
+    fmt,
+    fmt_ci,
     runs_table,
     convergence_table,
     equal_step_table,
@@ -57,35 +67,6 @@ from prs.analysis.figures import (  # noqa: F401
     plot_gap_curves,
     plot_gap_speedups,
 )
-from prs.analysis.notebook import (  # noqa: F401
-    notebook_runs,
-    make_tiny_runs,
-    tiny_run_dir,
-    find_run_root,
-)
-from prs.analysis.decisive import (  # noqa: F401
-    arm_label,
-    arm_stats,
-    head_to_head,
-    verdict,
-    arms_table,
-    lm_arms,
-    lm_variant,
-    task_variants,
-)
-from prs.analysis.trap import (  # noqa: F401
-    TrapRun,
-    load_trap_run,
-    load_trap_runs,
-    trap_cells,
-    analyze_trap,
-    budget_cuts,
-    theory_predictions,
-    trap_section,
-    plot_trap_curves,
-    plot_trap_theory,
-    collect_trap_records,
-)
 from prs.analysis.gap import (  # noqa: F401
     gap_levels,
     crossing_steps,
@@ -98,3 +79,26 @@ from prs.analysis.gap import (  # noqa: F401
     gap_compare,
     gap_task,
 )
+
+# One study's analysis moved out of the library; an old import names the new place in one line.
+MOVED = {"trap": "experiments.studies.trap", "decisive": "experiments.studies.decisive",
+         "notebook": "experiments.studies.notebook", "notebook_runs": "experiments.studies.notebook",
+         "make_tiny_runs": "experiments.studies.notebook", "tiny_run_dir": "experiments.studies.notebook",
+         "find_run_root": "experiments.studies.notebook", "TrapRun": "experiments.studies.trap",
+         "load_trap_run": "experiments.studies.trap", "load_trap_runs": "experiments.studies.trap",
+         "trap_cells": "experiments.studies.trap", "analyze_trap": "experiments.studies.trap",
+         "budget_cuts": "experiments.studies.trap", "theory_predictions": "experiments.studies.trap",
+         "trap_section": "experiments.studies.trap", "plot_trap_curves": "experiments.studies.trap",
+         "plot_trap_theory": "experiments.studies.trap", "collect_trap_records": "experiments.studies.trap",
+         "arm_label": "experiments.studies.decisive", "arm_stats": "experiments.studies.decisive",
+         "head_to_head": "experiments.studies.decisive", "verdict": "experiments.studies.decisive",
+         "arms_table": "experiments.studies.decisive", "lm_arms": "experiments.studies.decisive",
+         "lm_variant": "experiments.studies.decisive", "task_variants": "experiments.studies.decisive"}
+
+
+def __getattr__(name: str):
+    """An ImportError naming the new module for a name in ``MOVED`` (so ``from prs.analysis import trap``
+    says where it went); AttributeError otherwise."""
+    if name in MOVED:
+        raise ImportError(f"prs.analysis.{name} moved to {MOVED[name]} (study code lives in experiments/studies)")
+    raise AttributeError(f"module 'prs.analysis' has no attribute {name!r}")

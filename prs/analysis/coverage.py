@@ -36,7 +36,7 @@ mean zero). Expectations over seeds by quadrature on 4001 normal quantiles.
 ``coverage_study`` returns per estimator the median and mean estimate, the share of studies whose
 interval holds the truth (coverage, with its Monte Carlo standard error sqrt(c (1 - c) / n)), the
 share without an interval, and the median interval width. ``experiments.coverage`` writes the table
-to ``results/coverage.md``.
+to ``results/coverage/coverage.md``.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from statistics import NormalDist
 import numpy as np
 
 from prs.analysis.gap import auc, crossing_steps, gap_compare, gap_levels, restricted_speedup
-from prs.analysis.stats import _ratio, bootstrap_diff_of_means
+from prs.analysis.bootstrap import bootstrap_diff_of_means, safe_ratio
 
 __all__ = ["Scenario", "SCENARIOS", "simulate_study", "truths", "old_speedup", "estimate_study", "coverage_study",
            "coverage_markdown"]
@@ -139,8 +139,8 @@ def old_speedup(steps, yb, ym, *, fraction: float = 0.8, k: int = 3, n_boot: int
     xm, cm = crossing_steps(steps, ym, L)
     bb, bm = np.where(cb, last, xb), np.where(cm, last, xm)
     idx = np.random.default_rng(seed).integers(0, bb.size, size=(n_boot, bb.size))
-    lo, hi = _old_ci(_ratio(bb[idx].mean(1), bm[idx].mean(1)), level)
-    return {"value": float(_ratio(bb.mean(), bm.mean())), "lo": lo, "hi": hi}
+    lo, hi = _old_ci(safe_ratio(bb[idx].mean(1), bm[idx].mean(1)), level)
+    return {"value": float(safe_ratio(bb.mean(), bm.mean())), "lo": lo, "hi": hi}
 
 
 def estimate_study(sc: Scenario, steps, yb, ym, *, n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -214,7 +214,7 @@ LABELS = {"old": "old: per-seed crossing, fixed level, censored at last step",
 
 
 def coverage_markdown(results: Sequence[dict[str, Any]], *, command: str, commit: str | None = None) -> str:
-    """The coverage page (results/coverage.md)."""
+    """The coverage page (results/coverage/coverage.md)."""
     lines = ["# Coverage of the speed-up intervals (simulation)", "",
              f"Produced by `{command}`" + (f" at commit `{commit[:10]}`" if commit else "")
              + "; do not edit by hand. Design and estimators: `prs/analysis/coverage.py`'s docstring. "

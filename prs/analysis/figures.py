@@ -8,7 +8,7 @@ import numpy as np
 
 from prs.analysis.runs import PAPER_ABLATION_SPEEDUP, PAPER_SETTLED_REROLL, Run
 from prs.analysis.stats import bootstrap_band, curves_vs_wallclock, eval_matrix, moving_average, seed_mean
-from prs.analysis.tables import _fmt
+from prs.analysis.tables import fmt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def plot_ablation(task_result: dict[str, Any], *, key: str = "speedup_steps", ti
     for xi, v, m in zip(x, vals, methods):
         c = task_result["methods"][m]
         note = " (censored)" if c[key].get("bound") not in (None, "exact") else ""
-        ax.text(xi - 0.18, (v if math.isfinite(v) else 0) + 0.03, f"{_fmt(v)}{note}", ha="center", fontsize=7)
+        ax.text(xi - 0.18, (v if math.isfinite(v) else 0) + 0.03, f"{fmt(v)}{note}", ha="center", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, methods)
     ax.set(ylabel={"speedup_steps": "speed-up in steps to converge (×)", "speedup_wall": "speed-up in wall-clock (×)",
@@ -138,7 +138,7 @@ def plot_fig2(n: int = 8):
 def plot_gap_curves(res: dict[str, Any], *, title: str = "", xlabel: str = "training step",
                     ylabel: str = "held-out pass@1"):
     """The decisive experiment's learning curves: every arm's seed-mean curve, the baseline's start /
-    final levels and its 50% / 80%-gap levels (``prs.analysis.decisive.arm_stats`` result with "steps"
+    final levels and its 50% / 80%-gap levels (``experiments.studies.decisive.arm_stats`` result with "steps"
     and "curves": {arm: {"mean": [E]}})."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.4))

@@ -63,9 +63,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from prs.analysis.bootstrap import (bootstrap_diff_of_means, bootstrap_mean, bootstrap_ratio_of_means, check_boot,
+                                    percentile_ci, safe_ratio)
 from prs.analysis.runs import Run
-from prs.analysis.stats import (_check_boot, _ratio, bootstrap_diff_of_means, bootstrap_mean, censoring_bound, percentile_ci,
-                                bootstrap_ratio_of_means, eval_matrix, last_step, moving_average, seed_mean)
+from prs.analysis.stats import censoring_bound, eval_matrix, last_step, moving_average, seed_mean
 
 __all__ = ["gap_levels", "crossing_steps", "cost_at_steps", "auc", "window_mean_at", "common_horizon", "restricted_steps",
            "restricted_speedup", "gap_compare", "gap_task"]
@@ -262,7 +263,7 @@ def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float
     _, ym = _check_curves(steps, y_meth)
     k = _check_k(k)
     ks = k if k_start is None else _check_k(k_start)
-    _check_boot(n_boot, level)
+    check_boot(n_boot, level)
     S, E = yb.shape
     cost_base, cost_meth = dict(cost_base or {}), dict(cost_meth or {})
     sb, sm = moving_average(yb, window=window), moving_average(ym, window=window)
@@ -280,22 +281,22 @@ def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float
             cm_ = moving_average(_nanmean_rows(ym[idx]), window=window)
             xb, cb = restricted_steps(steps, cb_, lev, horizon=horizon)        # [R]
             xm, cm = restricted_steps(steps, cm_, lev, horizon=horizon)
-            out = {"steps": _ratio(xb, xm)}
+            out = {"steps": safe_ratio(xb, xm)}
             for c in cost_base:
                 mcb = _nanmean_rows(np.asarray(cost_base[c], float)[idx])      # [R, T+1]
                 mcm = _nanmean_rows(np.asarray(cost_meth[c], float)[idx])
-                out[c] = _ratio(cost_at_steps(mcb, np.nan_to_num(xb)), cost_at_steps(mcm, np.nan_to_num(xm)))
+                out[c] = safe_ratio(cost_at_steps(mcb, np.nan_to_num(xb)), cost_at_steps(mcm, np.nan_to_num(xm)))
             for c in out:
                 out[c] = np.where(np.isfinite(lev), out[c], np.nan)
             return out, (lev, xb, xm, cb, cm)
         levs = np.repeat(lev, S)                                               # [R*S]
         xb, cb = restricted_steps(steps, sb[idx].reshape(R * S, E), levs, horizon=horizon)
         xm, cm = restricted_steps(steps, sm[idx].reshape(R * S, E), levs, horizon=horizon)
-        out = {"steps": _ratio(xb.reshape(R, S).mean(1), xm.reshape(R, S).mean(1))}
+        out = {"steps": safe_ratio(xb.reshape(R, S).mean(1), xm.reshape(R, S).mean(1))}
         for c in cost_base:
             vb = cost_at_steps(np.asarray(cost_base[c], float)[idx.reshape(-1)], np.nan_to_num(xb))
             vm = cost_at_steps(np.asarray(cost_meth[c], float)[idx.reshape(-1)], np.nan_to_num(xm))
-            out[c] = _ratio(vb.reshape(R, S).mean(1), vm.reshape(R, S).mean(1))
+            out[c] = safe_ratio(vb.reshape(R, S).mean(1), vm.reshape(R, S).mean(1))
         for c in out:
             out[c] = np.where(np.isfinite(lev), out[c], np.nan)                # no gap: undefined
         return out, (lev, xb, xm, cb, cm)
@@ -324,7 +325,7 @@ def _mean_curve_boot(steps, yb, ym, *, k, k_start, fractions, n_boot, level, see
             xb, _ = crossing_steps(steps, mb, lev)
             xm, _ = crossing_steps(steps, mm, lev)
             xb = np.where(np.isfinite(lev), xb, np.nan)
-            out.append((_ratio(xb, xm), xb, xm))
+            out.append((safe_ratio(xb, xm), xb, xm))
         return out
     point = stats(np.arange(S)[None])
     res = {}
@@ -354,7 +355,7 @@ def gap_compare(steps, y_base, y_meth, *, cost_base: Mapping[str, np.ndarray] | 
     _, ym = _check_curves(steps, y_meth)
     if yb.shape != ym.shape:
         raise ValueError(f"paired curves need equal shapes, got y_base {yb.shape} and y_meth {ym.shape}")
-    _check_boot(n_boot, level)
+    check_boot(n_boot, level)
     k, fr = _check_k(k), _check_fractions(fractions)
     at_k = k if at_k is None else _check_k(at_k)
     boot = dict(n_boot=n_boot, level=level, seed=seed)

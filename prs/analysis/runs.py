@@ -158,7 +158,8 @@ def parse_run_name(name: str) -> dict[str, Any]:
     raise ValueError(f"run directory name {name!r} fits neither <task>-<method><tag>-s<seed> nor <method>_s<seed>")
 
 
-def _read_jsonl(path: pathlib.Path) -> tuple[list[dict], list[str]]:
+def read_jsonl(path: pathlib.Path) -> tuple[list[dict], list[str]]:
+    """(records, problems) of a ``metrics.jsonl`` (or its committed ``.gz``); unparsable lines are skipped and named."""
     records, problems = [], []
     gz = path.with_name(path.name + ".gz")  # committed result sets keep metrics.jsonl.gz
     if not path.exists() and not gz.exists():
@@ -187,7 +188,7 @@ def _f(x) -> float:
 def load_run(path) -> Run:
     """Reads one run directory into a ``Run`` (never raises on a partial or killed run)."""
     path = pathlib.Path(path)
-    records, problems = _read_jsonl(path / "metrics.jsonl")
+    records, problems = read_jsonl(path / "metrics.jsonl")
     summary, config = None, {}
     if (path / "summary.json").exists():
         try:

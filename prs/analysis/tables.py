@@ -13,17 +13,18 @@ from prs.analysis.runs import PAPER_ABLATION_SPEEDUP, PAPER_SETTLED_REROLL, Run
 # Tables
 
 
-def _fmt(x: float, nd: int = 2) -> str:
+def fmt(x: float, nd: int = 2) -> str:
+    """``x`` to ``nd`` decimals for a table cell; None / NaN -> "-", ±inf -> "inf"."""
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else "inf" if math.isinf(x) else f"{x:.{nd}f}"
 
 
-def _fmt_ci(d: dict, nd: int = 2, bound: bool = False) -> str:
+def fmt_ci(d: dict, nd: int = 2, bound: bool = False) -> str:
     """``value [lo, hi]``; with ``bound`` the censoring mark of ``stats.censoring_bound`` (both arms
     censored: undefined, no direction)."""
     if bound and d.get("bound") == "both":
         return (f"undefined (censored both: {d['n_censored_baseline']} baseline, "
                 f"{d['n_censored_method']} method seeds)")
-    s = f"{_fmt(d['value'], nd)} [{_fmt(d['lo'], nd)}, {_fmt(d['hi'], nd)}]"
+    s = f"{fmt(d['value'], nd)} [{fmt(d['lo'], nd)}, {fmt(d['hi'], nd)}]"
     if bound and d.get("bound") == "upper":
         s += f" (<=, {d['n_censored_method']} censored)"
     elif bound and d.get("bound") == "lower":
@@ -65,9 +66,9 @@ def convergence_table(task_result: dict[str, Any]) -> str:
         ps = ", ".join(f">={b:.0f}" if c else f"{s:.0f}" for s, b, c in
                        zip(r["per_seed"]["steps"], r["per_seed"]["steps_bound"], r["per_seed"]["censored"]))
         lines.append(f"| {m} | {r['n_runs']} ({r['n_complete']}) | {mc} | {ps} ({r['n_censored']}) | "
-                     f"{_fmt_ci(r['speedup_steps'], bound=True)} | {_fmt_ci(r['speedup_wall'], bound=True)} | "
-                     f"{_fmt_ci(r['speedup_tokens'], bound=True)} | {_fmt_ci(r['wall_to_converge'], 1)} | "
-                     f"{_fmt(PAPER_ABLATION_SPEEDUP.get(m, math.nan))} |")
+                     f"{fmt_ci(r['speedup_steps'], bound=True)} | {fmt_ci(r['speedup_wall'], bound=True)} | "
+                     f"{fmt_ci(r['speedup_tokens'], bound=True)} | {fmt_ci(r['wall_to_converge'], 1)} | "
+                     f"{fmt(PAPER_ABLATION_SPEEDUP.get(m, math.nan))} |")
     return "\n".join(lines)
 
 
@@ -84,7 +85,7 @@ def equal_step_table(task_result: dict[str, Any]) -> str:
             continue
         d = r["equal_step_improvement"]
         pp = {k: (v * 100 if isinstance(v, float) else v) for k, v in d.items()}
-        lines.append(f"| {m} | {_fmt_ci(r['pass_at_step'], 3)} | {_fmt_ci(pp, 1)} | {_fmt_ci(r['final_pass'], 3)} | "
+        lines.append(f"| {m} | {fmt_ci(r['pass_at_step'], 3)} | {fmt_ci(pp, 1)} | {fmt_ci(r['final_pass'], 3)} | "
                      f"{', '.join(map(str, r['equal_step_missing_seeds'])) or '-'} |")
     return "\n".join(lines)
 
@@ -97,9 +98,9 @@ def bucket_table(task_result: dict[str, Any]) -> str:
     ks = sorted({int(k) for r in t["methods"].values() for k in r.get("settled_reroll", {})})
     lines = ["| method | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
     for m, r in t["methods"].items():
-        cells = [_fmt_ci(r["settled_reroll"][str(k)], 3) if str(k) in r.get("settled_reroll", {}) else "-" for k in ks]
+        cells = [fmt_ci(r["settled_reroll"][str(k)], 3) if str(k) in r.get("settled_reroll", {}) else "-" for k in ks]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    lines.append("| paper (reported) | " + " | ".join(_fmt(PAPER_SETTLED_REROLL.get(k, math.nan), 3) for k in ks) + " |")
+    lines.append("| paper (reported) | " + " | ".join(fmt(PAPER_SETTLED_REROLL.get(k, math.nan), 3) for k in ks) + " |")
     return "\n".join(lines)
 
 

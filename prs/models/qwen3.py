@@ -64,7 +64,7 @@ from prs.parallel import explicit
 Params = dict[str, Any]
 Cache = dict[str, jax.Array]
 
-_NEG = -1e30  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
+NEG = _bw.NEG  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
 
 # ModelConfig.remat -> jax.checkpoint policy (None: no checkpoint). Measured on the ``10m`` preset
 # (R=8, T=512, f32; compiled temp bytes of value_and_grad): none 2463 MiB, full 415 MiB,
@@ -353,7 +353,7 @@ def _attention_einsum(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     qg = q.reshape(R, T, Kv, G, H)
     scores = jnp.einsum("rtkgh,rskh->rkgts", qg, k, preferred_element_type=jnp.float32)
     scores = scores / math.sqrt(H)
-    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)  # [R, Kv, G, T, S]
+    scores = jnp.where(mask[:, None, None, :, :], scores, NEG)  # [R, Kv, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("rkgts,rskh->rtkgh", probs, v)
     return out.reshape(R, T, K * H)
@@ -385,7 +385,7 @@ _TN = (((2,), (2,)), ((0, 1), (0, 1)))  # [.., m, h] · [.., m, s] -> [.., h, s]
 def _attn_fwd_core(qh, kh, vh, mh):
     H = qh.shape[-1]
     scores = jax.lax.dot_general(qh, kh, _NT, preferred_element_type=jnp.float32) / math.sqrt(H)
-    scores = jnp.where(mh, scores, _NEG)  # [R, Kv, M, S]
+    scores = jnp.where(mh, scores, NEG)  # [R, Kv, M, S]
     mx = jnp.max(scores, axis=-1, keepdims=True)
     e = jnp.exp(scores - mx)
     probs = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(vh.dtype)
@@ -506,7 +506,7 @@ def _decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     G = K // Kv
     qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
     scores = jnp.sum(qg * k.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S, Kv, G]
-    scores = jnp.where(mask[:, 0, :, None, None], scores, _NEG)
+    scores = jnp.where(mask[:, 0, :, None, None], scores, NEG)
     probs = jax.nn.softmax(scores, axis=1).astype(v.dtype)  # over S
     out = jnp.sum(probs[..., None] * v[:, :, :, None, :], axis=1)  # [R, Kv, G, H]
     return out.reshape(R, 1, K * H).astype(v.dtype)

@@ -384,7 +384,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
         sc = jnp.sum(qg[..., None] * kb.astype(jnp.float32)[:, :, None], axis=-2) / math.sqrt(H)  # [R, Kv, G, S_b]
         ok = (a + jnp.arange(b - a))[None, :] <= pos[:, None]  # [R, S_b]
-        sc = jnp.where(ok[:, None, None, :], sc, model_lib._NEG)
+        sc = jnp.where(ok[:, None, None, :], sc, model_lib.NEG)
         probs = jax.nn.softmax(sc, axis=-1).astype(vb.dtype)
         outs.append(jnp.sum(probs[..., None] * vb[:, :, None], axis=-2).astype(jnp.float32))  # [R, Kv, G, H]
         if len(ks) > 1:
@@ -579,7 +579,7 @@ def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
         m, l, acc = carry
         sc = jax.lax.dot_general(qh, kj, qk, preferred_element_type=f32) * scale
         if mask is not None:
-            sc = jnp.where(mask, sc, model_lib._NEG)
+            sc = jnp.where(mask, sc, model_lib.NEG)
         m_new = jnp.maximum(m, jnp.max(sc, axis=-1, keepdims=True))
         corr = jnp.exp(m - m_new)
         p = jnp.exp(sc - m_new)
@@ -587,7 +587,7 @@ def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
         return m_new, l, acc * corr + jax.lax.dot_general(p, vj, pv, preferred_element_type=f32)
 
     one = qh[..., :1]
-    init = (jnp.full_like(one, model_lib._NEG), jnp.zeros_like(one), jnp.zeros_like(qh))
+    init = (jnp.full_like(one, model_lib.NEG), jnp.zeros_like(one), jnp.zeros_like(qh))
     ar = jnp.arange(b)
     carry = tile(init, k.transpose(0, 2, 3, 1).astype(f32), v.transpose(0, 2, 1, 3).astype(f32),
                  ar[:, None] >= ar[None, :])  # the diagonal tile

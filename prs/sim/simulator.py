@@ -123,8 +123,6 @@ __all__ = [
     "make_train",
     "simulate",
     "steps_to_reach",
-    "bootstrap_ci",
-    "speedup_ci",
 ]
 
 
@@ -583,29 +581,3 @@ def steps_to_reach(success: np.ndarray, success0: np.ndarray, *, reach: float = 
     ever = hit.any(axis=1)
     steps = np.where(ever, hit.argmax(axis=1) + 1, success.shape[1] + 1)
     return steps, ~ever
-
-
-def bootstrap_ci(data, stat: Callable = np.mean, *, n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float, float]:
-    """(stat(data), lo, hi): percentile bootstrap over the leading (seed) axis, seeded.
-
-    `data` is an array [S, ...] or a tuple of arrays sharing S, resampled jointly (paired) and
-    passed to `stat` as separate arguments. Efron & Tibshirani 1993, ch. 13.
-    """
-    arrays = tuple(np.asarray(a) for a in (data if isinstance(data, tuple) else (data,)))
-    S = arrays[0].shape[0]
-    if S < 2 or any(a.shape[0] != S for a in arrays):
-        raise ValueError(f"need >= 2 samples sharing the leading axis, got shapes {[a.shape for a in arrays]}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, S, size=(n_boot, S))
-    boots = np.array([stat(*(a[i] for a in arrays)) for i in idx])
-    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
-    return float(stat(*arrays)), float(lo), float(hi)
-
-
-def speedup_ci(base_steps: np.ndarray, method_steps: np.ndarray, **kw) -> tuple[float, float, float]:
-    """Speed-up mean(base) / mean(method) over paired seeds, with its bootstrap CI."""
-    return bootstrap_ci((np.asarray(base_steps, float), np.asarray(method_steps, float)),
-                        lambda b, m: b.mean() / m.mean(), **kw)

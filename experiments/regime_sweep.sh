@@ -4,9 +4,9 @@
 # Resumable: a run with a summary.json is skipped; an unfinished one resumes from its checkpoint.
 # Runs a detached clean worktree of commit $SHA (OUT/code-<sha>), so every run's provenance records
 # that commit with a clean tree and edits to the tree during the sweep cannot leak in.
-#   SHA=<commit> EXPS="regime_late" results/regime/sweep.sh [OUT]
+#   SHA=<commit> EXPS="regime_late" experiments/regime_sweep.sh [OUT]
 # An arm is label=override,override,... (commas become spaces).
-. "$(dirname "$0")/../sweep_lib.sh"   # REPO, SHA, sweep_setup, sweep_run
+. "$(dirname "$0")/sweep_lib.sh"   # REPO, SHA, sweep_setup, sweep_run
 EXPS=${EXPS:-regime_late}
 STEPS=${STEPS:-40}
 SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}

@@ -1,4 +1,4 @@
-# Shared by the resumable sweeps (results/trap/sweep.sh, results/regime/sweep.sh); source it, do not run it.
+# Shared by the resumable sweeps (experiments/trap_sweep.sh, experiments/regime_sweep.sh); source it, do not run it.
 # sweep_setup OUT: makes OUT/runs and a detached clean worktree of commit $SHA (OUT/code-<sha>), so edits to
 #   the tree during the sweep cannot leak in and every run's provenance records that commit with a clean
 #   tree; sets CODE and PY, exports the shared compile cache, and cd's into the worktree.

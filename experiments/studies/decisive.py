@@ -61,7 +61,8 @@ import numpy as np
 
 from prs.analysis.gap import FRACTIONS, common_horizon, cost_at_steps, gap_compare, restricted_steps
 from prs.analysis.runs import PAPER_ABLATION_SPEEDUP, PAPER_ABLATION_STEPS, PAPER_EQUAL_STEP_PP, Run
-from prs.analysis.stats import (bootstrap_diff_of_means, bootstrap_ratio_of_means, censoring_bound, eval_matrix,
+from prs.analysis.bootstrap import bootstrap_diff_of_means, bootstrap_ratio_of_means
+from prs.analysis.stats import (censoring_bound, eval_matrix,
                                 moving_average)
 
 __all__ = ["arm_label", "baseline_for", "arm_stats", "head_to_head", "verdict", "arms_table", "lm_arms",
@@ -593,7 +594,8 @@ def k_histogram(runs: Sequence[Run]) -> list[float] | None:
 BEGIN, END = "<!-- decisive-experiment:begin -->", "<!-- decisive-experiment:end -->"
 
 
-def _slug(s: str) -> str:
+def slug(s: str) -> str:
+    """``s`` as a file-name stem: characters other than letters, digits, ``_`` and ``-`` become ``_``."""
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in s).strip("_")
 
 
@@ -618,12 +620,12 @@ def variant_markdown(name: str, res: Mapping[str, Any], *, figures: Sequence[str
 
 def section_markdown(parts: Sequence[str], *, commit: str | None, dirty: bool | None, command: str,
                      dirty_files: Sequence[str] = (), k: int = 3, k_start: int | None = None) -> str:
-    """The decisive-experiment section of results/README.md (between BEGIN / END markers)."""
+    """The decisive-experiment section of a study page (results/regime/README.md), between BEGIN / END markers."""
     state = ("unknown commit" if commit is None else f"commit `{commit[:10]}`" + (
         f" with uncommitted changes ({', '.join(dirty_files[:5])})" if dirty else " (clean tree)"))
     head = [BEGIN, "## The decisive experiment (issue #16): computed by `experiments.analyze`", "",
             f"Produced at {state} by `{command}`; do not edit by hand (regenerate). Statistics "
-            f"(`prs.analysis.gap`, `prs.analysis.decisive`): start / final = mean of the baseline's first {k_start or k} "
+            f"(`prs.analysis.gap`, `experiments.studies.decisive`): start / final = mean of the baseline's first {k_start or k} "
             f"/ last {k} evaluations; steps to 50% / 80% of its gap: the crossing of the seed-mean curves, interpolated "
             "between evaluations and restricted to the horizon (the last evaluation all paired seeds reached; not "
             "reached by then counts the horizon); every CI is a paired percentile bootstrap over seeds (same seed = same "
@@ -634,7 +636,7 @@ def section_markdown(parts: Sequence[str], *, commit: str | None, dirty: bool | 
             "the steps-to-converge speed-up of the first table (window 3, the baseline's final level). The paper's "
             "ablation (" + ", ".join(f"{m} {v}" for m, v in PAPER_ABLATION_STEPS.items()) + " steps to converge; "
             + " / ".join(f"+{v} pp" for v in PAPER_EQUAL_STEP_PP.values()) + " at equal steps, "
-            + " / ".join(PAPER_EQUAL_STEP_PP) + ") is beside. The verdict applies the rules in `prs/analysis/decisive.py`'s docstring to "
+            + " / ".join(PAPER_EQUAL_STEP_PP) + ") is beside. The verdict applies the rules in `experiments/studies/decisive.py`'s docstring to "
             "these CIs.", ""]
     return "\n".join(head + list(parts) + [END]) + "\n"
 

@@ -24,7 +24,7 @@ Definitions (S seeds, E evaluation points at steps s_0 = 0 < ... < s_{E-1}, T tr
   one p_A (the figures) use the seeds complete in *every* arm present there (the balanced set), and
   are resampled with one seed index per bootstrap draw for all arms (``stats.bootstrap_band`` on
   [A, S, E]). Per-arm scalars are over that arm's own complete seeds (``n`` reported).
-* **Bootstrap.** Percentile bootstrap over seeds (``prs.analysis.stats``; seeded; 95% by default);
+* **Bootstrap.** Percentile bootstrap over seeds (``prs.analysis.bootstrap``; seeded; 95% by default);
   a paired difference resamples the seed-wise differences (``bootstrap_diff_of_means(paired=True)``),
   a paired ratio resamples seeds jointly (``bootstrap_ratio_of_means(paired=True)``). NaN CI with < 2 seeds.
 * **Warm start** (per p_A): the step-0 evaluation, identical in every arm for one seed; measured
@@ -60,8 +60,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from prs.analysis.gap import auc, gap_compare
-from prs.analysis.runs import _read_jsonl, find_run_dirs, load_run
-from prs.analysis.stats import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean, bootstrap_ratio_of_means
+from prs.analysis.runs import read_jsonl, find_run_dirs, load_run
+from prs.analysis.bootstrap import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean, bootstrap_ratio_of_means
 
 __all__ = ["ARMS", "EVAL_METRICS", "TrapRun", "arm_of", "load_trap_run", "load_trap_runs", "trap_cells",
            "common_seeds", "curve_matrix", "paired_curves", "drift", "ols_slope", "paired_diff", "window_mean",
@@ -191,7 +191,7 @@ def load_trap_run(path) -> TrapRun | None:
     if (cfg.get("task") or {}).get("name") != "trap":
         return None
     base = load_run(path)
-    records, problems = _read_jsonl(path / "metrics.jsonl")
+    records, problems = read_jsonl(path / "metrics.jsonl")
     train = sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["step"])
     evals = sorted((r for r in records if r.get("kind") == "eval"), key=lambda r: r["step"])
     algo, params = cfg.get("algo") or {}, (cfg.get("task") or {}).get("params") or {}
@@ -652,7 +652,7 @@ def trap_section(result: Mapping[str, Any], *, command: str = "", commit: str | 
     L += [prov, ""]
     L += [f"Seed means with {lvl}% percentile-bootstrap CIs over seeds ({result['options']['n_boot']} resamples); "
           "differences between arms are **paired by seed** (same warm start, same problem stream) over the seeds "
-          "complete in both arms; only complete runs count (definitions: `prs/analysis/trap.py`). "
+          "complete in both arms; only complete runs count (definitions: `experiments/studies/trap.py`). "
           "Arms: fraction reward, binary reward, binary + PS, fraction + PS (PS = PS-ada on the next_visit "
           "schedule with cut_spread + sources=all); every arm on the same next_visit pool.", ""]
     if cuts:

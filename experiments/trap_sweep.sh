@@ -4,10 +4,10 @@
 # (the runner resumes only the same configuration). Runs a detached clean worktree of commit $SHA
 # (OUT/code-<sha>), so edits to the tree during the sweep cannot leak in and every run's
 # provenance records that commit with a clean tree.
-#   SHA=<commit> results/trap/sweep.sh [OUT]
+#   SHA=<commit> experiments/trap_sweep.sh [OUT]
 # then: python -m experiments.analyze OUT/runs --trap --out results/trap --copy-records results/trap/runs \
-#           --page results/README.md --notebook
-. "$(dirname "$0")/../sweep_lib.sh"   # REPO, SHA, sweep_setup, sweep_run
+#           --page results/trap/README.md --notebook
+. "$(dirname "$0")/sweep_lib.sh"   # REPO, SHA, sweep_setup, sweep_run
 STEPS=${STEPS:-60}
 SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}
 P_LIST=${P_LIST:-"0.1 0.5 0.3"}          # the trap case first, then above and near the break-even

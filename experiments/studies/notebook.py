@@ -1,5 +1,5 @@
-"""Which runs a notebook shows (``notebook_runs``), and a tiny run set trained on the fly for
-notebooks and tests when no saved runs exist."""
+"""Notebook helpers: which runs a notebook shows (``notebook_runs``), and a tiny run set trained on the
+fly for notebooks and tests when no saved runs exist. Imports ``prs`` (the trainer for the tiny runs)."""
 from __future__ import annotations
 
 import os
@@ -58,7 +58,9 @@ def tiny_run_dir(tag: str = "") -> pathlib.Path:
     import tempfile
 
     h = hashlib.sha256(tag.encode())
-    for p in sorted(pathlib.Path(__file__).resolve().parent.parent.rglob("*.py")):  # all of prs
+    import prs
+
+    for p in sorted(pathlib.Path(prs.__file__).resolve().parent.rglob("*.py")):  # all of prs
         h.update(p.read_bytes())
     return pathlib.Path(tempfile.gettempdir()) / f"prs_tiny_runs-{h.hexdigest()[:12]}"
 
@@ -71,7 +73,7 @@ def find_run_root(candidates: Iterable[Any]) -> pathlib.Path | None:
     return None
 
 
-COMMITTED_RUNS = "../results/runs"  # the committed ablation, as a notebook's kernel (cwd notebooks/) sees it
+COMMITTED_RUNS = "../results/ablation/runs"  # the committed ablation, as a notebook's kernel (cwd notebooks/) sees it
 
 
 def notebook_runs(env: str | None = None, *, committed: str = COMMITTED_RUNS) -> tuple[pathlib.Path | None, str]:
