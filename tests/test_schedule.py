@@ -29,14 +29,14 @@ def base_params():
 
 
 def _run_steps(trainer, state, steps):
-    """-> list of (memory before, batch, metrics, last_sources) per step, and the final state; the
+    """-> list of (memory before, batch, metrics, sources) per step, and the final state; the
     params before each step in ``trainer.params_at``."""
     out = []
     for _ in range(steps):
         before = jax.tree.map(np.asarray, state.memory)
         trainer.params_at = getattr(trainer, "params_at", []) + [jax.tree.map(np.array, state.params)]
-        batch, _, m = trainer.collect(state)
-        src = trainer.last_sources
+        c = trainer.collect(state)
+        batch, m, src = c.batch, c.metrics, c.sources
         out.append((before, batch, m, src))
         state, _ = trainer.step(state)
     return out, state
@@ -59,15 +59,38 @@ def test_pool_order_visits_every_task_once_per_epoch_and_is_seeded():
 @pytest.mark.parametrize("rho", [0.2, 0.5, 0.8])
 def test_cut_spread_gives_n_distinct_cuts_when_the_source_is_long_enough(rho):
     n, L = 8, 40
-    cut = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=True), np.full((1, n), L))[0]
+    cut = ps.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=True), np.full((1, n), L))[0]
     lo, hi = rho / 2, min(1.0, 1.5 * rho)
     want = np.clip(np.round(np.array([lo + (hi - lo) * i / (n - 1) for i in range(n)]) * L), 1, L - 1)
     np.testing.assert_array_equal(cut, want)
     assert len(set(cut.tolist())) == n and cut.min() >= 1 and cut.max() <= L - 1
-    same = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=False), np.full((1, n), L))[0]
+    same = ps.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=False), np.full((1, n), L))[0]
     assert set(same.tolist()) == {int(np.clip(np.round(np.float32(rho) * L), 1, L - 1))}
     # a source too short to cut gives 0 (the task is not steered)
-    assert S.cuts_from_fractions(np.full((1, 2), rho), np.array([[1, 0]])).tolist() == [[0, 0]]
+    assert ps.cuts_from_fractions(np.full((1, 2), rho), np.array([[1, 0]])).tolist() == [[0, 0]]
+
+
+def test_next_visit_and_same_step_cut_at_the_same_points():
+    """One cut rule: an unspread next visit (``steer_cuts``) cuts where ``prefix.cut_points`` cuts
+    on the same ρ table, buckets and source lengths, and both equal the rule written out in numpy."""
+    rng = np.random.default_rng(0)
+    b, n, K = 64, 4, 3
+    rho = rng.uniform(0.05, 0.95, K).astype(np.float32)
+    rho[0] = 0.5                                                           # round-half-to-even cases
+    state = ps.PrefixState(rho=jnp.asarray(rho), ema=jnp.zeros((K,), jnp.float32), count=jnp.zeros((K,), jnp.int32))
+    bucket = rng.integers(-1, K, b).astype(np.int32)                       # -1: not steered
+    lens = rng.integers(0, 40, b).astype(np.int32)
+    bucket[:6], lens[:6] = 0, [0, 1, 2, 3, 5, 7]                           # too short; rho 0.5 * odd L: x.5
+    same = np.asarray(ps.cut_points(state, jnp.asarray(bucket), jnp.asarray(lens), ps.PrefixConfig(mode="ps_ada", n=n)))
+    nxt = S.steer_cuts(rho, bucket, np.repeat(lens[:, None], n, axis=1), spread=False)  # [B, N]
+    assert (nxt == nxt[:, :1]).all()                                       # unspread: one cut per task
+    steered = bucket >= 0
+    np.testing.assert_array_equal(nxt[steered, 0], same[steered])
+    assert (same[~steered] == 0).all()
+    f = rho[np.where(steered, bucket, 0)]                                  # independent reference
+    ref = np.where(lens >= 2, np.clip(np.round(f * lens.astype(np.float32)), 1, np.maximum(lens - 1, 1)), 0)
+    np.testing.assert_array_equal(nxt[:, 0], ref)
+    assert same[:6].tolist() == [0, 0, 1, 2, 2, 4]                         # half to even: 1.5 -> 2, 2.5 -> 2, 3.5 -> 4
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -99,7 +122,7 @@ def test_a_tasks_stored_source_is_the_one_used_at_its_next_visit(nv_run):
     for s, (mem, batch, m, src) in enumerate(recs):
         assert (src["ids"] == S.pool_ids(3, s, 4, 8)).all()
         tokens = np.asarray(batch.tokens)
-        plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+        plen = np.asarray(TASK.take(tr.schedule.pool, src["ids"]).prompt_len)
         for g in np.nonzero(src["steered"])[0]:
             t = src["ids"][g]
             for i in range(8):
@@ -143,7 +166,7 @@ def test_next_visit_replayed_prefix_is_verbatim_with_zero_loss_mask_and_zero_gra
     params = jax.tree.map(jnp.asarray, tr.params_at[s])  # the sampling params: ratio 1, nothing clipped
     batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
     mask, valid = np.asarray(batch.loss_mask), np.asarray(batch.valid)
-    plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+    plen = np.asarray(TASK.take(tr.schedule.pool, src["ids"]).prompt_len)
     offset = jnp.zeros(batch.tokens[:, 1:].shape, jnp.float32)
     g = np.asarray(jax.grad(lambda o: tr.loss(params, batch, logp_offset=o))(offset))  # [R, L-1]
     np.testing.assert_array_equal(g != 0, mask[:, 1:])
@@ -188,7 +211,7 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
                   cut_spread=True)
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=4, hard_max=1, easy_min=3), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
-    tok, mask = task.demonstrations(S.pool(tr), seed=1)  # stored "successes" with several turns
+    tok, mask = task.demonstrations(tr.schedule.pool, seed=1)  # stored "successes" with several turns
     L, M = tr.width, 6
     T = np.zeros((M, 2, L), np.int32)
     T[:, 0, : tok.shape[1]] = tok
@@ -200,8 +223,9 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
         src_mask=jnp.asarray(PM), src_units=jnp.asarray(np.stack([units, np.zeros_like(units)], 1)),
         src_success=jnp.asarray(np.tile([True, False], (M, 1))), src_valid=jnp.asarray(np.tile([True, False], (M, 1))),
         src_id=jnp.asarray(np.arange(2 * M, dtype=np.int32).reshape(M, 2)))
-    batch, _, m = tr.collect(state._replace(memory=mem))
-    src = tr.last_sources
+    c = tr.collect(state._replace(memory=mem))
+    batch, m = c.batch, c.metrics
+    src = c.sources
     assert src["steered"].all() and m["rollouts_sampled"] == 12 and m["tokens_replayed"] > 0
     # fixed shapes: the agent's fresh call also ran the 3 steered tasks; their rows are discarded
     assert m["rollouts_wasted"] == 12 and m["tokens_sampled"] > m["tokens_generated"]
@@ -251,7 +275,8 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
         half = Trainer(TASK, MODEL, dataclasses.replace(rl, lr_scale=1.0), prefix, seed=3)
         st = half.init_state(base_params)
         for _ in range(4):
-            batch, _, m = half.collect(st)
+            c = half.collect(st)
+            batch, m = c.batch, c.metrics
             if m["groups_kept"]:
                 break
             st, _ = half.step(st)
