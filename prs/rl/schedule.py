@@ -2,6 +2,13 @@
 ``next_visit`` (over a finite task pool, at the task's next visit, from its stored sources), and the
 controls that isolate the prefix (``RLConfig.control``).
 
+Each schedule is a strategy object (``make_schedule``: ``SameStep`` or ``NextVisit``, the controls
+inside): ``sample(state, params, keys, rollouts)`` draws the step's rollouts through the task's
+rollouts object and returns a ``Sampled`` (what trains, the measured k, the steered groups and their
+pass rates, the new controller state and task memory, its own metrics); ``prs.rl.trainer.Trainer.collect``
+assembles the batch and the common metrics from it for every schedule. Nothing is written to the
+trainer: the task memory and the next-visit sources are return values.
+
 ``next_visit`` (``RLConfig.schedule="next_visit"``):
 
 * **Pool.** Training draws from a finite pool of M = ``RLConfig.pool_size`` problems
@@ -79,7 +86,6 @@ import numpy as np
 
 from prs.core import prefix as ps
 from prs.core.advantages import mixed_groups
-from prs.rl import loss_menu
 from prs.rl.episodes import Episodes, take_rows
 
 SCHEDULES = ("same_step", "next_visit")

@@ -432,7 +432,7 @@ class Trainer:
         """Steps 1-5 of the module docstring: the schedule strategy samples (``self.schedule``:
         ``same_step`` or ``next_visit``, controls included), then one skeleton for every schedule
         assembles the batch (advantages, filters, loss mask) and the step's metrics."""
-        rl, pc, n = self.rl, self.prefix_cfg, self.rl.group_size
+        pc, n = self.prefix_cfg, self.rl.group_size
         step = int(state.step)
         keys = self.step_keys(step)
         sp = self.sampling_params(state.params)  # the sampler's copy of this step's policy
