@@ -14,6 +14,7 @@ import pytest
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import schedule as S
+from prs.rl.episodes import take_rows
 from prs.rl.runner import RunConfig, run
 from prs.rl.trainer import RLConfig, Trainer
 
@@ -302,3 +303,85 @@ def test_next_visit_logs_the_steered_groups_per_bucket_beside_their_rate(nv_run)
             assert (m[f"bucket/{kb}/reroll_pass_rate"] is None) == (not in_b.any())
             n_diff += m[f"bucket/{kb}/steered"] != m[f"bucket/{kb}/count"]
     assert n_diff > 0  # the two counts differ on this run: count was the wrong weight
+
+
+# ---------------------------------------------------------------------- re-roll calls bucketed by steered groups
+
+
+def test_reroll_groups_pads_to_b_or_to_a_power_of_two_bucket():
+    b = 8
+    for g in range(1, b + 1):
+        sel = np.arange(b)[::-1][:g].copy()                                   # any g distinct groups
+        full = S.reroll_groups(sel, b, bucketed=False)
+        bucket = S.reroll_groups(sel, b, bucketed=True)
+        want = min(b, 2 ** int(np.ceil(np.log2(g))))                         # 1, 2, 4, 4, 8, 8, 8, 8
+        assert full.size == b and bucket.size == want
+        np.testing.assert_array_equal(bucket[:g], sel)
+        assert (bucket[g:] == sel[0]).all() and (full[g:] == sel[0]).all()
+    assert S.reroll_groups(np.arange(3), 6, bucketed=True).size == 4
+    assert S.reroll_groups(np.arange(5), 6, bucketed=True).size == 6        # capped at B
+
+
+def test_bucketed_reroll_calls_compile_once_per_bucket_and_sample_the_unbucketed_tokens(base_params):
+    """A re-roll call padded to the power-of-two bucket of g steered groups samples, for those g
+    groups, exactly the tokens and rewards of the call padded to all B groups (per-row key streams),
+    and g = 1..B compiles the sampler once per bucket (4 shapes for B = 8), nothing on a second pass."""
+    from test_compiles import count_compiles
+
+    b, n = 8, 4
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=8, eval_samples=1)
+    tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
+    keys = tr.step_keys(0)
+    problems = TASK.train_problems(seed=0, step=0, count=b)
+    ep = tr.rollouts.rollout(base_params, problems, keys.sample, group_size=n)         # sources
+    src_row = np.arange(b) * n
+    cut = np.maximum(np.asarray(ep.units)[src_row] // 2, 1)                             # [B]
+
+    def call(pick):
+        return tr.rollouts.reroll(base_params, TASK.take(problems, pick), take_rows(ep, src_row[pick]), cut[pick],
+                                  keys.reroll, group_size=n)
+
+    P, PT = tr.rollouts.scfg.buckets                                                     # prompt-width buckets
+    plen = np.asarray(TASK.prompts(problems)[1])
+    picks = [S.reroll_groups(np.arange(b)[:g], b, bucketed=True) for g in range(1, b + 1)]
+    shapes = [(p.size, P if int((plen[p] + cut[p]).max()) <= P else PT) for p in picks]  # (groups, width bucket)
+    with count_compiles() as names:
+        got = [call(p) for p in picks]
+    assert {p.size for p in picks} == {1, 2, 4, 8}
+    assert names["jit(_sample_jit)"] == len(set(shapes))                                  # one compile per shape
+    with count_compiles() as again:
+        for p in picks:
+            call(p)
+    assert not again["jit(_sample_jit)"]
+    for g in range(1, b + 1):
+        ref = call(S.reroll_groups(np.arange(b)[:g], b, bucketed=False))                # padded to B groups
+        rows = slice(0, g * n)
+        for f in ("tokens", "policy_mask", "rewards", "replayed"):
+            np.testing.assert_array_equal(np.asarray(getattr(got[g - 1], f))[rows], np.asarray(getattr(ref, f))[rows],
+                                          err_msg=f"{f}, g={g}")
+        np.testing.assert_allclose(np.asarray(got[g - 1].logprobs)[rows], np.asarray(ref.logprobs)[rows], atol=1e-5)
+
+
+def test_bucketed_reroll_steps_equal_the_unbucketed_steps(base_params):
+    """Trainer steps with ``reroll_group_buckets`` log the same records as without (same_step replace
+    and append, next_visit's extra_rollouts control); with replace the parameters agree up to the
+    rounding of the sampler's log-probs in a call of another row count."""
+    for kw in (dict(), dict(reroll="append"),
+               dict(schedule="next_visit", pool_size=8, control="extra_rollouts", reroll="append", extra_share=1.0)):
+        out = []
+        for bucketed in (False, True):
+            rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=8, eval_samples=1, reroll_group_buckets=bucketed,
+                          **kw)
+            tr = Trainer(TASK, MODEL, rl, WIDE, seed=3)
+            st = tr.init_state(base_params)
+            ms = []
+            for _ in range(3):
+                st, m = tr.step(st)
+                ms.append({k: v for k, v in m.items() if not k.startswith("time_") and not k.startswith("loss/")})
+            out.append((ms, st.params))
+        (m0, p0), (m1, p1) = out
+        assert m0 == m1, kw
+        assert sum(m["groups_steered"] + m.get("groups_extra", 0) for m in m0) > 0, kw  # a re-roll call ran
+        if not kw:  # replace: the batch holds the same rows (append: its padding rows differ, masked either way);
+            for a, c in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):  # their old log-probs move by rounding
+                np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=0, atol=1e-6)  # (measured 7e-9)

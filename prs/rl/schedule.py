@@ -232,6 +232,28 @@ def make_schedule(task, rl, prefix_cfg: ps.PrefixConfig, *, seed: int, width: in
     return cls(task, rl, prefix_cfg, seed=seed, width=width)
 
 
+def reroll_groups(sel: np.ndarray, b: int, *, bucketed: bool) -> np.ndarray:
+    """The groups of a re-roll call for the g = |sel| steered groups ``sel``: ``sel`` then copies of
+    ``sel[0]`` (dropped after the call) up to B groups, or, ``bucketed``, up to the smallest power
+    of two >= g (at most B): the call compiles once per bucket (log2 B + 1 shapes) instead of once,
+    and samples about g instead of B groups. Row r keeps its key stream (``fold_in(key, r)``), so
+    the first g groups sample the same tokens either way."""
+    g = int(sel.size)
+    if not 1 <= g <= b:
+        raise ValueError(f"internal: {g} steered groups for a re-roll call of at most {b}")
+    size = min(b, 1 << (g - 1).bit_length()) if bucketed else b
+    return np.concatenate([sel, np.full(size - g, sel[0])]).astype(np.int64)
+
+
+def _pad_groups(ep: Episodes, rows: int) -> Episodes:
+    """``ep`` [r, ...] padded to ``rows`` with empty rows (zeros: no valid or policy token, reward 0)."""
+    extra = rows - ep.tokens.shape[0]
+    if extra == 0:
+        return ep
+    # zeros put from the host: an eager jnp.zeros compiles a program per shape
+    return Episodes(*(jnp.concatenate([v, jax.device_put(np.zeros((extra, *v.shape[1:]), v.dtype))]) for v in ep))
+
+
 # ---------------------------------------------------------------------- same_step
 
 
@@ -305,13 +327,13 @@ class SameStep:
             sel = self._selection(sel, keys.reroll)                             # extra_rollouts: a share
         if sel.size:
             g = sel.size
-            pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
+            pick = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)     # [Gb] groups: a few shapes;
             t1 = time.perf_counter()                                            # the padding copies are dropped
             ep2 = self._reroll(rollouts, params, task.take(problems, pick), take_rows(ep, src_row[pick]),
-                               cut[pick], keys.reroll, group_size=n)            # [B*N, L]
+                               cut[pick], keys.reroll, group_size=n)            # [Gb*N, L]
             t_sample += time.perf_counter() - t1
-            r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
-            # host glue in numpy or on fixed [B*N] shapes only: g varies per step, and an eager
+            r2 = ep2.rewards.reshape(-1, n)                                     # [Gb, N], first g real
+            # host glue in numpy or on the call's [Gb*N] shapes only: g varies per step, and an eager
             # jnp op on a g-sized slice compiles a new XLA program for every new g
             r2_np = np.asarray(r2)
             cost["gen"] += int(np.asarray(jnp.sum(ep2.policy_mask, axis=1))[: g * n].sum())
@@ -331,6 +353,8 @@ class SameStep:
                 train_rewards[swap] = r2_np[:g][use]
                 replaced = int(use.sum())
             else:  # append: keep the original groups, add the re-rolled ones (padding copies masked out)
+                ep2 = _pad_groups(ep2, b * n)                                   # [B*N]: one update shape
+                r2 = ep2.rewards.reshape(b, n)
                 keep_extra = jnp.repeat(jnp.arange(b) < g, n)[:, None]
                 ep2 = ep2._replace(policy_mask=ep2.policy_mask & keep_extra)
                 train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
@@ -448,8 +472,8 @@ class NextVisit:
             fresh_ep = ep                                                            # all B tasks, no prefix
             if steered.any():
                 sel = np.nonzero(steered)[0]
-                padg = np.concatenate([sel, np.full(b - sel.size, sel[0])])          # [B] groups
-                prow = (padg[:, None] * n + np.arange(n)[None, :]).reshape(-1)       # [R] rows
+                padg = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)       # [Gb] groups
+                prow = (padg[:, None] * n + np.arange(n)[None, :]).reshape(-1)       # [Gb*N] rows
                 ep2 = rollouts.reroll(params, task.take(problems, rows_g[prow]),
                                       _episodes_rows(src_tok.reshape(R, L)[prow], src_msk.reshape(R, L)[prow], L),
                                       cut.reshape(-1)[prow], k_reroll, group_size=1)
@@ -457,7 +481,7 @@ class NextVisit:
                 where[sel] = np.arange(sel.size)                                     # group -> slot in ep2
                 take = np.where(steered[rows_g], R + where[rows_g] * n + np.tile(np.arange(n), b), np.arange(R))
                 ep = Episodes(*(jnp.concatenate([v, v2])[take] for v, v2 in zip(ep, ep2)))
-                wasted = sel.size * n + (b - sel.size) * n                            # discarded fresh rows + padding
+                wasted = sel.size * n + (padg.size - sel.size) * n                    # discarded fresh rows + padding
         rewards = np.asarray(ep.rewards).reshape(b, n)                             # [B, N]
         k = (rewards >= 1.0).sum(1).astype(np.int32)                               # [B]
         n_rollouts = R
@@ -469,9 +493,9 @@ class NextVisit:
             extra = planned & (u < rl.extra_share)                                 # [B]
             if extra.any():
                 sel = np.nonzero(extra)[0]
-                padg = np.concatenate([sel, np.full(b - sel.size, sel[0])])
-                ep3 = rollouts.rollout(params, task.take(problems, padg), k_reroll, group_size=n)
-                live = np.repeat(np.arange(b) < sel.size, n)                         # [R] padding copies off
+                padg = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)
+                ep3 = _pad_groups(rollouts.rollout(params, task.take(problems, padg), k_reroll, group_size=n), R)
+                live = np.repeat(np.arange(b) < sel.size, n)                         # [R] padding off
                 ep3 = ep3._replace(policy_mask=ep3.policy_mask & jnp.asarray(live)[:, None])
             else:                                                                  # empty groups: one shape
                 ep3 = Episodes(*(jnp.zeros_like(v) for v in ep))

@@ -145,6 +145,10 @@ class RLConfig:
         ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the
         behaviour policy of the rollout correction, which then defaults to ``token_truncate``
         (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
+      reroll_group_buckets: a re-roll call (and a control's extra groups, an agent's next-visit
+        continuations) samples the g steered groups padded to the smallest power of two >= g (at
+        most B) instead of to all B groups: about g/B of the call's work, one compile per bucket
+        (``prs.rl.schedule.reroll_groups``); the first g groups' tokens are the unbucketed call's.
     """
 
     tasks_per_step: int = 16
@@ -201,6 +205,7 @@ class RLConfig:
     extra_share: float = 0.5
     lr_scale: float = 1.0
     rollout_engine: str = "jax"
+    reroll_group_buckets: bool = False
 
     def __post_init__(self):
         if self.rollout_engine not in ENGINES:
@@ -244,6 +249,9 @@ class RLConfig:
                              "without a rollout_correction training samples from the raw policy only (allowed: "
                              "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
                              "to train on an adjusted sampler with importance weights p/q")
+        if not isinstance(self.reroll_group_buckets, bool):
+            raise ValueError(f"RLConfig.reroll_group_buckets (sampler.reroll_group_buckets) must be true or false, "
+                             f"got {self.reroll_group_buckets!r}")
         if not self.lr > 0:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
