@@ -109,7 +109,8 @@ def time_modes(task_name, params_task_kw, mc, params, args) -> dict:
                 tr.rollouts.reset_costs()
                 box.clear()
                 t0 = time.perf_counter()
-                batch, _, m = tr.collect(state)
+                c = tr.collect(state)
+                batch, m = c.batch, c.metrics
                 jax.block_until_ready(batch.tokens)
                 dt = time.perf_counter() - t0
                 if phase == "warm-up":

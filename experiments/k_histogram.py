@@ -100,7 +100,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
     for s in range(calls):  # the run's steps 0, 1, …: their problems and sampling keys, step-0 policy
         probs = task.train_problems(seed=run_cfg.seed, step=s, count=b)
         t1 = time.perf_counter()
-        ep = tr.rollouts.rollout(sp, probs, tr._keys(s)[0], group_size=n)
+        ep = tr.rollouts.rollout(sp, probs, tr.step_keys(s)[0], group_size=n)
         r = np.asarray(ep.rewards).reshape(b, n)  # [B, N]
         times.append(time.perf_counter() - t1)
         ks.append((r >= 1.0).sum(axis=1))

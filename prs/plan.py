@@ -26,7 +26,8 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
       KV cache        2·L·rs·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget slots: prompt +
                       budget for fresh rollouts, prompt + 2·budget for a Prefix Sampling re-roll,
                       whose rows, prompt + replayed prefix, fall in the prompt + budget bucket; R =
-                      B·N there too: ``same_step_reroll`` pads to B groups)
+                      B·N there too: ``schedule.SameStep`` pads a re-roll to B groups unless
+                      ``sampler.reroll_group_buckets``)
       f32 transients  C_KT · KV cache
       parameters      P·|sampling_dtype| / t (the trainer's sampling copy, the program's argument)
       decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``_decode_weights``)

@@ -251,7 +251,8 @@ def test_multi_turn_rollout_matches_reference_execution_and_masks_observations()
 def test_observation_tokens_get_no_loss_and_no_gradient_through_the_trainer():
     task, tr, params = _trainer(drop=False)
     state = tr.init_state(params)
-    batch, _, metrics = tr.collect(state)
+    c = tr.collect(state)
+    batch, metrics = c.batch, c.metrics
     probs = task.train_problems(seed=0, step=0, count=3)
     obs = _obs_positions(np.asarray(batch.tokens), probs, 4) & np.asarray(batch.valid)
     assert obs.any() and not np.any(np.asarray(batch.loss_mask) & obs)

@@ -50,6 +50,6 @@ def test_tool_matches_the_runs_first_step(tmp_path):
     params = base_params(task, model_cfg, run_cfg, tmp_path / "base", log=lambda *a: None)
     assert len(list((tmp_path / "base").glob("base-*"))) == 1  # reused, not rebuilt
     tr = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed)
-    _, _, m = tr.collect(tr.init_state(params))  # the step's sampling, without compiling the update
+    m = tr.collect(tr.init_state(params)).metrics  # the step's sampling, without compiling the update
     assert rep["step_pass_rates"][0] == pytest.approx(m["pass_rate"])
     assert rep["eval_pass_at_1"] == pytest.approx(tr.evaluate(params, 0)["eval/pass_at_1"])

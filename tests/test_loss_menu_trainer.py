@@ -93,7 +93,8 @@ def test_menu_batch_matches_numpy_and_one_update_is_finite():
     seen = []
     rollout = trainer.rollouts.rollout
     trainer.rollouts.rollout = lambda *a, **k: seen.append(rollout(*a, **k)) or seen[-1]  # keep the Episodes
-    batch, _, m = trainer.collect(state)
+    c = trainer.collect(state)
+    batch, m = c.batch, c.metrics
     trainer.rollouts.rollout = rollout
     assert m["reward_mean"] == 0.0  # an untrained model: the shaped reward is the length penalty alone
     (ep,) = seen
@@ -129,7 +130,7 @@ def test_menu_loss_zero_gradient_on_masked_tokens():
                   top_entropy_quantile=0.8, overlong_cache=2, overlong_filter=True, estimator="reinforce_pp_baseline")
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=1)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
-    batch, _, _ = trainer.collect(state)
+    batch = trainer.collect(state).batch
     rng = np.random.default_rng(0)
     batch = batch._replace(advantages=jnp.asarray(rng.normal(0, 1, batch.advantages.shape), jnp.float32))
     off = jnp.zeros(batch.tokens[:, 1:].shape, jnp.float32)
@@ -169,7 +170,7 @@ def test_adjusted_sampler_trains_only_with_a_rollout_correction_that_reweights_b
                   drop_no_contrast=False, rollout_correction="token_truncate", rollout_is_max=2.0)
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
-    batch, _, _ = trainer.collect(state)
+    batch = trainer.collect(state).batch
     p, q = np.asarray(batch.old_logp), np.asarray(batch.sampler_logp)
     m = np.asarray(batch.loss_mask)[:, 1:]
     ratio = np.exp(p - q)[:, 1:]

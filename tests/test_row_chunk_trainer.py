@@ -15,7 +15,7 @@ def _collect(rl):
     pc = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # fresh rollouts and re-rolls both chunked
     tr = Trainer(TASK, MODEL, rl, pc, seed=3)
     state = tr.init_state(warm_params())
-    batch, _, _ = tr.collect(state)
+    batch = tr.collect(state).batch
     return tr, batch
 
 

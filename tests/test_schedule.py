@@ -14,6 +14,7 @@ import pytest
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import schedule as S
+from prs.rl.episodes import take_rows
 from prs.rl.runner import RunConfig, run
 from prs.rl.trainer import RLConfig, Trainer
 
@@ -29,14 +30,14 @@ def base_params():
 
 
 def _run_steps(trainer, state, steps):
-    """-> list of (memory before, batch, metrics, last_sources) per step, and the final state; the
+    """-> list of (memory before, batch, metrics, sources) per step, and the final state; the
     params before each step in ``trainer.params_at``."""
     out = []
     for _ in range(steps):
         before = jax.tree.map(np.asarray, state.memory)
         trainer.params_at = getattr(trainer, "params_at", []) + [jax.tree.map(np.array, state.params)]
-        batch, _, m = trainer.collect(state)
-        src = trainer.last_sources
+        c = trainer.collect(state)
+        batch, m, src = c.batch, c.metrics, c.sources
         out.append((before, batch, m, src))
         state, _ = trainer.step(state)
     return out, state
@@ -59,15 +60,38 @@ def test_pool_order_visits_every_task_once_per_epoch_and_is_seeded():
 @pytest.mark.parametrize("rho", [0.2, 0.5, 0.8])
 def test_cut_spread_gives_n_distinct_cuts_when_the_source_is_long_enough(rho):
     n, L = 8, 40
-    cut = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=True), np.full((1, n), L))[0]
+    cut = ps.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=True), np.full((1, n), L))[0]
     lo, hi = rho / 2, min(1.0, 1.5 * rho)
     want = np.clip(np.round(np.array([lo + (hi - lo) * i / (n - 1) for i in range(n)]) * L), 1, L - 1)
     np.testing.assert_array_equal(cut, want)
     assert len(set(cut.tolist())) == n and cut.min() >= 1 and cut.max() <= L - 1
-    same = S.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=False), np.full((1, n), L))[0]
+    same = ps.cuts_from_fractions(S.cut_fractions(np.array([rho]), n, spread=False), np.full((1, n), L))[0]
     assert set(same.tolist()) == {int(np.clip(np.round(np.float32(rho) * L), 1, L - 1))}
     # a source too short to cut gives 0 (the task is not steered)
-    assert S.cuts_from_fractions(np.full((1, 2), rho), np.array([[1, 0]])).tolist() == [[0, 0]]
+    assert ps.cuts_from_fractions(np.full((1, 2), rho), np.array([[1, 0]])).tolist() == [[0, 0]]
+
+
+def test_next_visit_and_same_step_cut_at_the_same_points():
+    """One cut rule: an unspread next visit (``steer_cuts``) cuts where ``prefix.cut_points`` cuts
+    on the same ρ table, buckets and source lengths, and both equal the rule written out in numpy."""
+    rng = np.random.default_rng(0)
+    b, n, K = 64, 4, 3
+    rho = rng.uniform(0.05, 0.95, K).astype(np.float32)
+    rho[0] = 0.5                                                           # round-half-to-even cases
+    state = ps.PrefixState(rho=jnp.asarray(rho), ema=jnp.zeros((K,), jnp.float32), count=jnp.zeros((K,), jnp.int32))
+    bucket = rng.integers(-1, K, b).astype(np.int32)                       # -1: not steered
+    lens = rng.integers(0, 40, b).astype(np.int32)
+    bucket[:6], lens[:6] = 0, [0, 1, 2, 3, 5, 7]                           # too short; rho 0.5 * odd L: x.5
+    same = np.asarray(ps.cut_points(state, jnp.asarray(bucket), jnp.asarray(lens), ps.PrefixConfig(mode="ps_ada", n=n)))
+    nxt = S.steer_cuts(rho, bucket, np.repeat(lens[:, None], n, axis=1), spread=False)  # [B, N]
+    assert (nxt == nxt[:, :1]).all()                                       # unspread: one cut per task
+    steered = bucket >= 0
+    np.testing.assert_array_equal(nxt[steered, 0], same[steered])
+    assert (same[~steered] == 0).all()
+    f = rho[np.where(steered, bucket, 0)]                                  # independent reference
+    ref = np.where(lens >= 2, np.clip(np.round(f * lens.astype(np.float32)), 1, np.maximum(lens - 1, 1)), 0)
+    np.testing.assert_array_equal(nxt[:, 0], ref)
+    assert same[:6].tolist() == [0, 0, 1, 2, 2, 4]                         # half to even: 1.5 -> 2, 2.5 -> 2, 3.5 -> 4
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -99,7 +123,7 @@ def test_a_tasks_stored_source_is_the_one_used_at_its_next_visit(nv_run):
     for s, (mem, batch, m, src) in enumerate(recs):
         assert (src["ids"] == S.pool_ids(3, s, 4, 8)).all()
         tokens = np.asarray(batch.tokens)
-        plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+        plen = np.asarray(TASK.take(tr.schedule.pool, src["ids"]).prompt_len)
         for g in np.nonzero(src["steered"])[0]:
             t = src["ids"][g]
             for i in range(8):
@@ -143,7 +167,7 @@ def test_next_visit_replayed_prefix_is_verbatim_with_zero_loss_mask_and_zero_gra
     params = jax.tree.map(jnp.asarray, tr.params_at[s])  # the sampling params: ratio 1, nothing clipped
     batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
     mask, valid = np.asarray(batch.loss_mask), np.asarray(batch.valid)
-    plen = np.asarray(TASK.take(S.pool(tr), src["ids"]).prompt_len)
+    plen = np.asarray(TASK.take(tr.schedule.pool, src["ids"]).prompt_len)
     offset = jnp.zeros(batch.tokens[:, 1:].shape, jnp.float32)
     g = np.asarray(jax.grad(lambda o: tr.loss(params, batch, logp_offset=o))(offset))  # [R, L-1]
     np.testing.assert_array_equal(g != 0, mask[:, 1:])
@@ -189,7 +213,7 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
                   cut_spread=True)
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=4, hard_max=1, easy_min=3), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
-    tok, mask = task.demonstrations(S.pool(tr), seed=1)  # stored "successes" with several turns
+    tok, mask = task.demonstrations(tr.schedule.pool, seed=1)  # stored "successes" with several turns
     L, M = tr.width, 6
     T = np.zeros((M, 2, L), np.int32)
     T[:, 0, : tok.shape[1]] = tok
@@ -201,8 +225,9 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
         src_mask=jnp.asarray(PM), src_units=jnp.asarray(np.stack([units, np.zeros_like(units)], 1)),
         src_success=jnp.asarray(np.tile([True, False], (M, 1))), src_valid=jnp.asarray(np.tile([True, False], (M, 1))),
         src_id=jnp.asarray(np.arange(2 * M, dtype=np.int32).reshape(M, 2)))
-    batch, _, m = tr.collect(state._replace(memory=mem))
-    src = tr.last_sources
+    c = tr.collect(state._replace(memory=mem))
+    batch, m = c.batch, c.metrics
+    src = c.sources
     assert src["steered"].all() and m["rollouts_sampled"] == 12 and m["tokens_replayed"] > 0
     # fixed shapes: the agent's fresh call also ran the 3 steered tasks; their rows are discarded
     assert m["rollouts_wasted"] == 12 and m["tokens_sampled"] > m["tokens_generated"]
@@ -252,7 +277,8 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
         half = Trainer(TASK, MODEL, dataclasses.replace(rl, lr_scale=1.0), prefix, seed=3)
         st = half.init_state(base_params)
         for _ in range(4):
-            batch, _, m = half.collect(st)
+            c = half.collect(st)
+            batch, m = c.batch, c.metrics
             if m["groups_kept"]:
                 break
             st, _ = half.step(st)
@@ -278,3 +304,85 @@ def test_next_visit_logs_the_steered_groups_per_bucket_beside_their_rate(nv_run)
             assert (m[f"bucket/{kb}/reroll_pass_rate"] is None) == (not in_b.any())
             n_diff += m[f"bucket/{kb}/steered"] != m[f"bucket/{kb}/count"]
     assert n_diff > 0  # the two counts differ on this run: count was the wrong weight
+
+
+# ---------------------------------------------------------------------- re-roll calls bucketed by steered groups
+
+
+def test_reroll_groups_pads_to_b_or_to_a_power_of_two_bucket():
+    b = 8
+    for g in range(1, b + 1):
+        sel = np.arange(b)[::-1][:g].copy()                                   # any g distinct groups
+        full = S.reroll_groups(sel, b, bucketed=False)
+        bucket = S.reroll_groups(sel, b, bucketed=True)
+        want = min(b, 2 ** int(np.ceil(np.log2(g))))                         # 1, 2, 4, 4, 8, 8, 8, 8
+        assert full.size == b and bucket.size == want
+        np.testing.assert_array_equal(bucket[:g], sel)
+        assert (bucket[g:] == sel[0]).all() and (full[g:] == sel[0]).all()
+    assert S.reroll_groups(np.arange(3), 6, bucketed=True).size == 4
+    assert S.reroll_groups(np.arange(5), 6, bucketed=True).size == 6        # capped at B
+
+
+def test_bucketed_reroll_calls_compile_once_per_bucket_and_sample_the_unbucketed_tokens(base_params):
+    """A re-roll call padded to the power-of-two bucket of g steered groups samples, for those g
+    groups, exactly the tokens and rewards of the call padded to all B groups (per-row key streams),
+    and g = 1..B compiles the sampler once per bucket (4 shapes for B = 8), nothing on a second pass."""
+    from test_compiles import count_compiles
+
+    b, n = 8, 4
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=8, eval_samples=1)
+    tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
+    keys = tr.step_keys(0)
+    problems = TASK.train_problems(seed=0, step=0, count=b)
+    ep = tr.rollouts.rollout(base_params, problems, keys.sample, group_size=n)         # sources
+    src_row = np.arange(b) * n
+    cut = np.maximum(np.asarray(ep.units)[src_row] // 2, 1)                             # [B]
+
+    def call(pick):
+        return tr.rollouts.reroll(base_params, TASK.take(problems, pick), take_rows(ep, src_row[pick]), cut[pick],
+                                  keys.reroll, group_size=n)
+
+    P, PT = tr.rollouts.scfg.buckets                                                     # prompt-width buckets
+    plen = np.asarray(TASK.prompts(problems)[1])
+    picks = [S.reroll_groups(np.arange(b)[:g], b, bucketed=True) for g in range(1, b + 1)]
+    shapes = [(p.size, P if int((plen[p] + cut[p]).max()) <= P else PT) for p in picks]  # (groups, width bucket)
+    with count_compiles() as names:
+        got = [call(p) for p in picks]
+    assert {p.size for p in picks} == {1, 2, 4, 8}
+    assert names["jit(_sample_jit)"] == len(set(shapes))                                  # one compile per shape
+    with count_compiles() as again:
+        for p in picks:
+            call(p)
+    assert not again["jit(_sample_jit)"]
+    for g in range(1, b + 1):
+        ref = call(S.reroll_groups(np.arange(b)[:g], b, bucketed=False))                # padded to B groups
+        rows = slice(0, g * n)
+        for f in ("tokens", "policy_mask", "rewards", "replayed"):
+            np.testing.assert_array_equal(np.asarray(getattr(got[g - 1], f))[rows], np.asarray(getattr(ref, f))[rows],
+                                          err_msg=f"{f}, g={g}")
+        np.testing.assert_allclose(np.asarray(got[g - 1].logprobs)[rows], np.asarray(ref.logprobs)[rows], atol=1e-5)
+
+
+def test_bucketed_reroll_steps_equal_the_unbucketed_steps(base_params):
+    """Trainer steps with ``reroll_group_buckets`` log the same records as without (same_step replace
+    and append, next_visit's extra_rollouts control); with replace the parameters agree up to the
+    rounding of the sampler's log-probs in a call of another row count."""
+    for kw in (dict(), dict(reroll="append"),
+               dict(schedule="next_visit", pool_size=8, control="extra_rollouts", reroll="append", extra_share=1.0)):
+        out = []
+        for bucketed in (False, True):
+            rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=8, eval_samples=1, reroll_group_buckets=bucketed,
+                          **kw)
+            tr = Trainer(TASK, MODEL, rl, WIDE, seed=3)
+            st = tr.init_state(base_params)
+            ms = []
+            for _ in range(3):
+                st, m = tr.step(st)
+                ms.append({k: v for k, v in m.items() if not k.startswith("time_") and not k.startswith("loss/")})
+            out.append((ms, st.params))
+        (m0, p0), (m1, p1) = out
+        assert m0 == m1, kw
+        assert sum(m["groups_steered"] + m.get("groups_extra", 0) for m in m0) > 0, kw  # a re-roll call ran
+        if not kw:  # replace: the batch holds the same rows (append: its padding rows differ, masked either way);
+            for a, c in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):  # their old log-probs move by rounding
+                np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=0, atol=1e-6)  # (measured 7e-9)

@@ -37,7 +37,8 @@ def _replayed_rows(batch):
 
 def _first_step_with_replay(trainer, state, max_steps=12):
     for _ in range(max_steps):
-        batch, _, m = trainer.collect(state)
+        c = trainer.collect(state)
+        batch, m = c.batch, c.metrics
         if m["groups_rerolled"] and _replayed_rows(batch)[0].size:
             return batch, m, state
         state, _ = trainer.step(state)
@@ -110,7 +111,8 @@ def test_degenerate_batches_train_without_nan_and_leave_params_unchanged(base_pa
 def test_advantages_in_batch_equal_leave_one_out_on_the_rewards(base_params):
     trainer = Trainer(TASK, MODEL, RL, ps.PrefixConfig(mode="baseline", n=8), seed=1)
     state = trainer.init_state(base_params)
-    batch, _, m = trainer.collect(state)
+    c = trainer.collect(state)
+    batch, m = c.batch, c.metrics
     assert m["groups_rerolled"] == 0
     # recompute rewards independently from the tokens with the task verifier
     probs = TASK.train_problems(seed=1, step=0, count=RL.tasks_per_step)
@@ -245,7 +247,8 @@ def test_reroll_fallback_never_loses_a_mixed_group(base_params):
     trainer = Trainer(TASK, MODEL, RL, pc, seed=2)
     state = trainer.init_state(base_params)
     for _ in range(3):
-        batch, _, m = trainer.collect(state)
+        c = trainer.collect(state)
+        batch, m = c.batch, c.metrics
         assert m["groups_kept"] == m["groups_mixed"]
         assert m["groups_replaced"] <= m["groups_rerolled"]
         state, _ = trainer.step(state)
@@ -259,7 +262,8 @@ def test_rft_trains_on_at_most_cap_successes_per_task_with_nll(base_params):
     rl = dataclasses.replace(RL, algorithm="rft", rft_cap=2)
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=8), seed=6)
     state = trainer.init_state(base_params)
-    batch, _, m = trainer.collect(state)
+    c = trainer.collect(state)
+    batch, m = c.batch, c.metrics
     probs = TASK.train_problems(seed=6, step=0, count=rl.tasks_per_step)
     n = rl.group_size
     lengths = jnp.sum(batch.valid, axis=1)
@@ -295,8 +299,10 @@ def test_partial_credit_reward_trains_on_credit_but_buckets_and_pass_rates_count
     pc = ps.PrefixConfig(mode="baseline", n=8)
     binary = Trainer(TASK, MODEL, RL, pc, seed=8)
     half = Trainer(_HalfCreditTask(), MODEL, RL, pc, seed=8)
-    b1, _, m1 = binary.collect(binary.init_state(base_params))
-    b2, _, m2 = half.collect(half.init_state(base_params))
+    c = binary.collect(binary.init_state(base_params))
+    b1, m1 = c.batch, c.metrics
+    c = half.collect(half.init_state(base_params))
+    b2, m2 = c.batch, c.metrics
     np.testing.assert_array_equal(np.asarray(b1.tokens), np.asarray(b2.tokens))  # same rollouts
     assert m1["k_hist"] == m2["k_hist"] and m1["pass_rate"] == m2["pass_rate"]
     assert m2["reward_mean"] == pytest.approx(0.5 + 0.5 * m1["pass_rate"])

@@ -85,7 +85,7 @@ def test_trainer_reroll_sources_have_the_right_outcome_under_partial_credit(warm
     state = trainer.init_state(warm)
     checked = 0
     for _ in range(4):
-        _, _, m = trainer.collect(state)
+        m = trainer.collect(state).metrics
         if m["groups_rerolled"]:
             g = m["groups_rerolled"]
             src_r = seen[-1][:g]
@@ -104,7 +104,7 @@ def test_a_steered_group_without_source_is_an_error_not_row_zero(warm, monkeypat
     state = trainer.init_state(warm)
     with pytest.raises(RuntimeError, match="no prefix source"):
         for _ in range(6):
-            _, _, m = trainer.collect(state)
+            m = trainer.collect(state).metrics
             state, _ = trainer.step(state)
 
 
@@ -133,7 +133,8 @@ def test_groups_kept_counts_only_groups_with_loss_tokens_in_append_mode(warm):
     trainer = Trainer(TASK, MODEL, rl, pc, seed=1)
     state = trainer.init_state(warm)
     for _ in range(3):
-        batch, _, m = trainer.collect(state)
+        c = trainer.collect(state)
+        batch, m = c.batch, c.metrics
         per_group = np.asarray(batch.loss_mask).reshape(-1, rl.group_size * batch.loss_mask.shape[1]).any(1)
         assert m["groups_kept"] == int(per_group.sum())
         assert m["groups_kept"] <= rl.tasks_per_step + m["groups_rerolled"]

@@ -286,12 +286,12 @@ def test_trainer_logs_the_strategy_metrics_of_its_rollouts():
     task = make_task("trap", max_turns=2)  # few turns: few sampler compiles
     tr, model = _trainer(task, mode="baseline")
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
-    _, _, m = tr.collect(state)
+    m = tr.collect(state).metrics
     for key in ("hack_rate", "true_resolution_rate", "p_root", "root_attempt_rate", "mean_fraction_reward"):
         assert key in m
     # the metrics are the labeller's on the step's fresh rollouts (same problems, same keys)
     probs = task.train_problems(seed=0, step=0, count=2)
-    ep, states = tr.rollouts.rollout(state.params, probs, tr._keys(0)[0], group_size=4, return_states=True)
+    ep, states = tr.rollouts.rollout(state.params, probs, tr.step_keys(0)[0], group_size=4, return_states=True)
     assert m["hack_rate"] == T.strategy_metrics(probs, np.arange(8) // 4, states)["hack_rate"]
     np.testing.assert_allclose(np.asarray(ep.rewards), T.rewards(probs, np.arange(8) // 4, states, reward="fraction"))
     ev = tr.evaluate(state.params, 0)
@@ -388,7 +388,7 @@ def test_next_visit_logs_the_strategy_metrics_of_its_fresh_rollouts():
     rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=b, eval_samples=n, schedule="next_visit", pool_size=M)
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
-    tok, mask = task.demonstrations(S.pool(tr), seed=1)             # stored successes to steer from
+    tok, mask = task.demonstrations(tr.schedule.pool, seed=1)             # stored successes to steer from
     L = tr.width
     src_t = np.zeros((M, 2, L), np.int32)
     src_t[:, 0, : tok.shape[1]] = tok
@@ -401,13 +401,14 @@ def test_next_visit_logs_the_strategy_metrics_of_its_fresh_rollouts():
         src_success=jnp.asarray(np.tile([True, False], (M, 1))), src_valid=jnp.asarray(np.tile([True, False], (M, 1))),
         src_id=jnp.asarray(np.arange(2 * M, dtype=np.int32).reshape(M, 2)))
     for st in (state, state._replace(memory=mem)):                     # nothing steered; every task steered
-        _, _, m = tr.collect(st)
+        c = tr.collect(st)
+        m = c.metrics
         ids = S.pool_ids(0, 0, b, M)
-        probs = task.take(S.pool(tr), ids)
-        _, states = tr.rollouts.rollout(tr.sampling_params(st.params), probs, tr._keys(0)[0], group_size=n,
+        probs = task.take(tr.schedule.pool, ids)
+        _, states = tr.rollouts.rollout(tr.sampling_params(st.params), probs, tr.step_keys(0)[0], group_size=n,
                                         return_states=True)
         ref = T.strategy_metrics(probs, np.arange(b * n) // n, states)
         for key in ("hack_rate", "true_resolution_rate", "p_root", "mean_fraction_reward"):
             np.testing.assert_equal(m[key], ref[key])                   # NaN (no root attempt) == NaN
         assert np.isfinite(m["hack_rate"]) and np.isfinite(m["true_resolution_rate"])
-    assert tr.last_sources["steered"].all() and m["tokens_replayed"] > 0
+    assert c.sources["steered"].all() and m["tokens_replayed"] > 0

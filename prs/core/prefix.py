@@ -257,11 +257,19 @@ def cut_points(state: PrefixState, bucket: jax.Array, source_len: jax.Array, cfg
     source_len = jnp.asarray(source_len)
     if bucket.ndim != 1 or source_len.shape != bucket.shape:
         raise ValueError(f"bucket and source_len must both have shape [B], got {bucket.shape} and {source_len.shape}")
-    L = source_len.astype(jnp.int32)
     rho = _gather(state.rho, bucket, 0.0)  # [B]
-    cut = jnp.round(rho * L.astype(jnp.float32)).astype(jnp.int32)
+    return jnp.where(bucket >= 0, cuts_from_fractions(rho, source_len), 0)
+
+
+def cuts_from_fractions(fraction: jax.Array, source_len: jax.Array) -> jax.Array:
+    """The cut rule of ``cut_points`` for any prefix fractions f and source lengths L of one shape:
+
+    c = clip(round(f · L), 1, L − 1)   (round half to even, in float32);   c = 0 where L < 2.
+    """
+    L = jnp.asarray(source_len).astype(jnp.int32)
+    cut = jnp.round(jnp.asarray(fraction, jnp.float32) * L.astype(jnp.float32)).astype(jnp.int32)
     cut = jnp.clip(cut, 1, jnp.maximum(L - 1, 1))
-    return jnp.where((bucket >= 0) & (L >= 2), cut, 0)
+    return jnp.where(L >= 2, cut, 0)
 
 
 def prefix_mask(cut: jax.Array, width: int) -> jax.Array:

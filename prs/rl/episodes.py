@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,7 @@ from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import forward_hidden
 from prs.models.sampler import Rollout, SamplerConfig
 from prs.rl import multihost
+from prs.rollout.engine import RolloutEngine
 from prs.rollout.registry import make_engine
 
 
@@ -72,34 +73,83 @@ def take_rows(ep: Episodes, rows) -> Episodes:
     return Episodes(*(x[rows] for x in ep))
 
 
+class Rollouts(Protocol):
+    """What the trainer and the schedules ask of a task's rollouts (``SingleTurnRollouts``,
+    ``prs.tasks.agent_rollouts.AgentRollouts``); none of them holds the trainer."""
+
+    width: int                 # L, the fixed episode width
+    multi_turn: bool           # True: a re-roll replays >= 1 unit (no fresh rows in a re-roll call)
+    token_budget: int | None   # tokens a response may hold (DAPO's overlong options), None: no such budget
+
+    def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
+        """``group_size`` fresh episodes per problem (rows problem-major) -> ``Episodes`` [R, L]."""
+
+    def reroll(self, params, problems, source: Episodes, cut: np.ndarray, key, *, group_size: int) -> Episodes:
+        """``group_size`` continuations of each source row [G] after its first ``cut[g]`` units."""
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Per-step rollout metrics since the last call (``rollout/*``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+    """The run's sampling choices that every rollout object reads (``RLConfig``'s sampler fields).
+
+    Attributes:
+      temperature, top_k, top_p: training rollouts' sampling (evaluation: ``eval_temperature``,
+        no truncation).
+      max_new_tokens: tokens per single-turn response; None: the task's own budget.
+      row_chunk, row_parts: ``prs.models.sampler.SamplerConfig``'s.
+      continuous_slots: continuous batching over this many slots (one device), or None.
+      engine: the rollout engine's name (``prs.rollout.engine.ENGINES``).
+      engine_dtype: the dtype name another engine than jax runs in (``bfloat16`` or ``float32``).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    eval_temperature: float = 1.0
+    max_new_tokens: int | None = None
+    row_chunk: int | None = None
+    row_parts: int | None = 1
+    continuous_slots: int | None = None
+    engine: str = "jax"
+    engine_dtype: str = "float32"
+
+
 class SingleTurnRollouts:
     """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
 
     A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
-    tokens; the sampler generates the continuation. With ``RLConfig.reroll_budget="shared"``
-    (default) the whole response, replayed prefix + continuation, gets the rollouts' budget T
-    (the continuation at most T - cut tokens), so a re-roll never has more room than a rollout;
-    ``"extra"`` gives the continuation the full T on top of the prefix.
+    tokens; the sampler generates the continuation. With ``reroll_budget="shared"`` (default) the
+    whole response, replayed prefix + continuation, gets the rollouts' budget T (the continuation
+    at most T - cut tokens), so a re-roll never has more room than a rollout; ``"extra"`` gives the
+    continuation the full T on top of the prefix.
     Two sampler shapes per run: ``[R, P]`` and ``[R, P + T]`` (prompt-width buckets).
+
+    Args:
+      task: a single-turn task (``prompts``, ``rewards``, ``eval_problems``, ``eos_id``, ``pad_id``).
+      engine: a ``prs.rollout.engine.RolloutEngine``, or a callable ``params -> engine`` called at
+        the first sampling call (an engine built from the policy's weights, e.g. vLLM).
+      model_cfg: the policy's ``ModelConfig`` (the trainer's log-probs of another engine's rollouts).
+      scfg, eval_scfg: the ``SamplerConfig`` of training and evaluation calls.
+      width: L, the fixed training width the episodes are padded to.
+      mesh: the mesh several processes score their own rows over (None: one process).
+      reroll_budget: ``shared`` or ``extra`` (above).  logits_chunk: the LM head's time chunk.
+
+    ``from_settings`` builds one from a task and ``SamplingSettings``.
     """
 
-    def __init__(self, trainer: Any):
-        task, rl = trainer.task, trainer.rl
-        self.trainer, self.task = trainer, task
-        t_new = rl.max_new_tokens or task.max_new_tokens
-        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
-        self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
-                                  top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
-                                  buckets=(prompt_w, prompt_w + t_new), row_chunk=rl.row_chunk,
-                                  row_parts=rl.row_parts)
-        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
-        if rl.continuous_slots is not None and trainer.mesh is not None:
-            raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
-        self.width = prompt_w + 2 * t_new  # L: fixed training width
-        if rl.rollout_engine != "jax" and (trainer.mesh is not None or rl.continuous_slots is not None):
-            raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} runs on one process without a mesh and "
-                             "batches continuously by itself: mesh and continuous_slots must be None")
-        self.engine = None  # prs.rollout engine, built at the first call (vLLM needs the weights)
+    multi_turn = False  # a re-roll row may have cut 0 (a fresh row in the same call)
+
+    def __init__(self, task: Any, *, engine, model_cfg, scfg: SamplerConfig, eval_scfg: SamplerConfig,
+                 width: int, mesh=None, reroll_budget: str = "shared", logits_chunk: int = 512):
+        self.task, self.model_cfg, self.mesh = task, model_cfg, mesh
+        self.scfg, self.eval_scfg, self.width = scfg, eval_scfg, int(width)
+        self.reroll_budget, self.logits_chunk = reroll_budget, logits_chunk
+        factory = not hasattr(engine, "generate")
+        self.engine = None if factory else engine
+        self._make_engine = engine if factory else None
         self._pushed = None  # the parameters another engine holds (pushed once per new policy)
         self.mismatch: dict[str, list[float]] = {}  # per call since the last pop_metrics (engine != jax)
         if getattr(task, "rewards_jittable", True):
@@ -107,20 +157,45 @@ class SingleTurnRollouts:
         else:
             self._rewards = task.rewards
 
+    @classmethod
+    def from_settings(cls, task: Any, sampling: SamplingSettings, *, model_cfg, mesh=None,
+                      reroll_budget: str = "shared", logits_chunk: int = 512) -> "SingleTurnRollouts":
+        """The task's sampler configurations (prompt-width buckets, stop and pad ids, budget T =
+        ``sampling.max_new_tokens`` or the task's), width ``L = P + 2T``, and the named engine."""
+        t_new = sampling.max_new_tokens or task.max_new_tokens
+        prompt_w = int(task.prompts(task.eval_problems(count=1))[0].shape[1])
+        scfg = SamplerConfig(max_new_tokens=t_new, temperature=sampling.temperature, top_k=sampling.top_k,
+                             top_p=sampling.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
+                             buckets=(prompt_w, prompt_w + t_new), row_chunk=sampling.row_chunk,
+                             row_parts=sampling.row_parts)
+        eval_scfg = dataclasses.replace(scfg, temperature=sampling.eval_temperature, top_k=0, top_p=1.0)
+        if sampling.continuous_slots is not None and mesh is not None:
+            raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
+        width = prompt_w + 2 * t_new  # L: fixed training width
+        if sampling.engine != "jax" and (mesh is not None or sampling.continuous_slots is not None):
+            raise ValueError(f"RLConfig.rollout_engine={sampling.engine!r} runs on one process without a mesh and "
+                             "batches continuously by itself: mesh and continuous_slots must be None")
+        if sampling.engine == "jax":
+            engine = make_engine("jax", cfg=model_cfg, mesh=mesh, continuous_slots=sampling.continuous_slots)
+        else:  # built from the first weights it samples with
+            engine = functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=width,
+                                       dtype=sampling.engine_dtype)
+        return cls(task, engine=engine, model_cfg=model_cfg, scfg=scfg, eval_scfg=eval_scfg, width=width,
+                   mesh=mesh, reroll_budget=reroll_budget, logits_chunk=logits_chunk)
+
+    @property
+    def token_budget(self) -> int:
+        """T, the tokens a response may hold (what DAPO's overlong options measure against)."""
+        return int(self.scfg.max_new_tokens)
+
     def _sample(self, params, rows, rows_len, key, scfg, budget=None):
         """The engine's rollout of input rows (prompt + replayed prefix). The jax engine (a mesh:
         each process feeds its own rows and all get the whole rollout on the host; continuous
         slots: same tokens) needs nothing more; another engine's rollout gets the trainer's own
         log-probs as ``logprobs`` (the update's ``old_logp``) and keeps the engine's as
         ``sampling_logprobs`` (the rollout correction's behaviour policy), the gap logged."""
-        tr = self.trainer
         if self.engine is None:
-            opts = {}
-            if tr.rl.rollout_engine == "vllm":
-                opts = dict(params=params, max_model_len=self.width,
-                            dtype="bfloat16" if tr.rl.sampling_dtype == "bfloat16" else "float32")
-            self.engine = make_engine(tr.rl.rollout_engine, cfg=tr.model_cfg, mesh=tr.mesh,
-                                      continuous_slots=tr.rl.continuous_slots, **opts)
+            self.engine = self._make_engine(params)
         if self.engine.name == "jax":  # a reference, no copy: held for this call only (a sampling-dtype
             self.engine.update_params(params)  # copy of the weights is freed after the step, as before)
             try:
@@ -132,7 +207,7 @@ class SingleTurnRollouts:
             self._pushed = params
             self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
         ro = self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
-        own = _policy_logprobs(params, ro.tokens, ro.positions, ro.valid, cfg=tr.model_cfg, chunk=tr.rl.logits_chunk)
+        own = _policy_logprobs(params, ro.tokens, ro.positions, ro.valid, cfg=self.model_cfg, chunk=self.logits_chunk)
         own = jnp.where(ro.policy_mask, own, 0.0)
         if scfg.temperature == 0:  # greedy (evaluation): q is a point mass, nothing to compare
             return ro.replace(logprobs=own)
@@ -151,9 +226,9 @@ class SingleTurnRollouts:
         return out
 
     def _score(self, problems, ro, group_size: int):
-        if multihost.multi_process(self.trainer.mesh):  # each process scores its own rows
+        if multihost.multi_process(self.mesh):  # each process scores its own rows
             return multihost.score_rows(self._rewards, self.task, problems, ro, group_size=group_size,
-                                        mesh=self.trainer.mesh)
+                                        mesh=self.mesh)
         return self._rewards(problems, ro, group_size=group_size)
 
     def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
@@ -171,7 +246,7 @@ class SingleTurnRollouts:
         idx = np.arange(width)[None, :]
         rows = np.where(idx < new_len[:, None], np.asarray(source.tokens)[:, :width], self.task.pad_id)
         budget = None
-        if self.trainer.rl.reroll_budget == "shared":
+        if self.reroll_budget == "shared":
             budget = np.repeat(self.scfg.max_new_tokens - np.asarray(cut), group_size).astype(np.int32)  # [G*N]
             if budget.size and budget.min() < 1:
                 raise ValueError(f"internal: re-roll cut {int(np.max(cut))} leaves no response budget "
@@ -180,6 +255,11 @@ class SingleTurnRollouts:
                           budget=budget)
         r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
+
+
+def _engine_from_params(name: str, params, *, cfg, max_model_len: int, dtype: str) -> RolloutEngine:
+    """Another engine than jax, built holding ``params`` (vLLM writes them as its first checkpoint)."""
+    return make_engine(name, cfg=cfg, params=params, max_model_len=max_model_len, dtype=dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "chunk"))

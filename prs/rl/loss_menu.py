@@ -17,7 +17,6 @@ from prs.core.advantages import group_advantages, whiten_advantages
 from prs.core.shaping import drop_truncated, overlong_penalty
 from prs.core.token_weights import IS_MODES, high_entropy_mask, rollout_correction
 from prs.parallel import explicit
-from prs.rl.episodes import SingleTurnRollouts
 
 ROLLOUT_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's names
 
@@ -62,16 +61,17 @@ def check_config(rl, *, loss_types, ratio_levels) -> None:
 
 
 def length_budget(rollouts, rl) -> int:
-    """The generation budget the overlong options measure against (single-turn rollouts only)."""
-    budget = int(rollouts.scfg.max_new_tokens) if isinstance(rollouts, SingleTurnRollouts) else 0
+    """The generation budget the overlong options measure against: ``rollouts.token_budget`` (T of a
+    single-turn task; None for rollouts without a per-call token budget, e.g. multi-turn agents -> 0)."""
+    budget = rollouts.token_budget
     if rl.overlong_cache > 0 or rl.overlong_filter:
-        if not isinstance(rollouts, SingleTurnRollouts):
+        if budget is None:
             raise ValueError("RLConfig.overlong_cache / overlong_filter are defined for single-turn rollouts "
                              f"(a per-call token budget); this task's rollouts are {type(rollouts).__name__}")
         if rl.overlong_cache > budget:
             raise ValueError(f"RLConfig.overlong_cache={rl.overlong_cache} exceeds the generation budget "
                              f"max_new_tokens={budget}")
-    return budget
+    return 0 if budget is None else int(budget)
 
 
 def response_lengths(rl, episodes) -> jax.Array:

@@ -46,7 +46,7 @@ from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.parallel.sharding import place, shard_rows
 from prs.rl import multihost, schedule
-from prs.rl.episodes import Episodes, SingleTurnRollouts, take_rows
+from prs.rl.episodes import Episodes, SamplingSettings, SingleTurnRollouts
 from prs.rollout.engine import ENGINES
 from prs.rewards.verifiers import cap_successes_per_task
 
@@ -145,6 +145,10 @@ class RLConfig:
         ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the
         behaviour policy of the rollout correction, which then defaults to ``token_truncate``
         (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
+      reroll_group_buckets: a re-roll call (and a control's extra groups, an agent's next-visit
+        continuations) samples the g steered groups padded to the smallest power of two >= g (at
+        most B) instead of to all B groups: about g/B of the call's work, one compile per bucket
+        (``prs.rl.schedule.reroll_groups``); the first g groups' tokens are the unbucketed call's.
     """
 
     tasks_per_step: int = 16
@@ -201,6 +205,7 @@ class RLConfig:
     extra_share: float = 0.5
     lr_scale: float = 1.0
     rollout_engine: str = "jax"
+    reroll_group_buckets: bool = False
 
     def __post_init__(self):
         if self.rollout_engine not in ENGINES:
@@ -244,12 +249,34 @@ class RLConfig:
                              "without a rollout_correction training samples from the raw policy only (allowed: "
                              "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
                              "to train on an adjusted sampler with importance weights p/q")
+        if not isinstance(self.reroll_group_buckets, bool):
+            raise ValueError(f"RLConfig.reroll_group_buckets (sampler.reroll_group_buckets) must be true or false, "
+                             f"got {self.reroll_group_buckets!r}")
         if not self.lr > 0:
             raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
         if self.eval_count < 1 or self.eval_samples < 1:
             raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
         loss_menu.check_config(self, loss_types=LOSS_TYPES, ratio_levels=RATIO_LEVELS)
         schedule.validate(self)
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        """The sampler fields every rollout object reads (``prs.rl.episodes.SamplingSettings``)."""
+        return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                eval_temperature=self.eval_temperature, max_new_tokens=self.max_new_tokens,
+                                row_chunk=self.row_chunk, row_parts=self.row_parts,
+                                continuous_slots=self.continuous_slots, engine=self.rollout_engine,
+                                engine_dtype="bfloat16" if self.sampling_dtype == "bfloat16" else "float32")
+
+
+class Collected(NamedTuple):
+    """``Trainer.collect``'s result: the update's batch and what the step hands to the next one."""
+
+    batch: "Batch"
+    prefix: ps.PrefixState     # the controller after this step's observations
+    metrics: dict[str, Any]
+    memory: Any = None         # next_visit: the new TaskMemory; same_step: None
+    sources: dict[str, Any] | None = None  # next_visit: ids, steered, source ids, cuts (tests, debugging)
 
 
 class TrainState(NamedTuple):
@@ -276,9 +303,9 @@ class Trainer:
     """Holds the static configuration and the jitted pieces of one run.
 
     Args:
-      task: a ``prs.tasks.registry.SingleTurnTask``, or any task with ``make_rollouts(trainer)``
-        returning an object with ``width``, ``rollout(...)`` and ``reroll(...)`` like
-        ``SingleTurnRollouts`` (multi-turn agent tasks).
+      task: a ``prs.tasks.registry.SingleTurnTask`` (sampled by ``prs.rl.episodes.SingleTurnRollouts``),
+        or any task with ``make_rollouts(model_cfg=, sampling=, mesh=)`` returning its own
+        ``prs.rl.episodes.Rollouts`` (multi-turn agent tasks).
       model_cfg: ``prs.models.qwen3.ModelConfig`` (``vocab_size`` must equal the task's).
       rl: ``RLConfig``.  prefix: ``prs.core.prefix.PrefixConfig`` (its ``n`` must equal ``rl.group_size``).
       seed: the run's seed.  mesh: optional ``prs.parallel.sharding`` mesh for the sampler's batch.
@@ -295,14 +322,20 @@ class Trainer:
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
         multihost.multi_process(mesh)  # several processes need a mesh over all of them (ValueError)
-        # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(trainer)``.
+        # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(model_cfg=, sampling=, mesh=)``.
         make = getattr(task, "make_rollouts", None)
-        self.rollouts = make(self) if make is not None else SingleTurnRollouts(self)
-        if rl.rollout_engine != "jax" and not isinstance(self.rollouts, SingleTurnRollouts):
+        if rl.rollout_engine != "jax" and make is not None:
             raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} serves single-turn tasks; task "
-                             f"{task.name!r} brings its own rollouts ({type(self.rollouts).__name__}): use 'jax'")
+                             f"{task.name!r} brings its own rollouts (make_rollouts): use 'jax'")
+        if make is not None:
+            self.rollouts = make(model_cfg=model_cfg, sampling=rl.sampling, mesh=mesh)
+        else:
+            self.rollouts = SingleTurnRollouts.from_settings(task, rl.sampling, model_cfg=model_cfg, mesh=mesh,
+                                                             reroll_budget=rl.reroll_budget,
+                                                             logits_chunk=rl.logits_chunk)
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
+        self.schedule = schedule.make_schedule(task, rl, prefix, seed=self.seed, width=self.width)
         self.tx = optax.chain(
             optax.clip_by_global_norm(rl.grad_clip),
             optax.adamw(optax.linear_schedule(0.0, rl.lr * rl.lr_scale, max(rl.warmup_steps, 1)) if rl.warmup_steps
@@ -341,29 +374,27 @@ class Trainer:
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
             self.ref_params = jax.tree.map(jnp.copy, params)
-        memory = None
-        if self.rl.schedule == "next_visit":
-            memory = schedule.init_memory(self.rl.pool_size, schedule.source_slots(self.rl, self.rl.group_size),
-                                          self.width)
+        memory = self.schedule.init_memory()  # next_visit: the task memory; same_step: None
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
                           prefix=ps.init(self.prefix_cfg), memory=memory)
 
-    def _keys(self, step: int):
-        k = jax.random.fold_in(jax.random.PRNGKey(self.seed), step)
-        return jax.random.split(k, 3)  # sample, source choice, re-roll
+    def step_keys(self, step: int) -> schedule.StepKeys:
+        """The step's keys (sample, source choice, re-roll), split from ``fold_in(PRNGKey(seed), step)``."""
+        return schedule.step_keys(self.seed, step)
 
     # ------------------------------------------------------------------ one step
     def step(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """Collects the step's batch (``collect``) and applies one update."""
-        batch, new_prefix, metrics = self.collect(state)
-        metrics.update(getattr(self.rollouts, "pop_metrics", dict)())  # rollout/*: another engine's mismatch
+        c = self.collect(state)
+        batch, metrics = c.batch, c.metrics
+        metrics.update(self.rollouts.pop_metrics())  # rollout/*: another engine's mismatch
         t2 = time.perf_counter()
         params, opt_state, lm = self.update(state.params, state.opt_state, batch)
         lm = jax.device_get(lm)
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
-        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=new_prefix,
-                          memory=schedule.memory_after_collect(self, state)), metrics
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=c.prefix,
+                          memory=c.memory), metrics
 
     def update(self, params, opt_state, batch: "Batch"):
         """The jitted optax step on ``batch`` cut to its bucketed longest row (``update_width``);
@@ -405,88 +436,46 @@ class Trainer:
         return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset,
                         norm_len=self.width - 1, ref_params=self.ref_params)[0]
 
-    def collect(self, state: TrainState) -> tuple["Batch", ps.PrefixState, dict[str, Any]]:
-        """Steps 1-5 of the module docstring: the training batch, the new controller state, metrics."""
-        if self.rl.schedule == "next_visit":
-            fields, new_prefix, metrics = schedule.collect_next_visit(self, state)
-            return Batch(**fields), new_prefix, metrics
-        rl, pc, task = self.rl, self.prefix_cfg, self.task
+    def collect(self, state: TrainState) -> "Collected":
+        """Steps 1-5 of the module docstring: the schedule strategy samples (``self.schedule``:
+        ``same_step`` or ``next_visit``, controls included), then one skeleton for every schedule
+        assembles the batch (advantages, filters, loss mask) and the step's metrics."""
+        pc, n = self.prefix_cfg, self.rl.group_size
         step = int(state.step)
-        n, b = rl.group_size, rl.tasks_per_step
-        k_sample, k_src, k_reroll = self._keys(step)
-        t0 = time.perf_counter()
-        problems = task.train_problems(seed=self.seed, step=step, count=b)
+        keys = self.step_keys(step)
         sp = self.sampling_params(state.params)  # the sampler's copy of this step's policy
-        ep = self.rollouts.rollout(sp, problems, k_sample, group_size=n)  # [R, L]
-        rewards = ep.rewards.reshape(b, n)                                      # [B, N]
-        # k counts full successes (reward 1): the same as Σ r for a binary reward, and the pass
-        # count when a task trains on a partial-credit reward (fraction of tests, similarity)
-        k = jnp.sum(rewards >= 1.0, axis=1).astype(jnp.int32)                  # [B]
-        bucket = ps.assign_buckets(k, pc)                                       # [B]
-        cost = {"gen": int(jnp.sum(ep.policy_mask)), "replayed": 0, "env": int(jnp.sum(ep.env_steps))}
-        t_sample = time.perf_counter() - t0
-
-        train, train_rewards = ep, rewards
-        bucket_np = np.asarray(bucket)
-        sel = np.nonzero(bucket_np >= 0)[0]                                     # re-rolled groups
-        reroll_rate = np.full((b,), np.nan, np.float32)
-        new_prefix = state.prefix
-        replaced = 0
-        if sel.size:
-            src = np.asarray(ps.choose_sources(k_src, rewards, bucket, pc))     # [B]
-            if np.any(src[sel] < 0):  # a steered group always has a source (prefix.choose_sources)
-                bad = sel[src[sel] < 0]
-                raise RuntimeError(f"step {step}: no prefix source for steered groups {bad.tolist()} "
-                                   f"(rewards {np.asarray(rewards)[bad].tolist()})")
-            src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
-            cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
-            sel = sel[cut[sel] > 0]                                             # sources too short to cut
-            sel = schedule.same_step_selection(self, sel, k_reroll)             # extra_rollouts: a share
-        if sel.size:
-            g = sel.size
-            pick = np.concatenate([sel, np.full(b - g, sel[0])])                # B groups: one re-roll shape;
-            t1 = time.perf_counter()                                            # the padding copies are dropped
-            ep2 = schedule.same_step_reroll(self, sp, task.take(problems, pick), take_rows(ep, src_row[pick]),
-                                            cut[pick], k_reroll, group_size=n)  # [B*N, L]
-            t_sample += time.perf_counter() - t1
-            r2 = ep2.rewards.reshape(b, n)                                      # [B, N], first g real
-            # host glue in numpy or on fixed [B*N] shapes only: g varies per step, and an eager
-            # jnp op on a g-sized slice compiles a new XLA program for every new g
-            r2_np = np.asarray(r2)
-            cost["gen"] += int(np.asarray(jnp.sum(ep2.policy_mask, axis=1))[: g * n].sum())
-            cost["replayed"] += int(np.asarray(ep2.replayed)[: g * n].sum())
-            cost["env"] += int(np.asarray(ep2.env_steps)[: g * n].sum())
-            reroll_rate[sel] = np.mean(r2_np >= 1.0, axis=1)[:g]
-            obs_bucket = np.full((b,), -1, np.int32)
-            obs_bucket[sel] = bucket_np[sel]
-            new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
-            if rl.reroll == "replace":
-                use = np.asarray(mixed_groups(r2))[:g] if rl.reroll_fallback else np.ones((g,), bool)
-                swap = sel[use]                                                 # groups actually replaced
-                from_group = np.arange(b)                                       # [B] row source per group:
-                from_group[swap] = b + np.nonzero(use)[0]                       # >= b means ep2's group - b
-                train = _merge_groups(ep, ep2, jnp.asarray(from_group, jnp.int32), n=n)
-                train_rewards = np.asarray(rewards).copy()
-                train_rewards[swap] = r2_np[:g][use]
-                replaced = int(use.sum())
-            else:  # append: keep the original groups, add the re-rolled ones (padding copies masked out)
-                keep_extra = jnp.repeat(jnp.arange(b) < g, n)[:, None]
-                ep2 = ep2._replace(policy_mask=ep2.policy_mask & keep_extra)
-                train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
-                train_rewards = jnp.concatenate([rewards, r2])
-                replaced = g
+        s = self.schedule.sample(state, sp, keys, self.rollouts)
         t2 = time.perf_counter()
-        if rl.reroll == "append" and train_rewards.shape[0] == b:
-            # no re-roll this step: pad with empty groups so that the update sees one shape
-            # (zeros put from the host: an eager jnp.zeros_like compiles a broadcast per shape the first
-            # time a step takes this branch; the concatenation is the re-roll branch's program)
-            empty = lambda v: jax.device_put(np.zeros(v.shape, v.dtype))  # noqa: E731
-            train = Episodes(*(jnp.concatenate([v, empty(v)]) for v in train))
-            train_rewards = jnp.concatenate([train_rewards, empty(train_rewards)])
+        batch, kept = self.assemble(s.train, s.train_rewards, key=keys.source)
+        metrics: dict[str, Any] = {"step": step, **s.metrics, "groups_kept": int(kept.sum())}
+        metrics["time_batch"] = time.perf_counter() - t2
+        metrics.update(schedule.signal_metrics(s.train_rewards, kept, s.rate))
+        metrics["k_hist"] = np.bincount(np.asarray(s.k), minlength=n + 1).tolist()
+        rho_np, ema_np = np.asarray(s.prefix.rho), np.asarray(s.prefix.ema)
+        for j, kb in enumerate(ps.bucket_ks(pc)):
+            in_b = s.steered & (s.steer_bucket == j)
+            # count: groups whose k falls in the bucket; steered: the groups steered with this bucket's
+            # prefix, over which reroll_pass_rate is averaged (its weight)
+            metrics[f"bucket/{kb}/count"] = int(np.sum(s.k_bucket == j))
+            metrics[f"bucket/{kb}/steered"] = int(in_b.sum())
+            metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(s.rate[in_b])) if in_b.any() else None
+            metrics[f"bucket/{kb}/rho"] = float(rho_np[j])
+            metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
+        if hasattr(self.task, "episode_metrics") and s.fresh is not None:  # the fresh rollouts' task metrics
+            metrics.update(self.task.episode_metrics(*s.fresh))            # (trap: hack rate, ...)
+        return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources)
+
+    def assemble(self, train: Episodes, train_rewards, *, key) -> tuple["Batch", np.ndarray]:
+        """Step 5: ``(Batch, kept [G])`` from the rollouts ``train [G*N]`` with rewards ``[G, N]``:
+        the kept groups (mixed ones, DAPO's filter, or RFT's capped successes drawn with ``key``),
+        the loss menu's shaped rewards and masks, the advantages. ``kept``: groups that train (kept
+        AND with loss tokens: append mode's padding copies are kept but have none)."""
+        rl, n = self.rl, self.rl.group_size
+        train_rewards = jnp.asarray(train_rewards)
         groups = train_rewards.shape[0]
         if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
             chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
-                                            key=k_src, cap=rl.rft_cap)          # [R]
+                                            key=key, cap=rl.rft_cap)            # [R]
             keep = jnp.any(chosen.reshape(groups, n), axis=1)
             loss_mask = train.policy_mask & chosen[:, None]
         else:
@@ -497,39 +486,7 @@ class Trainer:
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
                       loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1),
                       sampler_logp=train.sampling_logprobs if rl.rollout_correction else None)
-
-        metrics: dict[str, Any] = {
-            "step": step,
-            "pass_rate": float(jnp.mean(rewards >= 1.0)),
-            "pass_rate_train": float(np.mean(np.asarray(train_rewards)[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
-            "reward_mean": float(jnp.mean(rewards)),
-            "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
-            # groups that train: kept by the filter AND with loss tokens (append mode's padding
-            # copies of a re-rolled group are kept by the filter but have no loss tokens)
-            "groups_kept": int(jnp.sum(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1))),
-            "groups_rerolled": int(sel.size),
-            "groups_replaced": replaced,
-            "tokens_generated": cost["gen"],
-            "tokens_replayed": cost["replayed"],
-            "env_steps": cost["env"],
-            "time_sample": t_sample,
-            "time_batch": time.perf_counter() - t2,
-        }
-        metrics.update(groups_steered=int(sel.size), rollouts_sampled=b * n + int(sel.size) * n, **schedule.signal_metrics(
-            train_rewards, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1)), reroll_rate))
-        hist = np.bincount(np.asarray(k), minlength=n + 1)
-        metrics["k_hist"] = hist.tolist()
-        rho_np, ema_np = np.asarray(new_prefix.rho), np.asarray(new_prefix.ema)
-        for j, kb in enumerate(ps.bucket_ks(pc)):
-            in_b = sel[bucket_np[sel] == j]
-            metrics[f"bucket/{kb}/count"] = int(np.sum(bucket_np == j))
-            metrics[f"bucket/{kb}/steered"] = int(in_b.size)                    # re-rolled: reroll_pass_rate's weight
-            metrics[f"bucket/{kb}/reroll_pass_rate"] = float(np.mean(reroll_rate[in_b])) if in_b.size else None
-            metrics[f"bucket/{kb}/rho"] = float(rho_np[j])
-            metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
-        if hasattr(task, "episode_metrics"):  # task-specific metrics of the fresh rollouts (trap: hack rate, ...)
-            metrics.update(task.episode_metrics(problems, ep))
-        return batch, new_prefix, metrics
+        return batch, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1))
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, params, step: int) -> dict[str, float]:
@@ -538,19 +495,10 @@ class Trainer:
         ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
                                    group_size=self.rl.eval_samples, evaluation=True)
         out = {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
-        out.update({f"eval/{k}": v for k, v in getattr(self.rollouts, "pop_metrics", dict)().items()})
+        out.update({f"eval/{k}": v for k, v in self.rollouts.pop_metrics().items()})
         if hasattr(self.task, "episode_metrics"):
             out.update({f"eval/{k}": v for k, v in self.task.episode_metrics(self._eval_problems, ep).items()})
         return out
-
-
-@functools.partial(jax.jit, static_argnames=("n",))
-def _merge_groups(ep: Episodes, ep2: Episodes, from_group: jax.Array, *, n: int) -> Episodes:
-    """Group g of the result is ``ep``'s group ``from_group[g]`` if < B, else ``ep2``'s group
-    ``from_group[g] - B`` (all N rows of it). ep, ep2: [B*N, ...]; from_group [B] int32. One
-    compile per run whatever the number of replaced groups."""
-    rows = (from_group[:, None] * n + jnp.arange(n)[None, :]).reshape(-1)  # [B*N] into concat([ep, ep2])
-    return Episodes(*(jnp.concatenate([v, v2])[rows] for v, v2 in zip(ep, ep2)))
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,

@@ -1,4 +1,4 @@
-"""Multi-turn agent rollouts with replay-through-execution, for ``prs.rl.trainer`` (``make_rollouts``).
+"""Multi-turn agent rollouts with replay-through-execution, built by a task's ``make_rollouts``.
 
 An episode interleaves policy turns (sampled until ``;`` or EOS, at most ``A`` tokens) and
 observation turns (the environment's answer to the action, rendered as tokens, ``policy_mask`` 0,
@@ -52,7 +52,7 @@ from prs.models import qwen3 as model_lib
 from prs.models.sampler import Rollout, SamplerConfig, all_rows_on_host, append_and_resume, sample_all_rows
 from prs.tasks import repair as env_lib
 from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
-from prs.rl.episodes import Episodes
+from prs.rl.episodes import Episodes, SamplingSettings
 
 _COSTS = ("tokens_generated", "tokens_replayed", "tokens_forced", "env_steps", "env_steps_replayed",
           "time_env_s", "time_rebuild_s", "time_sample_s", "calls")
@@ -114,9 +114,11 @@ class AgentRollouts:
     """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
 
     Args:
-      trainer: the ``prs.rl.trainer.Trainer`` (model config, RL config, mesh).
       env: the task's ``RepairConfig`` (or the config of ``lib``).  mode: ``"replay"`` or ``"regenerate"``
         (see module docstring).
+      model_cfg: the policy's ``ModelConfig``.  sampling: the run's ``prs.rl.episodes.SamplingSettings``
+        (temperature, top-k/p, evaluation temperature, ``row_parts``; its token budget and engine do
+        not apply).  mesh: the sampler's mesh (None: one device).
       lib: the environment module: ``prompts``, ``reset``, ``execute(state, action, env)``,
         ``verify(problems, index, state, reward=)`` and repair's PAD / EOS / ``;`` ids
         (``prs.tasks.repair``, the default, or ``prs.tasks.trap``); ``env`` needs ``prompt_width``,
@@ -126,7 +128,7 @@ class AgentRollouts:
     ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
     Compiles: one sampler shape per turn count (the buffers grow by ``O + A`` per turn) and per
     row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across steps.
-    The ``regenerate`` path runs unsharded (``trainer.mesh`` is used by the sampler calls only).
+    The ``regenerate`` path runs unsharded (``mesh`` is used by the sampler calls only).
     Several processes (``replay`` only): every process holds all R rows on the host, executes every
     row's actions (the environment is deterministic, so the observations, states and rewards are
     the same everywhere) and feeds the sampler its own rows; each sampler call is one SPMD program
@@ -135,7 +137,11 @@ class AgentRollouts:
     single-process run's.
     """
 
-    def __init__(self, trainer, *, env: RepairConfig, mode: str = "replay", lib=env_lib):
+    multi_turn = True  # a re-roll starts after >= 1 replayed turn; fresh rows come from ``rollout``
+    token_budget = None  # no per-call token budget: each turn gets A tokens, an episode max_turns turns
+
+    def __init__(self, *, env: RepairConfig, model_cfg, sampling: SamplingSettings, mesh=None,
+                 mode: str = "replay", lib=env_lib):
         if mode not in ("replay", "regenerate"):
             raise ValueError(f"AgentRollouts: mode={mode!r}; choose 'replay' or 'regenerate'")
         if (lib.PAD, lib.EOS, lib.EOT, lib.MAX_ACTION_TOKENS) != (PAD, EOS, EOT, MAX_ACTION_TOKENS):
@@ -144,18 +150,21 @@ class AgentRollouts:
         if mode == "regenerate" and jax.process_count() > 1:
             raise ValueError(f"AgentRollouts: mode='regenerate' runs unsharded, on one process only; "
                              f"{jax.process_count()} processes: use mode='replay'")
-        rl = trainer.rl
-        self.trainer, self.env, self.mode, self.lib = trainer, env, mode, lib
+        self.model_cfg, self.mesh, self.env, self.mode, self.lib = model_cfg, mesh, env, mode, lib
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
         self.width = env.episode_width                                          # L
-        self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=rl.temperature, top_k=rl.top_k,
-                                  top_p=rl.top_p, eos_id=EOS, stop_ids=(EOT,), pad_id=PAD,
-                                  buckets=(self.P, self.width), row_parts=rl.row_parts)
-        self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
+        self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=sampling.temperature,
+                                  top_k=sampling.top_k, top_p=sampling.top_p, eos_id=EOS, stop_ids=(EOT,), pad_id=PAD,
+                                  buckets=(self.P, self.width), row_parts=sampling.row_parts)
+        self.eval_scfg = dataclasses.replace(self.scfg, temperature=sampling.eval_temperature, top_k=0, top_p=1.0)
         # widths of a rebuilt context (both modes): quarters of L rounded up to 8, so a short prefix
         # is not prefilled (replay) or attended (regenerate) over the whole episode width
         self.head_buckets = tuple(sorted({min(-(-(self.width * q // 4) // 8) * 8, self.width) for q in (1, 2, 3, 4)}))
         self.reset_costs()
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Per-step rollout metrics beside ``costs``: none (the jax sampler's log-probs are the policy's)."""
+        return {}
 
     def reset_costs(self) -> None:
         self.costs = {k: 0 for k in _COSTS}
@@ -167,7 +176,6 @@ class AgentRollouts:
         """Executes the last generated turn of every live row, appends the observations and resumes
         the rows still running, until every episode is done. ``start [R]``: where each row's last
         turn began. Returns (rollout, states)."""
-        tr = self.trainer
         R = len(states)
         live = np.array([not s.done for s in states])
         t = 0
@@ -187,8 +195,8 @@ class AgentRollouts:
                 return ro, states
             start, live = lens + olen, olen > 0
             t1 = time.perf_counter()
-            ro, cache = append_and_resume(params, ro, obs, olen, jax.random.fold_in(key, t), cfg=tr.model_cfg,
-                                          scfg=scfg, cache=cache, mesh=tr.mesh, return_cache=True)
+            ro, cache = append_and_resume(params, ro, obs, olen, jax.random.fold_in(key, t), cfg=self.model_cfg,
+                                          scfg=scfg, cache=cache, mesh=self.mesh, return_cache=True)
             self.costs["time_sample_s"] += time.perf_counter() - t1
             self.costs["calls"] += 1
             t += 1
@@ -196,7 +204,7 @@ class AgentRollouts:
     def _episodes(self, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
                   replayed: np.ndarray) -> Episodes:
         L = self.width
-        if self.trainer.mesh is not None:  # on a mesh (one process or several) the host glue runs on a host copy
+        if self.mesh is not None:  # on a mesh (one process or several) the host glue runs on a host copy
             ro = jax.tree.map(all_rows_on_host, ro)
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
@@ -214,7 +222,6 @@ class AgentRollouts:
     def rollout(self, params, problems: Problems, key, *, group_size: int, evaluation: bool = False,
                 return_states: bool = False):
         """``group_size`` episodes per problem (rows problem-major) -> ``Episodes`` [R, L]."""
-        tr = self.trainer
         scfg = self.eval_scfg if evaluation else self.scfg
         prompt, plen = self.lib.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
@@ -222,7 +229,7 @@ class AgentRollouts:
         states = [self.lib.reset(problems, r // group_size) for r in range(R)]
         k0, k1 = jax.random.split(key)
         t1 = time.perf_counter()
-        ro, cache = sample_all_rows(params, rows, rlen, k0, cfg=tr.model_cfg, scfg=scfg, mesh=tr.mesh,
+        ro, cache = sample_all_rows(params, rows, rlen, k0, cfg=self.model_cfg, scfg=scfg, mesh=self.mesh,
                                     return_cache=True)
         self.costs["time_sample_s"] += time.perf_counter() - t1
         self.costs["calls"] += 1
@@ -272,7 +279,6 @@ class AgentRollouts:
     def reroll(self, params, problems: Problems, source: Episodes, cut: np.ndarray, key, *, group_size: int,
                return_states: bool = False, return_prefix: bool = False):
         """``group_size`` continuations of each source row [G] after its first ``cut[g]`` turns."""
-        tr = self.trainer
         t0 = time.perf_counter()
         rb = self.rebuild(problems, source, cut, group_size=group_size)
         R = len(rb["states"])
@@ -296,8 +302,8 @@ class AgentRollouts:
         ro0 = _context_rollout(head, head_len)
         states = list(rb["states"])
         t1 = time.perf_counter()
-        ro, cache = append_and_resume(params, ro0, obs, olen, key, cfg=tr.model_cfg, scfg=self.scfg,
-                                      cache=cache, mesh=tr.mesh, return_cache=True)
+        ro, cache = append_and_resume(params, ro0, obs, olen, key, cfg=self.model_cfg, scfg=self.scfg,
+                                      cache=cache, mesh=self.mesh, return_cache=True)
         self.costs["time_sample_s"] += time.perf_counter() - t1
         self.costs["calls"] += 1
         ro, states = self._turns(params, ro, cache, states, (ctx_len).astype(np.int64),
@@ -315,7 +321,7 @@ class AgentRollouts:
         """The ``regenerate`` path: prompt prefill, then turn by turn: force-decode the action one
         token per step, execute it, append its observation (all but the last, which the caller
         appends when it resumes). Returns the cache [*, R, W, *] of the context minus the last obs."""
-        cfg = self.trainer.model_cfg
+        cfg = self.model_cfg
         R = len(rb["states"])
         prompt, plen = self.lib.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)

@@ -62,8 +62,11 @@ class RepairTask:
     def decode(self, ids) -> str:
         return self.lib.decode(ids)
 
-    def make_rollouts(self, trainer):
-        return AgentRollouts(trainer, env=self.cfg, mode=self.cfg.replay, lib=self.lib)
+    def make_rollouts(self, *, model_cfg, sampling, mesh=None):
+        """The task's own rollouts (``AgentRollouts``) for a policy of ``model_cfg`` sampled with
+        ``sampling`` (``prs.rl.episodes.SamplingSettings``) on ``mesh``."""
+        return AgentRollouts(env=self.cfg, model_cfg=model_cfg, sampling=sampling, mesh=mesh, mode=self.cfg.replay,
+                             lib=self.lib)
 
 
 def task_factory(name: str, task_cls, cfg_cls):
