@@ -69,6 +69,22 @@ def timed(fn, repeats: int):
     return best, out
 
 
+def agent_turn(eng, cfg, a) -> float:
+    """tokens/s of ``append_and_resume``: a second turn of T/2 after OBS observation tokens."""
+    half = S.SamplerConfig(max_new_tokens=a.new // 2, temperature=1.0, pad_id=0, buckets=(a.prompt, a.prompt + a.new))
+    prompts, plen, _, _, _ = workload("fresh", cfg, b=a.groups, n=a.group_size, prompt=a.prompt, new=a.new,
+                                      prefix=a.prefix)
+    first = eng.generate(prompts, plen, key=jax.random.key(1), scfg=half)
+    obs = np.random.default_rng(5).integers(1, cfg.vocab_size, (len(plen), OBS)).astype(np.int32)
+    olen = np.full(len(plen), OBS, np.int32)
+    turn = lambda: eng.append_and_resume(first, obs, olen, key=jax.random.key(2), scfg=half)  # noqa: E731
+    jax.block_until_ready(turn())
+    s, ro = timed(turn, a.repeats)
+    gen = int(np.asarray(ro.policy_mask).sum()) - int(np.asarray(first.policy_mask).sum())
+    assert gen == len(plen) * (a.new // 2), (gen, len(plen) * (a.new // 2))
+    return gen / s
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", nargs="+", default=["arith_tiny"], choices=sorted(SIZES))
@@ -108,26 +124,17 @@ def main():
                 gen = int(np.asarray(ro.policy_mask).sum())
                 assert gen == int(budget.sum()), (gen, int(budget.sum()))
                 row[kind] = gen / s
-            half = S.SamplerConfig(max_new_tokens=a.new // 2, temperature=1.0, pad_id=0,
-                                   buckets=(a.prompt, a.prompt + a.new))
-            prompts, plen, _, _, _ = workload("fresh", cfg, b=a.groups, n=a.group_size, prompt=a.prompt, new=a.new,
-                                              prefix=a.prefix)
-            first = eng.generate(prompts, plen, key=jax.random.key(1), scfg=half)
-            obs = np.random.default_rng(5).integers(1, cfg.vocab_size, (len(plen), OBS)).astype(np.int32)
-            olen = np.full(len(plen), OBS, np.int32)
-            turn = lambda: eng.append_and_resume(first, obs, olen, key=jax.random.key(2), scfg=half)  # noqa: E731
-            jax.block_until_ready(turn())
-            s, ro = timed(turn, a.repeats)
-            gen = int(np.asarray(ro.policy_mask).sum()) - int(np.asarray(first.policy_mask).sum())
-            assert gen == len(plen) * (a.new // 2), (gen, len(plen) * (a.new // 2))
-            row["agent"] = gen / s
+            try:  # a failure here costs this cell, not the run (vLLM's start-up is a minute)
+                row["agent"] = f"{agent_turn(eng, cfg, a):.0f}"
+            except Exception as e:  # noqa: BLE001
+                row["agent"] = f"error: {type(e).__name__}: {str(e)[:120]}"
             syncs = []
             for i in range(a.repeats):
                 t0 = time.perf_counter()
                 eng.update_params(p1 if i % 2 == 0 else p0)
                 syncs.append(time.perf_counter() - t0)
             print(f"| {size} | {name} | {start:.1f} (first call {warm:.1f}) | {row['fresh']:.0f} | {row['reroll']:.0f} | "
-                  f"{row['agent']:.0f} | {min(syncs):.4f} |", flush=True)
+                  f"{row['agent']} | {min(syncs):.4f} |", flush=True)
             eng.close()
 
 
