@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     v = vllm_plan(s, p, flags)
     print(f"vLLM engine (rollout.engine=vllm): tensor_parallel={v.tensor_parallel} x data_parallel={v.data_parallel}, "
           f"gpu_memory_utilization={v.memory_utilization:g}, sleep mode {'on' if v.sleep_mode else 'off'} "
-          f"(planned from prs.plan.plan_vllm; not measured on a GPU)")
+          f"(planned from prs.plan.plan_vllm; not measured on a {s['platform'].upper()})")
     print(v.report())
     return 0 if v.colocated_fits else 1
 

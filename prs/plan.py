@@ -402,18 +402,19 @@ class VLLMPlan(NamedTuple):
 
     def report(self) -> str:
         g = lambda b: f"{b / GIB:9.2f} GiB"  # noqa: E731
-        rows = [("vLLM weights / GPU", g(self.weights)), ("vLLM activations", g(self.activations)),
+        tpu = self.platform == "tpu"
+        rows = [("vLLM weights / device", g(self.weights)), ("vLLM activations", g(self.activations)),
                 (f"vLLM share (x{self.memory_utilization:g})", g(self.memory_utilization * self.hbm)),
-                ("KV pool / GPU", g(self.kv_pool)), ("KV bytes / token", f"{self.kv_per_token:9d} B"),
+                ("KV pool / device", g(self.kv_pool)), ("KV bytes / token", f"{self.kv_per_token:9d} B"),
                 ("KV tokens / replica", f"{self.kv_tokens:9d}"),
                 ("rows / replica", f"{self.rows_per_replica:9d} x {self.slots} slots"),
                 ("rows at once", f"{self.concurrent_rows:9d}"),
                 (f"JAX pool (x{self.jax_fraction:g})", g(self.jax_fraction * self.hbm)),
                 ("JAX update peak", g(self.jax_update_peak)), ("JAX resident", g(self.jax_resident)),
                 ("weight push / replica", g(self.sync_bytes)),
-                ("  by dlpack on GPU", f"{self.sync_dlpack_s:9.2f} s"),
+                ("  on-chip reshard (ICI)" if tpu else "  by dlpack on GPU", f"{self.sync_dlpack_s:9.2f} s"),
                 ("  by host copy", f"{self.sync_host_s:9.2f} s"),
-                ("decode roofline", f"{self.decode_tokens_per_s:9.0f} tok/s per node")]
+                ("decode roofline", f"{self.decode_tokens_per_s:9.0f} tok/s on all devices")]
         lines = [f"  {name:24s}{val}" for name, val in rows]
         how = "phase by phase (sleep mode, JAX platform allocator)" if self.sleep_mode else "both shares at once"
         if self.platform == "tpu":
