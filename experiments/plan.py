@@ -104,8 +104,11 @@ def main(argv=None) -> int:
     s = setup(overrides, devices=flags.get("devices"), device_gib=flags.get("device_gib"),
               prompt_len=int(flags.get("prompt_len", 512)), frac=flags.get("mem_fraction"))
     rl, model_cfg, prompt, budget, gib, frac = s["rl"], s["model_cfg"], s["prompt_len"], s["budget"], s["device_gib"], s["mem_fraction"]
-    p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
-                 prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
+    try:
+        p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
+                     prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
+    except ValueError as e:  # e.g. micro-batches that the batch shards do not divide
+        raise SystemExit(f"prs.plan: {e}") from None
     rows = rl.tasks_per_step * rl.group_size
     print(f"{s['cfg'].model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
           f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=s['rerolls'])} slots"

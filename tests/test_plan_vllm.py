@@ -116,3 +116,23 @@ def test_cli_prints_the_vllm_section_and_refuses_a_pool_that_leaves_vllm_nothing
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")  # the launchers' value: 0.03 left for vLLM
     assert main(["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm"]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_sbatch_command_plans_on_two_nodes(capsys, monkeypatch):
+    """The SLURM script's ``experiments.train`` overrides, with SLURM_NTASKS = 16 (2 nodes x 8 GPUs),
+    give a plan that fits; the preset's one-node micro-batches alone are refused in one line."""
+    import pathlib
+    import re
+
+    from experiments.plan import main
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "scripts" / "slurm_multinode.sbatch").read_text()
+    code = " ".join(line.rstrip("\\") for line in text.splitlines() if not line.lstrip().startswith("#"))
+    code = code.replace("$((512 / SLURM_NTASKS))", str(512 // 16))  # bash's arithmetic at 16 tasks
+    args = [a for a in re.search(r"-m experiments\.train (.*)", code).group(1).split()
+            if a.startswith(("+experiment=", "mesh=", "algo."))]
+    assert "algo.micro_batches=32" in args
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
+    assert main([*args, "--devices", "16"]) == 0 and "verdict: fits" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="micro_batches"):
+        main([a for a in args if not a.startswith("algo.micro_batches")] + ["--devices", "16"])
