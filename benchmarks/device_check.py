@@ -98,7 +98,7 @@ _QWEN3_0_6B = dict(vocab_size=151_936, d_model=1024, n_layers=28, n_heads=16, n_
 _TINY = dict(vocab_size=512, d_model=64, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128,
              rope_theta=10_000.0, tie_embeddings=True)
 PRESETS = {
-    "qwen3_0_6b_1gpu": Preset("qwen3_0_6b_1gpu", _QWEN3_0_6B, rows=64, prompt=512, budget=1024, micro_batches=8,
+    "qwen3_0_6b_1gpu": Preset("qwen3_0_6b_1gpu", _QWEN3_0_6B, rows=64, prompt=512, budget=512, micro_batches=8,
                               logits_chunk=512, att_model={**_QWEN3_0_6B, "n_layers": 2, "vocab_size": 1024},
                               att_rows=8, att_len=1024, fwd_rows=4, repeats=3),
     "cpu_tiny": Preset("cpu_tiny", _TINY, rows=8, prompt=32, budget=16, micro_batches=2, logits_chunk=16,
@@ -264,8 +264,9 @@ def _attention_run(cfg, params, tokens, lengths):
     from prs.core.losses import token_logprobs
     from prs.models import qwen3 as M
 
-    R, T = tokens.shape
-    valid = jnp.arange(T)[None] < lengths[:, None]
+    R, T1 = tokens.shape  # T1 = T + 1: the forward and the prefill both see T tokens
+    T = T1 - 1
+    valid = jnp.arange(T1)[None] < lengths[:, None]
     tgt_mask = valid[:, 1:]
 
     def loss(p):
@@ -274,7 +275,7 @@ def _attention_run(cfg, params, tokens, lengths):
 
     def both(p):  # one program: the training forward/backward and the prefill
         (_, logp), grads = jax.value_and_grad(loss, has_aux=True)(p)
-        return (logp, grads, *M.prefill(p, tokens, lengths, cfg=cfg, max_len=T))
+        return (logp, grads, *M.prefill(p, tokens[:, :-1], jnp.minimum(lengths, T), cfg=cfg, max_len=T))
 
     return jax.jit(both)(params)
 
@@ -283,9 +284,10 @@ def _errors(run, truth, tokens, lengths) -> dict:
     import jax
     import numpy as np
 
-    T = tokens.shape[1]
-    valid = np.arange(T)[None] < np.asarray(lengths)[:, None]  # [R, T]
+    T1 = tokens.shape[1]
+    valid = np.arange(T1)[None] < np.asarray(lengths)[:, None]  # [R, T + 1]
     tm = valid[:, 1:]
+    valid = valid[:, :-1]  # the prefill's T slots
     lp, lp0 = np.asarray(run[0], np.float64), np.asarray(truth[0], np.float64)
     g = np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(run[1])])
     g0 = np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(truth[1])])
@@ -310,10 +312,10 @@ def check_attention(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
     backend = jax.default_backend()
     R, T = ps.att_rows, ps.att_len
     # ragged rows: full, about 3/4, 1/2, a short one, ..., down to one token (no target)
-    lengths = np.array([max(1, round(T * f)) for f in np.linspace(1.0, 0.0, R)], np.int32)
+    lengths = np.array([max(1, round((T + 1) * f)) for f in np.linspace(1.0, 0.0, R)], np.int32)
     lengths[-1] = 1
-    tokens = np.where(np.arange(T)[None] < lengths[:, None],
-                      np.random.default_rng(3).integers(1, ps.att_model["vocab_size"], (R, T)), 0).astype(np.int32)
+    tokens = np.where(np.arange(T + 1)[None] < lengths[:, None],  # one extra column: the last targets
+                      np.random.default_rng(3).integers(1, ps.att_model["vocab_size"], (R, T + 1)), 0).astype(np.int32)
     over = dict(remat="none", prefill_flash_from=None)  # prefill through attention_impl, not the flash tiles
     c32 = model_cfg(ps.att_model, dtype=jnp.float32, attention_impl="reference", **over)
     params = init_params(c32, jax.random.key(1), std=0.05)
@@ -499,6 +501,8 @@ def check_sampling(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
 
 
 def check_torch(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
+    if ctx.get("isolated"):  # this child needs jax only for numpy helpers: keep its pool off the GPU
+        os.environ["JAX_PLATFORMS"] = "cpu"
     try:
         import torch
         import transformers
@@ -517,7 +521,7 @@ def check_torch(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
         max_position_embeddings=40_960, attention_bias=False, rope_theta=cfg.rope_theta,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
     model = transformers.Qwen3ForCausalLM(hf_cfg)
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in hf.read_safetensors(
+    sd = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in hf.read_safetensors(
         wd / "ckpt" / "model.safetensors").items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     bad = [k for k in missing if not k.endswith("lm_head.weight")] + list(unexpected)
@@ -638,6 +642,7 @@ def main(argv=None) -> int:
     ap.add_argument("--checks", default=",".join(ORDER), help=f"comma-separated subset of {','.join(ORDER)}")
     ap.add_argument("--budget-s", type=float, default=None, help="stop starting checks after this many seconds "
                     "(default 450 on an accelerator, 600 with --cpu)")
+    ap.add_argument("--child-timeout-s", type=float, default=240.0, help="most seconds one isolated check may take")
     ap.add_argument("--isolate", action="store_true", help="each check in a child process (the default without --cpu)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -674,7 +679,7 @@ def main(argv=None) -> int:
         elif left < 20:
             res = {"status": "skipped", "reason": f"out of time ({budget:.0f} s budget)"}
         elif isolate:
-            res = run_child(name, ps, wd, ctx, timeout=left)
+            res = run_child(name, ps, wd, {**ctx, "isolated": True}, timeout=min(left, a.child_timeout_s))
         else:
             res = run_one(name, ps, wd, ctx)
         doc["checks"][name] = res
