@@ -199,6 +199,17 @@ def load_params(wd: pathlib.Path, cfg):
     return hf.load_params(hf.checkpoint_tensors(wd / "ckpt"), cfg)
 
 
+def compiled_memory(compiled, compile_s: float):
+    """``prs.plan_compiled.Memory`` of a compiled program, or None where the backend gives no
+    ``memory_analysis()`` (the checks go on without it)."""
+    from prs import plan_compiled as PC
+
+    try:
+        return PC.Memory.of(compiled, compile_s)
+    except Exception:
+        return None
+
+
 def env_peaks(env: dict) -> tuple[float, float]:
     """The FLOP/s and bytes/s the rooflines divide by: the vendor's peak where known, else measured."""
     return (env.get("peak_flops") or env.get("measured_matmul_flops") or float("nan"),
@@ -358,7 +369,6 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
     import optax
 
     from prs import plan as PL
-    from prs import plan_compiled as PC
     from prs.models import qwen3 as M
     from prs.models.lm_head import lm_head_logprobs
     from prs.rl.trainer import Batch, RLConfig, _update_fn
@@ -379,7 +389,7 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
     t0 = time.perf_counter()
     compiled = fn.lower(params, opt, batch).compile()
     compile_s = time.perf_counter() - t0
-    mem = PC.Memory.of(compiled, compile_s)
+    mem = compiled_memory(compiled, compile_s)
     times = []
     for _ in range(ps.repeats + 1):
         t0 = time.perf_counter()
@@ -397,11 +407,11 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
     pf, _ = env_peaks(ctx.get("env", {}))
     status, pk = _peak_verdict(plan.update_total, peak, backend)
     out = {"attention_impl": impl, "rows": R, "width": W, "micro_batches": ps.micro_batches, "remat": cfg.remat,
-           "planner_bytes": int(plan.update_total), "compiled_bytes": mem.total,
+           "planner_bytes": int(plan.update_total), "compiled_bytes": mem.total if mem else None,
            "planner_gib": gib(plan.update_total), "planner_terms_gib": {k: gib(getattr(plan, k)) for k in (
                "parameters", "optimizer_state", "gradients", "optimizer_temps", "activations", "logits", "head")},
-           "compiled_gib": mem.gib(), "compile_s": round(compile_s, 1), "bytes_limit_gib": gib(limit), **pk,
-           "planned_over_compiled": round(plan.update_total / mem.total, 3),
+           "compiled_gib": mem.gib() if mem else None, "compile_s": round(compile_s, 1), "bytes_limit_gib": gib(limit),
+           **pk, "planned_over_compiled": round(plan.update_total / mem.total, 3) if mem else None,
            "step_s": step_s, "step_times_s": [round(t, 4) for t in times], "model_flops": model_flops,
            "mfu": model_flops / step_s / pf, "loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
     # the forward side by side with torch: hidden states + chunked LM head log-probs, fresh weights
@@ -428,18 +438,18 @@ def _sampler_run(params, tokens, lengths, budget, *, cfg, scfg, repeats: int):
     import jax
     import numpy as np
 
-    from prs import plan_compiled as PC
     from prs.models import sampler as S
 
     key = jax.random.key(0)
     args = (params, tokens, lengths, key, budget, np.int32(0))
     t0 = time.perf_counter()
     compiled = S._sample_jit.lower(*args, cfg=cfg, scfg=scfg, mesh=None, return_cache=False).compile()
-    mem = PC.Memory.of(compiled, time.perf_counter() - t0)
+    compile_s = time.perf_counter() - t0
+    mem = compiled_memory(compiled, compile_s)
     ro, _ = jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - t0
     best = timed(lambda: compiled(*args), repeats)
-    return mem, first, best, ro
+    return mem, compile_s, first, best, ro
 
 
 def check_sampling(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
@@ -468,7 +478,7 @@ def check_sampling(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
     for call, width, lo in (("fresh", P, P // 2), ("reroll", P + T, P + T // 2)):
         tokens, lengths = ragged_prompts(cfg.vocab_size, R, width, lo, seed=4)
         budget = np.full(R, T, np.int32)
-        mem, first, best, ro = _sampler_run(params, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(budget),
+        mem, compile_s, first, best, ro = _sampler_run(params, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(budget),
                                             cfg=cfg, scfg=scfg, repeats=ps.repeats if call == "fresh" else 1)
         gen = int(np.asarray(ro.policy_mask).sum())
         ms = memory_stats()
@@ -486,11 +496,11 @@ def check_sampling(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
             "first_call_s": round(first, 2), "call_s": best, "tokens_per_s": tps,
             "step_bytes": step_bytes, "roofline_tokens_per_s": R * bw / step_bytes,
             "roofline_fraction": tps / (R * bw / step_bytes), "roofline_filled_tokens_per_s": R * bw / filled,
-            "planner_bytes": int(plan.sampling_total), "compiled_bytes": mem.total,
+            "planner_bytes": int(plan.sampling_total), "compiled_bytes": mem.total if mem else None,
             "planner_gib": gib(plan.sampling_total), "planner_terms_gib": {k: gib(getattr(plan, k)) for k in (
                 "kv_cache", "sampler_params", "decode_weights", "prefill", "cache_transient", "sampler_logits")},
-            "compiled_gib": mem.gib(), "compile_s": round(mem.compile_s, 1),
-            "planned_over_compiled": round(plan.sampling_total / mem.total, 3), **pk}
+            "compiled_gib": mem.gib() if mem else None, "compile_s": round(compile_s, 1),
+            "planned_over_compiled": round(plan.sampling_total / mem.total, 3) if mem else None, **pk}
         if gen != R * T:
             status = "fail"
         if call == "fresh":
