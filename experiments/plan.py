@@ -7,7 +7,9 @@ command line over explicit sizes).
 Arguments are Hydra overrides exactly as for ``experiments.train``, plus ``--devices N`` (size of
 the job; resolves a ``-1`` mesh axis; default: ``mesh.devices`` or 8), ``--device-gib G``
 (default: ``mesh.device_gib`` or 80), ``--prompt-len P`` (prompt bucket width; default 512) and
-``--mem-fraction F``. Prints the per-device bytes of each part and the verdict; exits 1 if the run
+``--mem-fraction F``; with ``rollout=vllm`` also ``--vllm-memory-utilization U``,
+``--vllm-tensor-parallel N`` and ``--vllm-sleep-mode true|false`` (``prs.plan.plan_vllm``: the vLLM
+engine's weights, KV pages, colocation with JAX's pool, the weight push per step). Prints the per-device bytes of each part and the verdict; exits 1 if the run
 does not fit. The device memory is what JAX gets: ``--mem-fraction`` if given, else on
 ``mesh.platform`` gpu (default) ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it (0.75 when unset, as JAX;
 set it as the launcher does, e.g. ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 python -m experiments.plan ...``),
@@ -27,6 +29,10 @@ from experiments.schema import to_kwargs
 CONF = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
 
 
+FLAGS = ("devices", "device_gib", "prompt_len", "mem_fraction", "vllm_memory_utilization", "vllm_tensor_parallel",
+         "vllm_sleep_mode")
+
+
 def _flags(argv):
     flags, rest, i = {}, [], 0
     while i < len(argv):
@@ -40,10 +46,10 @@ def _flags(argv):
         else:
             rest.append(a)
         i += 1
-    bad = set(flags) - {"devices", "device_gib", "prompt_len", "mem_fraction"}
+    bad = set(flags) - set(FLAGS)
     if bad:
-        raise SystemExit(f"experiments.plan: unknown flags {sorted(bad)}; known: --devices, --device-gib, --prompt-len, "
-                         "--mem-fraction")
+        raise SystemExit(f"experiments.plan: unknown flags {sorted(bad)}; known: "
+                         + ", ".join("--" + f.replace("_", "-") for f in FLAGS))
     return flags, rest
 
 
@@ -99,8 +105,11 @@ def main(argv=None) -> int:
     s = setup(overrides, devices=flags.get("devices"), device_gib=flags.get("device_gib"),
               prompt_len=int(flags.get("prompt_len", 512)), frac=flags.get("mem_fraction"))
     rl, model_cfg, prompt, budget, gib, frac = s["rl"], s["model_cfg"], s["prompt_len"], s["budget"], s["device_gib"], s["mem_fraction"]
-    p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
-                 prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
+    try:
+        p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
+                     prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
+    except ValueError as e:  # e.g. micro-batches that the batch shards do not divide
+        raise SystemExit(f"prs.plan: {e}") from None
     rows = rl.tasks_per_step * rl.group_size
     print(f"{s['cfg'].model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
           f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=s['rerolls'])} slots"
@@ -108,7 +117,42 @@ def main(argv=None) -> int:
           f"of {gib:g} GiB (JAX gets {frac:g} of it: {gib * frac:.1f} GiB), remat={model_cfg.remat}, "
           f"attention={model_cfg.attention_impl}, micro_batches={rl.micro_batches}, logits_chunk={rl.logits_chunk}")
     print(p.report())
-    return 0 if p.fits else 1
+    if s["cfg"].rollout.engine != "vllm":
+        return 0 if p.fits else 1
+    v = vllm_plan(s, p, flags)
+    print(f"vLLM engine (rollout.engine=vllm): tensor_parallel={v.tensor_parallel} x data_parallel={v.data_parallel}, "
+          f"gpu_memory_utilization={v.memory_utilization:g}, sleep mode {'on' if v.sleep_mode else 'off'} "
+          f"(planned from prs.plan.plan_vllm; not measured on a {s['platform'].upper()})")
+    print(v.report())
+    return 0 if v.colocated_fits else 1
+
+
+def vllm_plan(s: dict, p, flags: dict):
+    """``prs.plan.plan_vllm`` for ``setup``'s run next to its JAX plan ``p``; ``--vllm-memory-utilization``
+    defaults to what is left beside JAX's pool (0.95 − the JAX fraction; on TPU, where both share one
+    allocator, 0.95 − the update peak's share), ``--vllm-tensor-parallel`` to 1, ``--vllm-sleep-mode``
+    to false."""
+    from prs.plan import GIB, plan_vllm
+
+    frac, gib, platform = s["mem_fraction"], s["device_gib"], s["platform"]
+    if "vllm_memory_utilization" in flags:
+        util = float(flags["vllm_memory_utilization"])
+    elif platform == "tpu":
+        util = round(0.95 - p.update_total / (gib * GIB), 2)
+    else:
+        util = round(0.95 - frac, 2)
+    sleep = str(flags.get("vllm_sleep_mode", "false")).lower()
+    if sleep not in ("true", "false", "1", "0"):
+        raise SystemExit(f"prs.plan: --vllm-sleep-mode={sleep!r}; choose from true, false")
+    rl = s["rl"]
+    try:
+        return plan_vllm(s["model_cfg"], rows=rl.tasks_per_step * rl.group_size, prompt_len=s["prompt_len"],
+                         max_new_tokens=s["budget"], devices=s["devices"], device_gib=gib, jax_plan=p,
+                         jax_fraction=frac, memory_utilization=util, platform=platform,
+                         tensor_parallel=int(flags.get("vllm_tensor_parallel", 1)),
+                         sleep_mode=sleep in ("true", "1"), prefix_rerolls=s["rerolls"])
+    except ValueError as e:
+        raise SystemExit(f"prs.plan: {e}") from None
 
 if __name__ == "__main__":
     sys.exit(main())

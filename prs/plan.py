@@ -283,6 +283,196 @@ def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int
                 sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))
 
 
+# ----------------------------------------------------------------------------- the vLLM rollout engine
+#
+# ``rollout.engine=vllm`` (``prs.rollout.vllm_engine``) samples with vLLM's offline ``LLM`` on the same
+# GPUs as the JAX trainer. Planned here, not measured on a GPU (docs/scaling.md says which is which):
+#
+#   vLLM's weights per GPU      W_v = |HF tensors| · |dtype| / tp  (the engine loads the model untied:
+#                               a tied model's LM head is a second V·D copy)
+#   KV bytes per token per GPU  2 · L · max(Kv / tp, 1) · H · |kv dtype|  (K and V; kv heads split over
+#                               tp, replicated once tp > Kv)
+#   vLLM's share                u · HBM (``gpu_memory_utilization`` u); KV pool = u · HBM − W_v −
+#                               activations (its profile run: ``max_num_batched_tokens`` tokens through
+#                               one layer + ``max_num_seqs`` rows of f32 logits) − context
+#   colocated                   JAX's pool (``XLA_PYTHON_CLIENT_MEM_FRACTION`` f · HBM) is taken when JAX
+#                               starts; vLLM refuses to start unless u · HBM is free, so f + u <= 1 −
+#                               contexts/HBM, and the trainer's update peak (rollouts by vLLM: no JAX
+#                               sampler) must fit f · HBM
+#   sleep mode                  ``LLM(enable_sleep_mode=True)``, ``sleep(level=1|2)`` after each
+#                               generation: vLLM frees its weights (level 1: to host memory) and KV cache
+#                               during the update. It helps only if JAX gives memory back between
+#                               phases (``XLA_PYTHON_CLIENT_ALLOCATOR=platform``: no pool; the BFC pool
+#                               never shrinks): update phase JAX's update peak + context, rollout phase
+#                               JAX's resident state + u · HBM, each <= HBM
+#   weight push per step        bytes = W_v · tp (every replica gets the whole model): dlpack on the GPU
+#                               (no host): all-gather of the FSDP shards over NVLink + one device copy into
+#                               vLLM's buffers; host copy (what ``VLLMEngine.update_params`` does): device
+#                               -> host over PCIe, the HF conversion in numpy (transposes, the parameters'
+#                               dtype), host -> device
+#   decode roofline             a step of one replica reads W_v and its rows' KV per GPU:
+#                               rows · (P + T/2) · KV bytes per token; tokens/s <= rows · BW / bytes
+#                               (tp's all-reduces not counted)
+#   TPU (``platform="tpu"``)     vLLM's JAX backend (tpu-inference) runs inside the trainer's process
+#                               (one process per host owns the chips): one allocator, no per-process
+#                               fraction, so the update peak + u · HBM <= HBM (sleep mode: each phase
+#                               alone), the weight push an on-chip reshard over ICI. Planned only.
+
+# Stated bandwidths (bytes/s, one direction, per GPU) and sizes: vendor figures for an 8xH200 HGX node
+# (HBM3e 4.8 TB/s, NVLink 4 900 GB/s both directions, PCIe 5 x16 64 GB/s of which ~50 usable), and
+# ~10 GB/s for numpy's strided transposes on one host thread. Override per call.
+BANDWIDTHS = {"hbm": 4.8e12, "nvlink": 450e9, "pcie": 50e9, "host": 10e9}
+# TPU v5p (planned through vLLM's JAX backend, tpu-inference; not run here): HBM2e 2.765 TB/s, the
+# "nvlink" leg is ICI (4,800 Gb/s per chip = 600 GB/s), host links ~25 GB/s.
+TPU_BANDWIDTHS = {"hbm": 2.765e12, "nvlink": 600e9, "pcie": 25e9, "host": 10e9}
+CONTEXT_BYTES = GIB  # per process: CUDA context, cuBLAS/NCCL workspaces (vLLM's "non-torch" memory)
+VLLM_MAX_BATCHED_TOKENS = 16384  # vLLM's offline (LLM class) defaults on H100/H200
+VLLM_MAX_SEQS = 1024
+VLLM_PAGE = 16  # tokens per KV page (vLLM's default block size)
+
+
+def hf_param_count(cfg: ModelConfig, *, untied: bool = True) -> int:
+    """Parameters of the Hugging Face Qwen3 model vLLM loads, from the config: embedding V·D; per layer
+    q D·K·H, k and v D·Kv·H, o K·H·D, gate/up/down 3·D·F, the q/k norms 2·H (with ``qk_norm``), two
+    RMS norms 2·D; the final norm D; and an LM head V·D unless tied (``untied``: the vLLM engine writes
+    every model untied)."""
+    L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
+                            cfg.vocab_size)
+    layer = D * K * H + 2 * D * Kv * H + K * H * D + 3 * D * F + (2 * H if cfg.qk_norm else 0) + 2 * D
+    head = V * D if (untied or not cfg.tie_embeddings) else 0
+    return V * D + L * layer + D + head
+
+
+def kv_bytes_per_token(cfg: ModelConfig, *, tensor_parallel: int = 1, dtype_bytes: int = 2) -> int:
+    """KV-cache bytes one token occupies on one GPU: 2 (K and V) · L · max(Kv / tp, 1) · H · |dtype|."""
+    return int(2 * cfg.n_layers * max(cfg.n_kv_heads // tensor_parallel, 1) * cfg.head_dim * dtype_bytes)
+
+
+class VLLMPlan(NamedTuple):
+    """Per-GPU bytes and seconds of the vLLM engine next to the JAX trainer (see the section comment)."""
+
+    tensor_parallel: int
+    data_parallel: int
+    memory_utilization: float
+    hbm: int                 # device bytes
+    weights: int             # vLLM's model copy per GPU
+    activations: int         # vLLM's profiled activation peak per GPU
+    kv_per_token: int        # KV bytes per token per GPU
+    kv_pool: int             # bytes left to KV pages per GPU (may be < 0: nothing left)
+    rows_per_replica: int    # the step's rows one vLLM replica samples
+    slots: int               # cache slots a row needs (prompt + replayed prefix + budget)
+    jax_fraction: float      # JAX's pool share f
+    jax_update_peak: int     # the trainer's update program (``Plan.update_total``)
+    jax_resident: int        # parameters + optimizer state (+ KL reference)
+    sleep_mode: bool
+    platform: str            # gpu (vLLM's CUDA build, its own process memory) or tpu (vLLM's JAX backend, in-process)
+    sync_bytes: int          # bytes pushed into one replica per step (the whole model, |sync dtype|)
+    sync_dlpack_s: float     # on the GPU: NVLink all-gather of the FSDP shards + one device copy
+    sync_host_s: float       # device -> host, numpy HF conversion, host -> device
+    decode_tokens_per_s: float  # the node's decode roofline (all replicas), rows at once as the pool allows
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens of KV one replica holds: whole pages of the per-GPU pool."""
+        return max(self.kv_pool, 0) // self.kv_per_token // VLLM_PAGE * VLLM_PAGE
+
+    @property
+    def concurrent_rows(self) -> int:
+        """Rows one replica decodes at once (vLLM queues the rest): the KV pool's worth of rows, <= rows."""
+        return min(self.rows_per_replica, self.kv_tokens // self.slots)
+
+    @property
+    def jax_fits(self) -> bool:
+        return self.jax_update_peak <= (1.0 if self.platform == "tpu" else self.jax_fraction) * self.hbm
+
+    @property
+    def colocated_fits(self) -> bool:
+        """Both engines on every GPU: phase by phase with sleep mode (and JAX's platform allocator),
+        else both shares at once; vLLM needs at least one row's KV."""
+        if self.concurrent_rows < 1:
+            return False
+        u = self.memory_utilization * self.hbm
+        if self.platform == "tpu":  # one process, one allocator
+            if self.sleep_mode:
+                return self.jax_update_peak <= self.hbm and self.jax_resident + u <= self.hbm
+            return self.jax_update_peak + u <= self.hbm
+        if self.sleep_mode:
+            return (self.jax_update_peak + 2 * CONTEXT_BYTES <= self.hbm
+                    and self.jax_resident + CONTEXT_BYTES + self.memory_utilization * self.hbm <= self.hbm)
+        return self.jax_fits and (self.jax_fraction + self.memory_utilization) * self.hbm + CONTEXT_BYTES <= self.hbm
+
+    def report(self) -> str:
+        g = lambda b: f"{b / GIB:9.2f} GiB"  # noqa: E731
+        tpu = self.platform == "tpu"
+        rows = [("vLLM weights / device", g(self.weights)), ("vLLM activations", g(self.activations)),
+                (f"vLLM share (x{self.memory_utilization:g})", g(self.memory_utilization * self.hbm)),
+                ("KV pool / device", g(self.kv_pool)), ("KV bytes / token", f"{self.kv_per_token:9d} B"),
+                ("KV tokens / replica", f"{self.kv_tokens:9d}"),
+                ("rows / replica", f"{self.rows_per_replica:9d} x {self.slots} slots"),
+                ("rows at once", f"{self.concurrent_rows:9d}"),
+                (f"JAX pool (x{self.jax_fraction:g})", g(self.jax_fraction * self.hbm)),
+                ("JAX update peak", g(self.jax_update_peak)), ("JAX resident", g(self.jax_resident)),
+                ("weight push / replica", g(self.sync_bytes)),
+                ("  on-chip reshard (ICI)" if tpu else "  by dlpack on GPU", f"{self.sync_dlpack_s:9.2f} s"),
+                ("  by host copy", f"{self.sync_host_s:9.2f} s"),
+                ("decode roofline", f"{self.decode_tokens_per_s:9.0f} tok/s on all devices")]
+        lines = [f"  {name:24s}{val}" for name, val in rows]
+        how = "phase by phase (sleep mode, JAX platform allocator)" if self.sleep_mode else "both shares at once"
+        if self.platform == "tpu":
+            how += "; TPU through vLLM's JAX backend in the trainer's process: planned, not measured"
+        lines.append(f"  colocated ({how}): {'fits' if self.colocated_fits else 'DOES NOT FIT'}"
+                     f"{'' if self.jax_fits or self.sleep_mode else ' (the update exceeds JAX pool)'}")
+        return "\n".join(lines)
+
+
+def plan_vllm(cfg: ModelConfig, *, rows: int, prompt_len: int, max_new_tokens: int, devices: int,
+              device_gib: float, jax_plan: Plan, jax_fraction: float, memory_utilization: float = 0.9,
+              tensor_parallel: int = 1, sleep_mode: bool = False, prefix_rerolls: bool = True,
+              dtype_bytes: int = 2, bandwidths: dict | None = None, platform: str = "gpu",
+              max_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS, max_seqs: int = VLLM_MAX_SEQS) -> VLLMPlan:
+    """The vLLM engine on ``devices`` GPUs of ``device_gib`` next to the JAX trainer of ``jax_plan``:
+    ``devices / tensor_parallel`` replicas, each sampling its share of the step's ``rows`` rows of
+    ``prompt_len`` + ``max_new_tokens`` (+ a replayed prefix of up to ``max_new_tokens`` with
+    ``prefix_rerolls``) slots. Bandwidths: ``BANDWIDTHS`` updated by ``bandwidths``."""
+    if not (isinstance(tensor_parallel, int) and tensor_parallel >= 1 and devices % tensor_parallel == 0):
+        raise ValueError(f"plan_vllm: tensor_parallel={tensor_parallel!r} must be an int >= 1 dividing devices={devices}")
+    for name, val in dict(memory_utilization=memory_utilization, jax_fraction=jax_fraction).items():
+        if not (isinstance(val, (int, float)) and 0 < val <= 1):
+            raise ValueError(f"plan_vllm: {name} must be a number in (0, 1], got {val!r}")
+    if platform not in PLATFORMS:
+        raise ValueError(f"plan_vllm: platform={platform!r}; choose from {PLATFORMS}")
+    bad = set(bandwidths or {}) - set(BANDWIDTHS)
+    if bad:
+        raise ValueError(f"plan_vllm: unknown bandwidths {sorted(bad)}; known: {sorted(BANDWIDTHS)}")
+    bw = {**(TPU_BANDWIDTHS if platform == "tpu" else BANDWIDTHS), **(bandwidths or {})}
+    ctx = 0 if platform == "tpu" else CONTEXT_BYTES
+    tp, dp = tensor_parallel, devices // tensor_parallel
+    hbm = int(device_gib * GIB)
+    D, F, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    model = hf_param_count(cfg) * dtype_bytes
+    weights = model // tp
+    q = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim / tp
+    act = max_batched_tokens * (6 * D + 3 * F / tp + 2 * q) * dtype_bytes + 2 * max_seqs * V * 4
+    kvt = kv_bytes_per_token(cfg, tensor_parallel=tp, dtype_bytes=dtype_bytes)
+    pool = int(memory_utilization * hbm - weights - act - ctx)
+    slots = prompt_len + (2 if prefix_rerolls else 1) * max_new_tokens
+    rpr = -(-rows // dp)
+    fsdp_share = (devices - 1) / devices
+    sync_dlpack = model * fsdp_share / bw["nvlink"] + 2 * model / bw["hbm"]
+    conv = hf_param_count(cfg) * _bytes(cfg.param_dtype)  # the HF conversion handles the masters' dtype
+    sync_host = conv / bw["pcie"] + conv / bw["host"] + model / bw["pcie"]
+    plan = VLLMPlan(tensor_parallel=tp, data_parallel=dp, memory_utilization=float(memory_utilization), hbm=hbm,
+                    weights=int(weights), activations=int(act), kv_per_token=kvt, kv_pool=pool,
+                    rows_per_replica=rpr, slots=slots, jax_fraction=float(jax_fraction),
+                    jax_update_peak=int(jax_plan.update_total), jax_resident=int(jax_plan.resident),
+                    sleep_mode=bool(sleep_mode), platform=platform, sync_bytes=int(model), sync_dlpack_s=sync_dlpack,
+                    sync_host_s=sync_host, decode_tokens_per_s=0.0)
+    at_once = plan.concurrent_rows
+    step = weights + at_once * (prompt_len + max_new_tokens / 2) * kvt  # bytes one GPU reads per decode step
+    return plan._replace(decode_tokens_per_s=dp * at_once * bw["hbm"] / step if at_once else 0.0)
+
+
+
 def main(argv=None) -> int:
     """``python -m prs.plan``: the plan of one model preset and batch shape; exits 1 if it does not fit.
     Hydra overrides (``key=value``) are read by ``python -m experiments.plan``."""
