@@ -29,7 +29,7 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
                       B·N there too: ``same_step_reroll`` pads to B groups)
       f32 transients  C_KT · KV cache
       parameters      P·|sampling_dtype| / t (the trainer's sampling copy, the program's argument)
-      decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``_decode_weights``)
+      decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``qwen3.decode_weights``)
       prefill         chunked flash (P_bucket >= ``prefill_flash_from``): C_PH·rs·P_b·D·4 + one
                       chunk's activations + 3 f32 [rs, K/t, b, b] tiles; dense: C_S·rs·(K/t)·P_b²·4
                       + the whole prompt's activations + a second KV cache (the stacked one)
@@ -66,11 +66,11 @@ C_S = {"reference": 1.0, "einsum": 2.0, "xla": 4.5, "cudnn": 0.0, "blockwise": 0
 C_OPT = 1.0
 C_LG = 3.0
 # The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
-# ``_sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
+# ``sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
 # buffers in f32, so these are on the safe side for GPU/TPU):
 # (fit: the re-roll calls of 4B and 8B at 16 rows per device within 1.01-1.09 of the compiled count,
 # the smaller fresh calls 1.19-1.24, all on the safe side; benchmarks/plan_compiled.py)
-C_DW = 2.5     # the decode step's per-layer weights (``_decode_weights``; f32 on CPU), in |dtype| per parameter
+C_DW = 2.5     # the decode step's per-layer weights (``qwen3.decode_weights``; f32 on CPU), in |dtype| per parameter
 C_PH = 2.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
 C_KT = 0.8     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
 C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
@@ -97,7 +97,7 @@ class Plan(NamedTuple):
     device_bytes: int
     reference: int = 0       # the frozen KL reference copy (kl_coef > 0), sharded like the params
     head: int = 0            # the update's gathered LM head (|dtype|) and its f32 cotangent
-    decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``_decode_weights``)
+    decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``qwen3.decode_weights``)
     prefill: int = 0         # the sampler's prefill working set (chunked flash, or dense scores + a 2nd cache)
     cache_transient: int = 0  # the KV cache's f32 transients (fitted on XLA:CPU, see C_KT)
     mem_fraction: float = 1.0  # the share of device_bytes the allocator may use
