@@ -44,7 +44,12 @@ the decode step's layers are unrolled and the weights are split per layer once p
 step copies neither cache nor weights (``split_cache``, ``qwen3.decode_weights``; keys are held as
 [R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
 ``[L, R, S, Kv, H]`` layout is restored only for ``return_cache``. Row r draws from its own key
-stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
+stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by
+``O + T`` per turn, so each turn compiles once per (R, width) shape.
+
+The model itself is ``qwen3.decoder_layer``, the layer ``forward`` trains with: the decode step
+(``decode_token``) and the chunked prefill (``_prefill_blocks``) pass it their own attention, which
+writes and reads this module's slot-block cache.
 """
 from __future__ import annotations
 
@@ -265,6 +270,9 @@ def row_keys(key: jax.Array, row0: jax.Array, R: int) -> jax.Array:
 
 @flax.struct.dataclass
 class LoopState:
+    """The decode loop's carry (static ``sample`` / resume loop; ``prs.models.continuous`` builds one
+    for ``finish_rollout``). R rows, L = P + T buffer width."""
+
     step: jax.Array  # []
     tokens: jax.Array  # [R, L]
     policy_mask: jax.Array  # [R, L]
@@ -653,6 +661,9 @@ def _decode_loop(params, state: LoopState, key, row0, *, cfg: ModelConfig, scfg:
 
 
 def finish_rollout(s: LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: SamplerConfig) -> Rollout:
+    """The ``Rollout`` of a finished loop state: tokens / masks / log-probs zeroed past each row's
+    length ``s.cur``, positions = max(cumsum(valid) − 1, 0); ``prev`` and ``resumed [R]`` (a resumed
+    turn): rows not resumed keep ``prev``'s flags."""
     L = s.tokens.shape[1]
     idx = jnp.arange(L)[None, :]
     valid = idx < s.cur[:, None]
@@ -752,6 +763,8 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
 
 
 def validate_rows(name, tokens, lengths, cfg: ModelConfig, *, allow_empty: bool):
+    """Host copies of ``tokens [R, P]`` and ``lengths [R]`` after the checks every entry point makes
+    (rank, integer ids inside the vocabulary, lengths in [1 or 0, P]); a ValueError naming ``name``."""
     tokens_np, lengths_np = np.asarray(tokens), np.asarray(lengths)
     if tokens_np.ndim != 2:
         raise ValueError(f"{name} must be [R, P], got shape {tokens_np.shape}")
