@@ -57,6 +57,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from prs.models import blockwise as _bw
 from prs.parallel import explicit
@@ -669,7 +670,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype: Any = None)
         raise ValueError(f"init_cache: batch={batch} and max_len={max_len} must be >= 1")
     shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
     dt = cfg.dtype if dtype is None else dtype
-    return {"k": explicit.zeros(shape, dt, row_axis=1), "v": explicit.zeros(shape, dt, row_axis=1)}
+    return {"k": explicit.zeros(shape, dt, row_axis=1, head_axis=3), "v": explicit.zeros(shape, dt, row_axis=1, head_axis=3)}
 
 
 def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array,
@@ -704,10 +705,21 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         raise ValueError(f"extend: causal_block needs kv_len == C (a prefill), got kv_len={kv_len}, C={C}, S={S}")
     mask = jnp.arange(A)[None, None, :] <= positions[:, :, None]  # [R, C, A]
 
-    def attend(q, k, v):
+    def write_attend(q, k, v, ck_all, cv_all, slots, mask, l):
+        """Writes this block's k, v at ``slots`` of layer ``l`` and attends the first A slots
+        (on all rows, or on one device's (rows, heads) block of the cache)."""
+        rows = jnp.arange(q.shape[0])[:, None]  # [R, 1]
+        ck = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop", out_sharding=explicit.same(ck_all))
+        cv = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
+        kl = jax.lax.dynamic_index_in_dim(ck, l, 0, keepdims=False)[:, :A].astype(cfg.dtype)  # [R, A, Kv, H]
+        vl = jax.lax.dynamic_index_in_dim(cv, l, 0, keepdims=False)[:, :A].astype(cfg.dtype)
         if causal_block and C > 1:
-            return _bw.causal_attention(q, k, v, block=causal_block)
-        return (_decode_attention if C == 1 else _attention)(q, k, v, mask, cfg)
+            att = _bw.causal_attention(q, kl, vl, block=causal_block)
+        else:
+            att = (_decode_attention if C == 1 else _attention)(q, kl, vl, mask, cfg)
+        return att, ck, cv
+
+    heads = explicit.head_split(cfg.n_kv_heads)  # explicit mesh: the cache's Kv split over tensor too
 
     def layer(carry, xs):
         # The whole cache rides in the carry and is written by scatter, so XLA updates it in
@@ -716,12 +728,18 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         lp, l = xs
 
         def cached(q, k, v):  # prefill / decode mode: write this block's k, v, attend the cache
-            q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
-            ck = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop", out_sharding=explicit.same(ck_all))
-            cv = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
-            kl = jax.lax.dynamic_index_in_dim(ck, l, 0, keepdims=False)[:, :A]  # [R, A, Kv, H]
-            vl = jax.lax.dynamic_index_in_dim(cv, l, 0, keepdims=False)[:, :A]
-            return attend(q, kl.astype(cfg.dtype), vl.astype(cfg.dtype)), (ck, cv)
+            if heads is None:
+                q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+                att, ck, cv = write_attend(q, k, v, ck_all, cv_all, slots, mask, l)
+            else:  # each device writes and attends its own rows' and heads' block of the cache
+                q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
+                r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(None, r, None, heads, None)
+                att, ck, cv = explicit.per_shard(
+                    write_attend, (q, k, v, ck_all, cv_all, slots, mask, l),
+                    (qs, qs, qs, cs, cs, PartitionSpec(r, None), PartitionSpec(r, None, None), PartitionSpec()),
+                    (PartitionSpec(r, None, heads), cs, cs))
+            return att, (ck, cv)
 
         h, (ck_all, cv_all) = decoder_layer(lp, h, positions, cached, cfg=cfg)
         return (h, ck_all, cv_all), None

@@ -135,6 +135,9 @@ class SamplerConfig:
             object.__setattr__(self, "buckets", tuple(sorted(int(b) for b in self.buckets)))
         if self.attend_buckets is not None:
             object.__setattr__(self, "attend_buckets", tuple(sorted(int(b) for b in self.attend_buckets)))
+            if not self.attend_buckets or self.attend_buckets[0] < 1:
+                raise ValueError(f"SamplerConfig.attend_buckets must be None or non-empty integers >= 1, "
+                                 f"got {self.attend_buckets}")
         if self.row_chunk is not None and int(self.row_chunk) < 1:
             raise ValueError(f"SamplerConfig.row_chunk must be >= 1 or None, got {self.row_chunk}")
         if self.row_parts is not None and int(self.row_parts) < 1:
@@ -287,11 +290,15 @@ class LoopState:
     cache: tuple  # (k, v): per layer, per slot block b: k [R, Kv, H, S_b], v [R, Kv, S_b, H] (``split_cache``)
 
 
-def _constrain(x, mesh: Mesh | None, axis: int = 0):
+def _constrain(x, mesh: Mesh | None, axis: int = 0, head_axis: int | None = None):
+    """``x`` constrained to rows (axis ``axis``) over the mesh's batch axes; a KV cache's head axis
+    ``head_axis`` also over ``tensor`` where ``explicit.head_split`` splits it (explicit meshes)."""
     if mesh is None:
         return x
     spec = [None] * x.ndim
     spec[axis] = batch_axes(mesh)  # rows over (data, fsdp): each device holds only its rows' KV cache
+    if head_axis is not None:
+        spec[head_axis] = explicit.head_split(x.shape[head_axis], mesh)  # and only its kv heads (tensor)
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
@@ -308,7 +315,7 @@ def split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = Fal
     along the minor one (``_block_attention``). ``bits``: a 16-bit float cache held as its
     unsigned-integer bits (``_bits_dtype``; the decode loop of ``sample_jit`` / ``_resume_jit``)."""
     cv = _to_bits if bits else (lambda x: x)
-    return tuple(tuple(tuple(_constrain(cv(c[l, :, a:b].transpose(perm)), mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+    return tuple(tuple(tuple(_constrain(cv(c[l, :, a:b].transpose(perm)), mesh, 0, 1) for a, b in zip(bounds[:-1], bounds[1:]))
                        for l in range(c.shape[0]))
                  for c, perm in ((cache["k"], (0, 2, 3, 1)), (cache["v"], (0, 2, 1, 3))))
 
@@ -374,35 +381,56 @@ def decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, 
     its own slots), so the parts change the numbers only through XLA's different fusion of the
     attention (float rounding: <= 1.4e-6 in log-probs measured; the same tokens, tested).
     tok, pos, active: [R] -> (float32 logits [R, V], cache as a tuple over parts)."""
-    eps = cfg.rms_norm_eps
     nb = len(bounds) - 1  # blocks attended
     R = tok.shape[0]
     n_parts = len(parts)
     n = R // n_parts
     piece = (lambda x, i: x) if n_parts == 1 else (lambda x, i: x[i * n:(i + 1) * n])  # rows of part i
-    rows = explicit.constrain_rows(jnp.arange(n))[:, None]  # [n, 1]
     slots = []  # per block: [R, 1] index within the block, out of range (dropped) if not there
     for a, b in zip(bounds[:-1], bounds[1:]):
         inside = active & (pos >= a) & (pos < b)
         slots.append(jnp.where(inside, pos - a, b - a)[:, None])
     positions = pos[:, None]  # [R, 1]
     h = explicit.gather_rows(w["embed_tokens"], tok[:, None]).astype(cfg.dtype)  # [R, 1, D]
+    heads = explicit.head_split(cfg.n_kv_heads)  # explicit mesh: the cache's kv heads split over tensor too
+
+    def write_attend(q, k, v, pos, slots, kb, vb):
+        """One part's cache writes at slot ``pos`` and its attention (all of its rows, or one
+        device's (rows, heads) block): kb, vb the layer's first nb key / value blocks."""
+        rows = jnp.arange(q.shape[0])[:, None]  # [n, 1]
+        if heads is None:
+            rows = explicit.constrain_rows(rows[:, 0])[:, None]
+        # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [n, 1, Kv, H]: the advanced
+        # indices' axes come first, so k and v go in as they are
+        ck = tuple(c.at[rows, :, :, sl].set(_store(k, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(kb, slots))
+        cv = tuple(c.at[rows, :, sl].set(_store(v, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(vb, slots))
+        att = _block_attention(q, [_load(c, cfg) for c in ck], [_load(c, cfg) for c in cv], pos, bounds, cfg)
+        return att, ck, cv
+
     new = [([], []) for _ in parts]
     for l, lp in enumerate(w["layers"]):
         def attend(q, k, v, l=l):  # decode mode: write slot ``pos`` of the blocks, attend them
-            # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [n, 1, Kv, H]: the advanced
-            # indices' axes come first, so k and v go in as they are
-            q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+            if heads is None:
+                q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+            else:
+                q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
             atts, blocks = [], []
             for i, (pk, pv) in enumerate(parts):
-                ki, vi = piece(k, i), piece(v, i)
-                ck = tuple(c.at[rows, :, :, piece(sl, i)].set(_store(ki, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
-                           for c, sl in zip(pk[l][:nb], slots)) + pk[l][nb:]
-                cv = tuple(c.at[rows, :, piece(sl, i)].set(_store(vi, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
-                           for c, sl in zip(pv[l][:nb], slots)) + pv[l][nb:]
-                atts.append(_block_attention(piece(q, i), [_load(c, cfg) for c in ck[:nb]],
-                                             [_load(c, cfg) for c in cv[:nb]], piece(pos, i), bounds, cfg))
-                blocks.append((ck, cv))
+                args = (piece(q, i), piece(k, i), piece(v, i), piece(pos, i), [piece(sl, i) for sl in slots],
+                        pk[l][:nb], pv[l][:nb])
+                if heads is None:
+                    att, ck, cv = write_attend(*args)
+                else:  # each device writes and attends its own rows' and kv heads' block of the cache
+                    r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                    qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(r, heads, None, None)
+                    att, ck, cv = explicit.per_shard(
+                        write_attend, args, (qs, qs, qs, PartitionSpec(r), [PartitionSpec(r, None)] * nb,
+                                             (cs,) * nb, (cs,) * nb),
+                        (PartitionSpec(r, None, heads), (cs,) * nb, (cs,) * nb))
+                atts.append(att)
+                blocks.append((tuple(ck) + pk[l][nb:], tuple(cv) + pv[l][nb:]))
             return (atts[0] if n_parts == 1 else jnp.concatenate(atts)), blocks  # [R, 1, K·H]
 
         h, blocks = model_lib.decoder_layer(lp, h, positions, attend, cfg=cfg)
@@ -488,10 +516,12 @@ def _segments(P: int, T: int, attend_buckets) -> tuple[tuple[int, int], ...]:
 
 def _rows_split(s: LoopState) -> LoopState:
     """Under an explicit mesh every per-row field (all but ``step``) split over the batch axes along
-    its rows and whole otherwise, so that the decode loop's carry keeps one type; else ``s``."""
+    its rows and whole otherwise (the cache blocks' kv heads also over ``tensor`` where
+    ``explicit.head_split`` splits them), so that the decode loop's carry keeps one type; else ``s``."""
     if explicit.explicit_mesh() is None:
         return s
-    return s.replace(**{f.name: jax.tree.map(explicit.constrain_rows, getattr(s, f.name))
+    heads = lambda c: explicit.constrain_rows_heads(c, head_axis=1, heads=explicit.head_split(c.shape[1]))  # noqa: E731
+    return s.replace(**{f.name: jax.tree.map(heads if f.name == "cache" else explicit.constrain_rows, getattr(s, f.name))
                         for f in dataclasses.fields(s) if f.name != "step"})
 
 
@@ -579,11 +609,19 @@ def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: M
     R, P = tokens.shape
     b = int(cfg.prefill_block)
     nb = P // b
-    eps = cfg.rms_norm_eps
     Kv, H = cfg.n_kv_heads, cfg.head_dim
     dt = cfg.dtype
     toks = tokens.astype(jnp.int32).reshape(R, nb, b).transpose(1, 0, 2)  # [nb, R, b]
     h = jax.vmap(lambda t: explicit.gather_rows(w["embed_tokens"], t).astype(dt))(toks)  # [nb, R, b, D]
+    heads = explicit.head_split(Kv)  # explicit mesh: the cache's kv heads split over tensor too
+
+    def write_attend(q, k, v, kc, vc, i):
+        """Chunk i's attention and its k, v written at slots [i·b, (i+1)·b) of block 0."""
+        k, v = k.astype(dt), v.astype(dt)  # attended as the cache holds them
+        att = _chunk_attention(q, k, v, kc, vc, i, block=b)
+        return (att, jax.lax.dynamic_update_slice_in_dim(kc, _to_bits(k.transpose(0, 2, 3, 1)), i * b, axis=3),
+                jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2))
+
     ks, vs = [], []
     for lp in w["layers"]:
         def chunk(carry, xs, lp=lp):
@@ -592,21 +630,26 @@ def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: M
             pos = jnp.broadcast_to(i * b + jnp.arange(b, dtype=jnp.int32), (R, b))
 
             def attend(q, k, v):  # chunked prefill mode: flash over the chunk and the cached chunks before it
-                q, k, v = (explicit.keep_rows(x) for x in (q, k, v))
-                k, v = k.astype(dt), v.astype(dt)  # attended as the cache holds them
-                att = _chunk_attention(q, k, v, kc, vc, i, block=b)
-                return att, (jax.lax.dynamic_update_slice_in_dim(kc, _to_bits(k.transpose(0, 2, 3, 1)), i * b, axis=3),
-                             jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2))
+                if heads is None:
+                    q, k, v = (explicit.keep_rows(x) for x in (q, k, v))
+                    att, kn, vn = write_attend(q, k, v, kc, vc, i)
+                else:  # each device its own rows' and kv heads' block of the cache
+                    q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
+                    r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                    qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(r, heads, None, None)
+                    att, kn, vn = explicit.per_shard(write_attend, (q, k, v, kc, vc, i), (qs, qs, qs, cs, cs, PartitionSpec()),
+                                                     (PartitionSpec(r, None, heads), cs, cs))
+                return att, (kn, vn)
 
             hi, (kc, vc) = model_lib.decoder_layer(lp, hi, pos, attend, cfg=cfg)
             return (kc, vc), hi
 
         S0, bits = bounds[1], _bits_dtype(dt)
-        init = (_constrain(explicit.zeros((R, Kv, H, S0), bits, row_axis=0), mesh, 0),
-                _constrain(explicit.zeros((R, Kv, S0, H), bits, row_axis=0), mesh, 0))
+        init = (_constrain(explicit.zeros((R, Kv, H, S0), bits, row_axis=0, head_axis=1), mesh, 0, 1),
+                _constrain(explicit.zeros((R, Kv, S0, H), bits, row_axis=0, head_axis=1), mesh, 0, 1))
         (kc, vc), h = jax.lax.scan(chunk, init, (h, jnp.arange(nb, dtype=jnp.int32)))  # bits, as the loop holds them
-        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), bits, row_axis=0), mesh, 0),
-                 _constrain(explicit.zeros((R, Kv, bb - a, H), bits, row_axis=0), mesh, 0))
+        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), bits, row_axis=0, head_axis=1), mesh, 0, 1),
+                 _constrain(explicit.zeros((R, Kv, bb - a, H), bits, row_axis=0, head_axis=1), mesh, 0, 1))
                 for a, bb in zip(bounds[1:-1], bounds[2:])]
         ks.append((kc,) + tuple(x for x, _ in rest))
         vs.append((vc,) + tuple(y for _, y in rest))
@@ -640,7 +683,7 @@ def _decode_loop(params, state: LoopState, key, row0, *, cfg: ModelConfig, scfg:
         tok, lp, samp = choose_tokens(s.logits, step_keys, scfg)
         active, wi, hit, n_new, cur, done = advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)
         logits, cache = decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
-        cache = jax.tree.map(lambda c: _constrain(c, mesh, 0), cache)
+        cache = jax.tree.map(lambda c: _constrain(c, mesh, 0, 1), cache)
         return _rows_split(LoopState(
             step=s.step + 1,
             tokens=_constrain(s.tokens.at[ar, wi].set(tok, mode="drop", out_sharding=explicit.same(s.tokens)), mesh),
@@ -734,7 +777,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
     T = scfg.max_new_tokens
     L = L0 + O + T
     grow = lambda x, v: jnp.pad(x, ((0, 0), (0, L - L0)), constant_values=v)
-    cache = jax.tree.map(lambda c: _constrain(jnp.pad(c, ((0, 0), (0, 0), (0, L - L0), (0, 0), (0, 0))), mesh, 1),
+    cache = jax.tree.map(lambda c: _constrain(jnp.pad(c, ((0, 0), (0, 0), (0, L - L0), (0, 0), (0, 0))), mesh, 1, 3),
                          cache)
     resumed = obs_lengths > 0  # [R]
     pos = prev.lengths[:, None] + jnp.arange(O, dtype=jnp.int32)[None, :]  # [R, O]
@@ -955,4 +998,4 @@ def _resume_by_prefill(params, rollout: Rollout, obs_np, ol_np, key, *, cfg, scf
 @explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
 def _prefill_jit(params, tokens, lengths, *, cfg, mesh):
     _, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=tokens.shape[1])
-    return jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
+    return jax.tree.map(lambda c: _constrain(c, mesh, 1, 3), cache)

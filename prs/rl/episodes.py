@@ -91,7 +91,7 @@ class SingleTurnRollouts:
         self.scfg = SamplerConfig(max_new_tokens=t_new, temperature=rl.temperature, top_k=rl.top_k,
                                   top_p=rl.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
                                   buckets=(prompt_w, prompt_w + t_new), row_chunk=rl.row_chunk,
-                                  row_parts=rl.row_parts)
+                                  row_parts=rl.row_parts, attend_buckets=rl.attend_buckets)
         self.eval_scfg = dataclasses.replace(self.scfg, temperature=rl.eval_temperature, top_k=0, top_p=1.0)
         if rl.continuous_slots is not None and trainer.mesh is not None:
             raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
