@@ -23,7 +23,9 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
     logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
     LM head (FSDP)    V·D·(|dtype| + 4) / t                  (the gathered head and its f32 cotangent)
     sampling, per call of rs = (R or ``row_chunk``) / Bs rows per device:
-      KV cache        2·L·rs·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget slots: prompt +
+      KV cache        2·L·rs·S·Kv·H·|dtype| / t_kv (t_kv = t when t divides Kv: the cache's kv heads
+                      split over ``tensor`` as its rows over the batch axes, Explicit axes, the
+                      default mesh, ``prs.parallel.explicit.head_split``; else 1) (S = the sampler's P_bucket + budget slots: prompt +
                       budget for fresh rollouts, prompt + 2·budget for a Prefix Sampling re-roll,
                       whose rows, prompt + replayed prefix, fall in the prompt + budget bucket; R =
                       B·N there too: ``same_step_reroll`` pads to B groups)
@@ -207,7 +209,8 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     S = prompt_len + max_new_tokens if cache_slots is None else cache_slots
     if S < prompt_len + max_new_tokens:
         raise ValueError(f"plan: cache_slots={S} must be >= prompt_len + max_new_tokens = {prompt_len + max_new_tokens}")
-    kv = 2 * L * rs * S * Kv * H * b
+    t_kv = t if Kv % t == 0 else 1  # the cache's kv heads over tensor (explicit.head_split)
+    kv = 2 * L * rs * S * Kv * H * b / t_kv
     head = V * D * (b + 4) / t if fsdp > 1 else 0  # FSDP: the whole head gathered, its f32 cotangent before the scatter
     mats = L * D * ((K + 2 * Kv) * H + 3 * F) + L * K * H * D + (V * D if cfg.tie_embeddings else 0)
     Pb = S - max_new_tokens  # the call's prompt bucket
