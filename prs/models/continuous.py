@@ -172,12 +172,16 @@ def sample_continuous(params: Params, tokens, lengths, key: jax.Array, *, cfg: M
       the ``Rollout`` of ``sample(params, tokens, lengths, key, ..., budget=budget)`` (rows in request
       order; tokens equal, log-probs up to float rounding), or ``(Rollout, stats)``.
     Raises:
-      ValueError on bad ``slots``, a ``mesh``, ``scfg.attend_buckets``, or ``sample``'s bad inputs.
+      ValueError on bad ``slots``, a ``mesh``, ``scfg.attend_buckets``, ``scfg.prefill_group`` > 1, or
+      ``sample``'s bad inputs.
     """
     slots = _check_slots(slots)
     if mesh is not None:
         raise ValueError("sample_continuous: mesh must be None (continuous batching runs on one device; "
                          "use sample for a sharded batch)")
+    if scfg.prefill_group != 1:
+        raise ValueError(f"sample_continuous: scfg.prefill_group must be 1 (requests are prefilled one by one), "
+                         f"got {scfg.prefill_group}")
     if scfg.attend_buckets is not None:
         raise ValueError(f"sample_continuous: scfg.attend_buckets must be None (rows start at different steps), "
                          f"got {scfg.attend_buckets}")

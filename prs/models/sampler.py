@@ -67,8 +67,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
 from prs.parallel import explicit
-from prs.parallel.sharding import (batch_axes, data_sharding, process_rows, sampler_placement, shard_batch,
-                                   shard_rows)
+from prs.parallel.sharding import (batch_axes, batch_size_multiple, data_sharding, process_rows, sampler_placement,
+                                   shard_batch, shard_rows)
 
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -106,6 +106,14 @@ class SamplerConfig:
         replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
         (R=64) and lets the two cores share the attention, see #20's section in
         benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
+      prefill_group: G; rows ``g·G .. g·G + G − 1`` of a call hold the same input (a GRPO group's
+        N rollouts of one prompt, or a Prefix Sampling re-roll group's prompt + replayed prefix):
+        the prefill runs on the first row of each group only (R / G rows) and its KV cache and
+        next-token logits are broadcast to the G rows, which then decode on their own (per-row
+        keys). Prefill work and its working set / G; the same tokens as G = 1 (the prefill of
+        identical rows is row-wise; the log-probs may move by float rounding: the matmuls see R / G
+        rows). ``sample`` checks that the rows of each group are equal; G must divide the rows
+        of a call (``row_chunk``) and, on a mesh, R / G the batch shards. Default 1.
     """
 
     max_new_tokens: int
@@ -120,6 +128,7 @@ class SamplerConfig:
     attend_buckets: tuple[int, ...] | None = None
     row_chunk: int | None = None
     row_parts: int | None = 1
+    prefill_group: int = 1
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -142,6 +151,9 @@ class SamplerConfig:
             raise ValueError(f"SamplerConfig.row_chunk must be >= 1 or None, got {self.row_chunk}")
         if self.row_parts is not None and int(self.row_parts) < 1:
             raise ValueError(f"SamplerConfig.row_parts must be >= 1 or None, got {self.row_parts}")
+        if isinstance(self.prefill_group, bool) or not isinstance(self.prefill_group, (int, np.integer)) \
+                or self.prefill_group < 1:
+            raise ValueError(f"SamplerConfig.prefill_group must be an integer >= 1, got {self.prefill_group!r}")
 
     @property
     def all_stop_ids(self) -> tuple[int, ...]:
@@ -743,14 +755,18 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     parts = _row_parts(R, mesh, scfg)
+    G = scfg.prefill_group
+    first = (lambda x: x) if G == 1 else (lambda x: _group_firsts(x, G))  # one row per group prefilled
+    spread = (lambda x, axis, head_axis=None: x) if G == 1 else functools.partial(_repeat_rows, G=G)
     w = None
     if _long_prefill(P, cfg, parts):  # the prefill writes the decode layout itself (no stacked copy)
         w = model_lib.decode_weights(params, cfg)
-        logits, split = _prefill_blocks(w, tokens, lengths, bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
-        split = (split,)
+        logits, split = _prefill_blocks(w, first(tokens), first(lengths), bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
+        split = (jax.tree.map(lambda c: _constrain(spread(c, 0, 1), mesh, 0, 1), split),)
     else:
-        logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
-        split = _split_parts(cache, _blocks(P, scfg), mesh, parts)
+        logits, cache = model_lib.prefill(params, first(tokens), first(lengths), cfg=cfg, max_len=L)
+        split = _split_parts(jax.tree.map(lambda c: spread(c, 1, 3), cache), _blocks(P, scfg), mesh, parts)
+    logits = spread(logits, 0)
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
     zeros = jnp.zeros((R, L), jnp.float32)
     state = LoopState(
@@ -761,6 +777,27 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
         logits=logits, cache=split,
     )
     return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh, w=w)
+
+
+def _group_firsts(x: jax.Array, G: int) -> jax.Array:
+    """Row 0 of every group of ``G`` consecutive rows: x [R, ...] -> [R / G, ...] (under an explicit
+    mesh in an ``auto_axes`` region, the output's rows split over the batch axes)."""
+    take = lambda y: y[::G]  # noqa: E731
+    if explicit.explicit_mesh() is None:
+        return take(x)
+    return jax.sharding.auto_axes(take, out_sharding=explicit.rows_heads_spec(x.ndim))(x)
+
+
+def _repeat_rows(x: jax.Array, axis: int, head_axis: int | None = None, *, G: int) -> jax.Array:
+    """Each row (along ``axis``) repeated ``G`` times: a group's prefill broadcast to its G rows.
+    Under an explicit mesh in an ``auto_axes`` region, rows split over the batch axes and the KV
+    cache's ``head_axis`` over ``tensor`` where ``explicit.head_split`` splits it."""
+    rep = lambda y: jnp.repeat(y, G, axis=axis)  # noqa: E731
+    if explicit.explicit_mesh() is None:
+        return rep(x)
+    heads = None if head_axis is None else explicit.head_split(x.shape[head_axis])
+    return jax.sharding.auto_axes(rep, out_sharding=explicit.rows_heads_spec(x.ndim, row_axis=axis, head_axis=head_axis,
+                                                                             heads=heads))(x)
 
 
 def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
@@ -861,6 +898,26 @@ def _place_all_rows(mesh, params, *arrays):
             *(shard_rows(a, data_sharding(mesh, np.ndim(a))) for a in arrays))
 
 
+def _check_groups(padded: np.ndarray, lengths: np.ndarray, chunk: int, mesh, scfg: SamplerConfig) -> None:
+    """``SamplerConfig.prefill_group`` G's promises, on the host: G divides the rows of a call, each
+    group's rows are equal (tokens within the length, lengths), on a mesh R / G splits evenly."""
+    G = scfg.prefill_group
+    if G == 1:
+        return
+    R = lengths.shape[0]
+    if chunk % G or R % G:
+        raise ValueError(f"SamplerConfig.prefill_group={G} must divide the rows of a call ({R}, row_chunk {chunk})")
+    grouped = padded.reshape(R // G, G, -1)
+    if np.any(lengths.reshape(-1, G) != lengths.reshape(-1, G)[:, :1]) or np.any(grouped != grouped[:, :1]):
+        raise ValueError(f"SamplerConfig.prefill_group={G}: the rows of each group of {G} must be equal "
+                         f"(one prompt + prefix per group)")
+    if mesh is not None:
+        n_dev = batch_size_multiple(mesh)
+        if (chunk // G) % n_dev:
+            raise ValueError(f"SamplerConfig.prefill_group={G}: rows per call / G = {chunk // G} must be divisible "
+                             f"by the mesh's batch shards {n_dev}")
+
+
 def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
            mesh: Mesh | None = None, return_cache: bool = False, budget=None):
     """Generates up to ``scfg.max_new_tokens`` tokens after each row of ``tokens [R, P]``.
@@ -902,6 +959,7 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
                              f"[{budget_np.min()}, {budget_np.max()}]")
     R = lengths_np.shape[0]
     chunk = R if scfg.row_chunk is None else min(int(scfg.row_chunk), R)
+    _check_groups(padded, lengths_np, chunk, mesh, scfg)
     core = dataclasses.replace(scfg, row_chunk=None)  # chunked and whole calls share one compile
     if mesh is not None and scfg.row_chunk is not None:
         ax = batch_axes(mesh)
