@@ -582,6 +582,16 @@ def logits_from_hidden(params: Params, h: jax.Array, *, cfg: ModelConfig) -> jax
 MATMUL_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def layer_weights(w: Params, l: int) -> Params:
+    """Layer ``l``'s weights for ``decoder_layer``: from ``decode_weights``' per-layer tuple, or
+    sliced from the stacked [L, ...] layout (inside a decode loop: a slice per step, no copy of the
+    whole model beside the parameters)."""
+    layers = w["layers"]
+    if isinstance(layers, tuple):
+        return layers[l]
+    return {n: x[l] for n, x in layers.items()}
+
+
 def decode_weights(params: Params, cfg: ModelConfig) -> Params:
     """The weights in the layout of a layer-unrolled decode step: ``{"layers": (layer 0, ...),
     "embed_tokens", "norm", "head"}``, each layer a dict of ``decoder_layer``'s weights split from

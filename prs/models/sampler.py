@@ -70,6 +70,7 @@ from prs.parallel import explicit
 from prs.parallel.sharding import (batch_axes, batch_size_multiple, data_sharding, process_rows, sampler_placement,
                                    shard_batch, shard_rows)
 
+WEIGHTS_LAYOUTS = ("joined", "training")
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -114,6 +115,14 @@ class SamplerConfig:
         identical rows is row-wise; the log-probs may move by float rounding: the matmuls see R / G
         rows). ``sample`` checks that the rows of each group are equal; G must divide the rows
         of a call (``row_chunk``) and, on a mesh, R / G the batch shards. Default 1.
+      weights_layout: the weights the decode step and the chunked prefill read: ``joined``
+        (``qwen3.decode_weights``: per-layer copies made once per call, q/k/v and gate/up joined
+        into one matmul each, the tied head transposed, all cast to ``cfg.dtype``: a second copy of
+        the model's matmul weights while the call runs) or ``training`` (the parameters as given,
+        each layer sliced from the [L, ...] stacks inside the step and cast there: no second copy;
+        the same numbers up to the joined matmuls' float summation order). ``training`` pays when
+        the parameters are already in ``cfg.dtype`` (the trainer's sampling copy): otherwise each
+        step casts them. Default ``joined`` (committed runs replay bit-exactly).
     """
 
     max_new_tokens: int
@@ -129,6 +138,7 @@ class SamplerConfig:
     row_chunk: int | None = None
     row_parts: int | None = 1
     prefill_group: int = 1
+    weights_layout: str = "joined"
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -154,6 +164,8 @@ class SamplerConfig:
         if isinstance(self.prefill_group, bool) or not isinstance(self.prefill_group, (int, np.integer)) \
                 or self.prefill_group < 1:
             raise ValueError(f"SamplerConfig.prefill_group must be an integer >= 1, got {self.prefill_group!r}")
+        if self.weights_layout not in WEIGHTS_LAYOUTS:
+            raise ValueError(f"SamplerConfig.weights_layout={self.weights_layout!r}; choose from {WEIGHTS_LAYOUTS}")
 
     @property
     def all_stop_ids(self) -> tuple[int, ...]:
@@ -422,7 +434,9 @@ def decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, 
         return att, ck, cv
 
     new = [([], []) for _ in parts]
-    for l, lp in enumerate(w["layers"]):
+    for l in range(cfg.n_layers):
+        lp = model_lib.layer_weights(w, l)
+
         def attend(q, k, v, l=l):  # decode mode: write slot ``pos`` of the blocks, attend them
             if heads is None:
                 q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
@@ -635,7 +649,7 @@ def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: M
                 jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2))
 
     ks, vs = [], []
-    for lp in w["layers"]:
+    for lp in (model_lib.layer_weights(w, l) for l in range(cfg.n_layers)):
         def chunk(carry, xs, lp=lp):
             kc, vc = carry
             hi, i = xs  # [R, b, D], []
@@ -687,7 +701,7 @@ def _decode_loop(params, state: LoopState, key, row0, *, cfg: ModelConfig, scfg:
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
     ar = explicit.constrain_rows(jnp.arange(R))  # [R]; explicit mesh: split like the rows
     keys = explicit.constrain_rows(row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
-    w = model_lib.decode_weights(params, cfg) if w is None else w
+    w = _weights(params, cfg, scfg) if w is None else w
     bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
     def body(s: LoopState, nb: int):
@@ -760,7 +774,7 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
     spread = (lambda x, axis, head_axis=None: x) if G == 1 else functools.partial(_repeat_rows, G=G)
     w = None
     if _long_prefill(P, cfg, parts):  # the prefill writes the decode layout itself (no stacked copy)
-        w = model_lib.decode_weights(params, cfg)
+        w = _weights(params, cfg, scfg)
         logits, split = _prefill_blocks(w, first(tokens), first(lengths), bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
         split = (jax.tree.map(lambda c: _constrain(spread(c, 0, 1), mesh, 0, 1), split),)
     else:
@@ -798,6 +812,13 @@ def _repeat_rows(x: jax.Array, axis: int, head_axis: int | None = None, *, G: in
     heads = None if head_axis is None else explicit.head_split(x.shape[head_axis])
     return jax.sharding.auto_axes(rep, out_sharding=explicit.rows_heads_spec(x.ndim, row_axis=axis, head_axis=head_axis,
                                                                              heads=heads))(x)
+
+
+def _weights(params: Params, cfg: ModelConfig, scfg: SamplerConfig) -> Params:
+    """The decode loop's weights (``SamplerConfig.weights_layout``): ``qwen3.decode_weights`` (joined,
+    split per layer once per call: a second copy of the matmul weights) or the parameters as they
+    are (the training layout, sliced per layer inside each step)."""
+    return model_lib.decode_weights(params, cfg) if scfg.weights_layout == "joined" else params
 
 
 def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
