@@ -1,4 +1,4 @@
-"""``SamplerConfig.prefill_group``: a group's prompt + replayed prefix prefilled once and its KV cache
+"""``SamplerConfig.prefill_group`` (and ``weights_layout``, last test): a group's prompt + replayed prefix prefilled once and its KV cache
 and next-token logits broadcast to the group's G rows. Reference: the unshared call (G = 1) on the
 same rows and key: the same tokens, the log-probs to float rounding; and the prefill work saved,
 counted by XLA (``cost_analysis`` flops of the compiled call) against the compiled prefill of R
@@ -81,3 +81,21 @@ def test_bad_groups_are_one_clear_error():
         S.sample(params, toks[:6], lengths[:6], jax.random.key(0), cfg=CFG, scfg=scfg)
     with pytest.raises(ValueError, match="prefill_group must be an integer >= 1"):
         S.SamplerConfig(max_new_tokens=2, prefill_group=0)
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_decoding_from_the_training_layout_equals_the_joined_weights(tie):
+    """``weights_layout="training"`` (the shared layer on the stacked parameters) against the joined
+    decode weights: the same tokens, the log-probs to float rounding (fresh call and chunked flash
+    prefill)."""
+    cfg = dataclasses.replace(CFG, tie_embeddings=tie, prefill_flash_from=16, prefill_block=8)
+    params = M.init_params(cfg, jax.random.key(0), std=0.3)
+    for toks, lengths, scfg in [(*_rows(2, 6, [6, 2], 21), S.SamplerConfig(max_new_tokens=5, buckets=(8,))),
+                                (*_rows(1, 16, [13], 5), S.SamplerConfig(max_new_tokens=3, buckets=(16,)))]:
+        a = S.sample(params, toks, lengths, jax.random.key(2), cfg=cfg, scfg=scfg)
+        b = S.sample(params, toks, lengths, jax.random.key(2), cfg=cfg,
+                     scfg=dataclasses.replace(scfg, weights_layout="training"))
+        np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+        np.testing.assert_allclose(np.asarray(b.logprobs), np.asarray(a.logprobs), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="weights_layout='copy'; choose from"):
+        S.SamplerConfig(max_new_tokens=2, weights_layout="copy")

@@ -584,8 +584,7 @@ MATMUL_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 
 def layer_weights(w: Params, l: int) -> Params:
     """Layer ``l``'s weights for ``decoder_layer``: from ``decode_weights``' per-layer tuple, or
-    sliced from the stacked [L, ...] layout (inside a decode loop: a slice per step, no copy of the
-    whole model beside the parameters)."""
+    sliced from the stacked [L, ...] layout (the training layout)."""
     layers = w["layers"]
     if isinstance(layers, tuple):
         return layers[l]

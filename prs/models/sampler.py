@@ -119,10 +119,13 @@ class SamplerConfig:
         (``qwen3.decode_weights``: per-layer copies made once per call, q/k/v and gate/up joined
         into one matmul each, the tied head transposed, all cast to ``cfg.dtype``: a second copy of
         the model's matmul weights while the call runs) or ``training`` (the parameters as given,
-        each layer sliced from the [L, ...] stacks inside the step and cast there: no second copy;
-        the same numbers up to the joined matmuls' float summation order). ``training`` pays when
-        the parameters are already in ``cfg.dtype`` (the trainer's sampling copy): otherwise each
-        step casts them. Default ``joined`` (committed runs replay bit-exactly).
+        each layer's weights sliced from the [L, ...] stacks where the step uses them, the same
+        numbers up to the joined matmuls' float summation order). On XLA:CPU ``training`` saves no
+        memory: the compiler hoists the loop-invariant slices out of the decode loop as copies
+        (Qwen3-4B re-roll call, 8 fake devices, 64 rows: the same +0.82 GiB of temporaries per layer
+        as ``joined``, +0.25 GiB in all; a loop-dependent slice index was worse, 1.0-1.2 GiB per
+        layer; benchmarks/README.md); whether a GPU/TPU compiler keeps the slices in place is
+        unmeasured. Default ``joined`` (committed runs replay bit-exactly).
     """
 
     max_new_tokens: int
