@@ -44,6 +44,14 @@ Key/value cache (``init_cache``): ``{"k": [L, R, S, Kv, H], "v": [L, R, S, Kv, H
 position). A query at position ``p`` attends to slots ``0..p``; slots beyond a row's length hold
 junk that is never attended and is overwritten when the row grows. ``decode_step`` and ``prefill``
 write with a scatter that drops out-of-range slots, so the cache can be donated and updated in place.
+Under an explicit-axes mesh the cache's rows are split over the batch axes and its Kv heads over
+``tensor`` (where ``tensor`` divides Kv; ``prs.parallel.explicit.head_split``): each device writes
+and attends its own (rows, heads) block.
+
+One layer for every mode: ``decoder_layer`` is the loop body above; ``forward`` (training, scoring),
+``extend`` (prefill, decode) and the sampler's decode step and chunked prefill pass it their own
+attention (where the cache is written and read), as maxtext's one ``DecoderLayer`` serves its
+train / prefill / autoregressive modes.
 
 Numerics: matmuls run in ``cfg.dtype`` (parameters are cast from ``cfg.param_dtype``); norms,
 attention softmax and logits are float32.
