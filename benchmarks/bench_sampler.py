@@ -17,7 +17,7 @@ A per-op profile of one decode step is ``profile_sampler.py``; interleaved A/B o
 ``ab_sampler.py``; the 2026-12-01 decode profile and what was tried are in benchmarks/README.md.
 
 Where a 10m decode step goes (#20 item 2; R=64, ragged P 4..16, T=64, greedy; jax.profiler
-trace of the compiled ``_sample_jit`` joined to its optimized HLO, op time summed per HLO
+trace of the compiled ``sample_jit`` joined to its optimized HLO, op time summed per HLO
 fusion, taken at load avg 8-18 on the 2 shared cores, so the shares are rough: a thunk's time
 includes its preemption). Before (main c8d6b78): gate/up matmuls [64,256]x[256,1024] 22%; the
 q·k scores 22% (a broadcast-multiply-reduce over the MINOR head axis of the [R, S, Kv, H] cache,
@@ -104,14 +104,14 @@ def bench(name, *, rows, prompt, new, repeats, no_cache_new):
     lengths = np.full((rows,), prompt, np.int32)
     key = jax.random.key(2)
     out = {"config": name, "params": M.param_count(params), "rows": rows, "prompt": prompt}
-    for label, fn, t_new in (("cached", S._sample_jit, new), ("no_cache", sample_no_cache, no_cache_new)):
+    for label, fn, t_new in (("cached", S.sample_jit, new), ("no_cache", sample_no_cache, no_cache_new)):
         if t_new <= 0:
             continue
         scfg = S.SamplerConfig(max_new_tokens=t_new, temperature=1.0, buckets=None)
         args = (params, jnp.asarray(tokens), jnp.asarray(lengths), key)
-        if fn is S._sample_jit:  # the per-row budget (all rows get T)
+        if fn is S.sample_jit:  # the per-row budget (all rows get T)
             args = args + (jnp.full((rows,), t_new, jnp.int32),)
-        kwargs = dict(cfg=cfg, scfg=scfg) | ({"mesh": None} if fn is S._sample_jit else {})
+        kwargs = dict(cfg=cfg, scfg=scfg) | ({"mesh": None} if fn is S.sample_jit else {})
         t0 = time.perf_counter()
         compiled = fn.lower(*args, **kwargs).compile()
         compile_s = time.perf_counter() - t0

@@ -1,6 +1,6 @@
-"""Per-op profile of one decode step of the compiled sampler (``prs.models.sampler._sample_jit``).
+"""Per-op profile of one decode step of the compiled sampler (``prs.models.sampler.sample_jit``).
 
-Runs ``_sample_jit`` (ragged prompts 4..P, every row generates exactly T tokens, no EOS) under
+Runs ``sample_jit`` (ragged prompts 4..P, every row generates exactly T tokens, no EOS) under
 ``jax.profiler.trace``, takes the duration of every XLA:CPU thunk, and joins it to the compiled
 HLO: the instructions of each ``while`` body (the decode loop; one body per ``_segments``
 segment) are labelled by the innermost prs function of their stack frame and its source line,
@@ -34,10 +34,10 @@ from prs.models import sampler as S  # noqa: E402
 
 # (function in the stack, group); the first entry found anywhere in the chain wins
 _GROUPS = [
-    ("rope", "rope"), ("rms_norm", "norm"), ("_row_keys", "keys"), ("fold_in", "keys"),
+    ("rope", "rope"), ("rms_norm", "norm"), ("row_keys", "keys"), ("fold_in", "keys"),
     ("_categorical", "sampling"), ("adjust_logits", "sampling"), ("choose_tokens", "sampling"),
-    ("_advance", "bookkeeping"), ("_block_attention", "attention"), ("_decode_mlp", "mlp"),
-    ("_decode_qkv", "qkv"),
+    ("advance", "bookkeeping"), ("_block_attention", "attention"), ("mlp", "mlp"),
+    ("project_qkv", "qkv"),
 ]
 
 
@@ -48,7 +48,7 @@ def _label(chain, op, ln):
     for f, line in chain:  # innermost frame in prs/models/sampler.py or qwen3.py
         for p in ("prs/models/sampler.py", "prs/models/qwen3.py"):
             txt = linecache.getline(str(pathlib.Path(__file__).resolve().parents[1] / p), line)
-            if f in ("_decode_token", "body", "_decode_loop") and p.endswith("sampler.py"):
+            if f in ("decode_token", "body", "_decode_loop") and p.endswith("sampler.py"):
                 src = txt.strip()
                 break
         if src:
@@ -92,7 +92,7 @@ def main():
     args = (params, jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(3),
             jnp.full((a.rows,), a.new, jnp.int32), np.int32(0))
     kw = dict(cfg=cfg, scfg=scfg, mesh=None, return_cache=False)
-    compiled = S._sample_jit.lower(*args, **kw).compile()
+    compiled = S.sample_jit.lower(*args, **kw).compile()
     hlo = compiled.as_text()
     if a.dump_hlo:
         pathlib.Path(a.dump_hlo).write_text(hlo)

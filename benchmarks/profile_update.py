@@ -39,7 +39,7 @@ _GROUPS = [  # (function name in the stack, group), first match from the innermo
     ("_attention_hm_bwd", "attention"), ("_attn_fwd_core", "attention"), ("_heads_major", "attention"),
     ("_from_heads_major", "attention"), ("_attention", "attention"), ("rope", "rope"),
     ("_block_stats", "lm_head"), ("lm_head_logprobs", "lm_head"), ("lm_head_weight", "lm_head"),
-    ("_embed", "embed"), ("_mlp", "mlp"), ("_project_qkv", "qkv"), ("rms_norm", "norm"),
+    ("_embed", "embed"), ("mlp", "mlp"), ("project_qkv", "qkv"), ("rms_norm", "norm"),
     ("policy_loss", "loss"), ("_update_fn", "optimizer"), ("forward_hidden", "layer"),
 ]
 

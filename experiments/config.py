@@ -26,8 +26,8 @@ METHOD_PREFIX = [f.name for f in dataclasses.fields(PrefixConfig) if f.name != "
 METHOD_RL = ["reroll", "reroll_fallback", "reroll_budget", "algorithm", "rft_cap", "schedule", "cut_spread", "sources",
              "control", "extra_share", "lr_scale"]
 OPTIM = ["lr", "b1", "b2", "weight_decay", "grad_clip", "warmup_steps"]
-SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens", "row_chunk", "row_parts", "continuous_slots",
-           "reroll_group_buckets"]
+SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens", "row_chunk", "row_parts", "attend_buckets",
+           "continuous_slots", "reroll_group_buckets"]
 EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eval_temperature"}
 ROLLOUT = {"engine": "rollout_engine"}
 ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values(), ROLLOUT.values())

@@ -23,14 +23,16 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
     logits            C_LG · r · min(chunk, W) · V/t · 4     (the chunked LM head's live blocks)
     LM head (FSDP)    V·D·(|dtype| + 4) / t                  (the gathered head and its f32 cotangent)
     sampling, per call of rs = (R or ``row_chunk``) / Bs rows per device:
-      KV cache        2·L·rs·S·Kv·H·|dtype| (S = the sampler's P_bucket + budget slots: prompt +
+      KV cache        2·L·rs·S·Kv·H·|dtype| / t_kv (t_kv = t when t divides Kv: the cache's kv heads
+                      split over ``tensor`` as its rows over the batch axes, Explicit axes, the
+                      default mesh, ``prs.parallel.explicit.head_split``; else 1) (S = the sampler's P_bucket + budget slots: prompt +
                       budget for fresh rollouts, prompt + 2·budget for a Prefix Sampling re-roll,
                       whose rows, prompt + replayed prefix, fall in the prompt + budget bucket; R =
                       B·N there too: ``schedule.SameStep`` pads a re-roll to B groups unless
                       ``sampler.reroll_group_buckets``)
       f32 transients  C_KT · KV cache
       parameters      P·|sampling_dtype| / t (the trainer's sampling copy, the program's argument)
-      decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``_decode_weights``)
+      decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``qwen3.decode_weights``)
       prefill         chunked flash (P_bucket >= ``prefill_flash_from``): C_PH·rs·P_b·D·4 + one
                       chunk's activations + 3 f32 [rs, K/t, b, b] tiles; dense: C_S·rs·(K/t)·P_b²·4
                       + the whole prompt's activations + a second KV cache (the stacked one)
@@ -67,11 +69,11 @@ C_S = {"reference": 1.0, "einsum": 2.0, "xla": 4.5, "cudnn": 0.0, "blockwise": 0
 C_OPT = 1.0
 C_LG = 3.0
 # The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
-# ``_sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
+# ``sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
 # buffers in f32, so these are on the safe side for GPU/TPU):
 # (fit: the re-roll calls of 4B and 8B at 16 rows per device within 1.01-1.09 of the compiled count,
 # the smaller fresh calls 1.19-1.24, all on the safe side; benchmarks/plan_compiled.py)
-C_DW = 2.5     # the decode step's per-layer weights (``_decode_weights``; f32 on CPU), in |dtype| per parameter
+C_DW = 2.5     # the decode step's per-layer weights (``qwen3.decode_weights``; f32 on CPU), in |dtype| per parameter
 C_PH = 2.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
 C_KT = 0.8     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
 C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
@@ -98,7 +100,7 @@ class Plan(NamedTuple):
     device_bytes: int
     reference: int = 0       # the frozen KL reference copy (kl_coef > 0), sharded like the params
     head: int = 0            # the update's gathered LM head (|dtype|) and its f32 cotangent
-    decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``_decode_weights``)
+    decode_weights: int = 0  # the sampler's per-layer decode copy of the weights (``qwen3.decode_weights``)
     prefill: int = 0         # the sampler's prefill working set (chunked flash, or dense scores + a 2nd cache)
     cache_transient: int = 0  # the KV cache's f32 transients (fitted on XLA:CPU, see C_KT)
     mem_fraction: float = 1.0  # the share of device_bytes the allocator may use
@@ -208,7 +210,8 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
     S = prompt_len + max_new_tokens if cache_slots is None else cache_slots
     if S < prompt_len + max_new_tokens:
         raise ValueError(f"plan: cache_slots={S} must be >= prompt_len + max_new_tokens = {prompt_len + max_new_tokens}")
-    kv = 2 * L * rs * S * Kv * H * b
+    t_kv = t if Kv % t == 0 else 1  # the cache's kv heads over tensor (explicit.head_split)
+    kv = 2 * L * rs * S * Kv * H * b / t_kv
     head = V * D * (b + 4) / t if fsdp > 1 else 0  # FSDP: the whole head gathered, its f32 cotangent before the scatter
     mats = L * D * ((K + 2 * Kv) * H + 3 * F) + L * K * H * D + (V * D if cfg.tie_embeddings else 0)
     Pb = S - max_new_tokens  # the call's prompt bucket

@@ -2,7 +2,7 @@
 programs compiled at a preset's real widths on abstract inputs, per device, read back from XLA.
 
 For a model config, a mesh and the run's widths, ``sampler_memory`` lowers
-``prs.models.sampler._sample_jit`` (the call ``SingleTurnRollouts`` makes: a fresh call on
+``prs.models.sampler.sample_jit`` (the call ``SingleTurnRollouts`` makes: a fresh call on
 ``[R, P]`` prompt rows, or a Prefix Sampling re-roll call on ``[R, P + T]`` rows, whose cache is
 ``P + 2T`` slots) and ``update_memory`` lowers ``prs.rl.trainer._update_fn`` with the trainer's
 shardings (parameters and AdamW moments by the logical rules, rows over the batch axes), both on
@@ -91,7 +91,7 @@ def sampler_memory(cfg: ModelConfig, *, rows: int, prompt_len: int, max_new_toke
                                                       sharding=shd.data_sharding(mesh, nd))
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=shd.replicated(mesh))
     row0 = jax.ShapeDtypeStruct((), jnp.int32, sharding=shd.replicated(mesh))
-    return _compile(S._sample_jit, params, row(2, jnp.int32, width), row(1, jnp.int32), key, row(1, jnp.int32), row0,
+    return _compile(S.sample_jit, params, row(2, jnp.int32, width), row(1, jnp.int32), key, row(1, jnp.int32), row0,
                     cfg=cfg, scfg=scfg, mesh=mesh, return_cache=False)
 
 

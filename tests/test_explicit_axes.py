@@ -82,6 +82,70 @@ def test_explicit_sampler_tokens_equal_one_device(eight_devices):
     np.testing.assert_allclose(one.logprobs, got.logprobs, atol=1e-5)
 
 
+@pytest.mark.parametrize("mesh_kw", [dict(fsdp=4, tensor=2),
+                                     pytest.param(dict(data=2, fsdp=2, tensor=2), marks=pytest.mark.slow)],
+                         ids=["fsdp4_tp2", "dp2_fsdp2_tp2"])
+def test_explicit_sampler_kv_cache_split_over_tensor_heads(eight_devices, mesh_kw):
+    """Under an Explicit (data/fsdp) x tensor mesh the KV cache is split over rows *and* kv heads
+    (``explicit.head_split``): every device holds Kv / tensor heads of its rows, in the prefill's
+    stacked cache, the decode loop's slot blocks (the compiled program's per-device buffers) and
+    the returned cache; the tokens equal the 1-device call (fresh call, the chunked flash prefill, a
+    resumed turn), the log-probs and the cache to float rounding."""
+    cfg = M.ModelConfig.preset("tiny")  # Kv = 2, H = 8
+    params = M.init_params(cfg, jax.random.key(0), std=0.3)
+    toks = np.asarray(jax.random.randint(jax.random.key(21), (8, 6), 1, cfg.vocab_size), np.int32)
+    lengths = np.array([6, 1, 2, 3, 4, 5, 6, 2])
+    scfg = S.SamplerConfig(max_new_tokens=5, temperature=1.0, top_p=0.95, buckets=(8,))
+    one, c1 = S.sample(params, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg, return_cache=True)
+    mesh = shd.make_mesh(eight_devices, axis_types="explicit", **mesh_kw)
+    assert explicit.head_split(cfg.n_kv_heads, mesh) == "tensor"
+    sp = jax.device_put(params, shd.sampling_shardings(cfg, mesh))
+    got, c8 = S.sample(sp, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg, mesh=mesh, return_cache=True)
+    np.testing.assert_array_equal(one.tokens, got.tokens)
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(one.logprobs), rtol=0, atol=1e-5)
+    rows = ("data", "fsdp") if "data" in mesh_kw else "fsdp"
+    for name in ("k", "v"):  # [L, R, S, Kv, H]: rows over the batch axes, kv heads over tensor
+        assert c8[name].sharding.spec == P(None, rows, None, "tensor", None), c8[name].sharding
+        assert c8[name].addressable_shards[0].data.shape == (cfg.n_layers, 2, 13, 1, cfg.head_dim)
+        np.testing.assert_allclose(np.asarray(c8[name]), np.asarray(c1[name]), rtol=0, atol=1e-5)
+    # the decode loop's own buffers: per device 2 rows x 1 kv head (keys [2, 1, H, S], values [2, 1, S, H])
+    args = S._place(mesh, sp, S.pad_to_bucket(toks, lengths, buckets=(8,)), lengths.astype(np.int32),
+                    np.full(8, 5, np.int32))
+    hlo = S.sample_jit.lower(*args[:3], jax.random.key(22), args[3], np.int32(0), cfg=cfg, scfg=scfg, mesh=mesh,
+                             return_cache=False).compile().as_text()
+    assert "f32[2,1,8,13]" in hlo and "f32[2,1,13,8]" in hlo and "f32[2,2,8,13]" not in hlo
+
+
+@pytest.mark.slow
+def test_explicit_sampler_head_split_flash_prefill_and_resume(eight_devices):
+    """The other two writers of the head-split KV cache under an Explicit fsdp4_tp2 mesh: the chunked
+    flash prefill (P >= ``prefill_flash_from``) and a resumed turn on the returned cache; tokens
+    equal the 1-device calls."""
+    cfg = M.ModelConfig.preset("tiny")
+    params = M.init_params(cfg, jax.random.key(0), std=0.3)
+    mesh = shd.make_mesh(eight_devices, axis_types="explicit", fsdp=4, tensor=2)
+    sp = jax.device_put(params, shd.sampling_shardings(cfg, mesh))
+    # the chunked flash prefill (P >= prefill_flash_from) writes the head-split blocks itself
+    cfg2 = dataclasses.replace(cfg, prefill_flash_from=16, prefill_block=8)
+    t2 = np.asarray(jax.random.randint(jax.random.key(5), (8, 16), 1, cfg.vocab_size), np.int32)
+    l2 = np.array([16, 9, 12, 3, 16, 10, 11, 16])
+    s2 = S.SamplerConfig(max_new_tokens=4, temperature=0.0, buckets=(16,))
+    np.testing.assert_array_equal(S.sample(params, t2, l2, jax.random.key(1), cfg=cfg2, scfg=s2).tokens,
+                                  S.sample(sp, t2, l2, jax.random.key(1), cfg=cfg2, scfg=s2, mesh=mesh).tokens)
+    # a resumed turn on the returned (head-split) cache
+    toks = np.asarray(jax.random.randint(jax.random.key(21), (8, 6), 1, cfg.vocab_size), np.int32)
+    lengths = np.array([6, 1, 2, 3, 4, 5, 6, 2])
+    scfg = S.SamplerConfig(max_new_tokens=5, temperature=1.0, buckets=(8,))
+    one, c1 = S.sample(params, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg, return_cache=True)
+    got, c8 = S.sample(sp, toks, lengths, jax.random.key(22), cfg=cfg, scfg=scfg, mesh=mesh, return_cache=True)
+    assert c8["k"].sharding.spec == P(None, "fsdp", None, "tensor", None)
+    obs, ol = np.ones((8, 2), np.int32), np.array([2, 0, 1, 2, 2, 1, 0, 2])
+    s3 = S.SamplerConfig(max_new_tokens=3)
+    r1 = S.append_and_resume(params, one, obs, ol, jax.random.key(3), cfg=cfg, scfg=s3, cache=c1)
+    r8 = S.append_and_resume(sp, got, obs, ol, jax.random.key(3), cfg=cfg, scfg=s3, cache=c8, mesh=mesh)
+    np.testing.assert_array_equal(np.asarray(r1.tokens), S.all_rows_on_host(r8.tokens))
+
+
 def test_annotations_are_the_plain_ops_without_an_explicit_mesh(eight_devices):
     """No mesh, or an Auto mesh in context: every helper traces to the plain op's jaxpr."""
     x, w = jnp.ones((6, 4)), jnp.ones((4, 5))

@@ -141,3 +141,29 @@ def test_prs_plan_cli_over_explicit_sizes_matches_the_config_cli(capsys, monkeyp
     assert got == want
     with pytest.raises(SystemExit, match="python -m experiments.plan"):
         PL.main(["+experiment=grpo_ps_qwen3_4b_h200x8"])
+
+
+def test_planner_kv_cache_per_device_on_an_explicit_fsdp_tensor_mesh(eight_devices):
+    """The sampling KV line per device against the bytes one device really holds of the sampler's
+    cache (``return_cache``, an Explicit fsdp4_tp2 mesh: rows over fsdp, kv heads over tensor), and
+    the rule behind it: the cache is split over ``tensor`` only where it divides Kv."""
+    import numpy as np
+
+    from prs.models import qwen3 as M
+    from prs.models import sampler as S
+    from prs.parallel import sharding as shd
+
+    cfg = ModelConfig.preset("tiny")  # Kv = 2
+    scfg = S.SamplerConfig(max_new_tokens=5, buckets=(8,))
+    mesh = shd.make_mesh(eight_devices, fsdp=4, tensor=2, axis_types="explicit")
+    params = jax.device_put(M.init_params(cfg, jax.random.PRNGKey(0)), shd.sampling_shardings(cfg, mesh))
+    toks = np.ones((8, 6), np.int32)
+    _, cache = S.sample(params, toks, np.full(8, 6), jax.random.PRNGKey(1), cfg=cfg, scfg=scfg, mesh=mesh,
+                        return_cache=True)
+    got = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(cache))
+    p = PL.plan(cfg, rows=8, width=16, prompt_len=8, max_new_tokens=5, fsdp=4, tensor=2)
+    assert p.kv_cache == got, (p.kv_cache, got)
+    assert PL.plan(cfg, rows=8, width=16, prompt_len=8, max_new_tokens=5, fsdp=4, tensor=1).kv_cache == 2 * got
+    odd = ModelConfig.preset("tiny", n_heads=6, n_kv_heads=3)  # tensor = 2 does not divide Kv = 3: rows only
+    assert (PL.plan(odd, rows=8, width=16, prompt_len=8, max_new_tokens=5, fsdp=4, tensor=2).kv_cache
+            == PL.plan(odd, rows=8, width=16, prompt_len=8, max_new_tokens=5, fsdp=4, tensor=1).kv_cache)

@@ -208,16 +208,16 @@ def test_sampled_rollout_logprobs_match_forward_and_truncated_distribution(param
 
 def test_second_call_in_same_bucket_does_not_recompile(params, rows):
     S.sample(params, rows, LENGTHS, jax.random.key(1), cfg=CFG, scfg=GREEDY)
-    n0 = S._sample_jit._cache_size()
+    n0 = S.sample_jit._cache_size()
     # Different data, lengths, input width (7 -> bucket 8) and key: same compiled loop.
     other = np.asarray(rows[:, :7])
     S.sample(params, other, np.array([2, 7, 4, 1]), jax.random.key(2), cfg=CFG, scfg=GREEDY)
     S.sample(params, rows, LENGTHS, jax.random.key(3), cfg=CFG, scfg=GREEDY)
-    assert S._sample_jit._cache_size() == n0
+    assert S.sample_jit._cache_size() == n0
     # A longer prompt lands in the next bucket: exactly one new compile.
     long = np.ones((4, 12), np.int32)
     S.sample(params, long, np.array([12, 9, 1, 3]), jax.random.key(3), cfg=CFG, scfg=GREEDY)
-    assert S._sample_jit._cache_size() == n0 + 1
+    assert S.sample_jit._cache_size() == n0 + 1
 
 
 def test_eight_device_sharded_output_equals_single_device(params, eight_devices):
@@ -369,7 +369,7 @@ def test_row_chunk_equals_one_call(params):
                        return_cache=True)
     chunked = dataclasses.replace(scfg, row_chunk=3)
     S.sample(params, toks, lengths, jax.random.key(32), cfg=CFG, scfg=chunked, budget=budget)  # compile R=3
-    n0 = S._sample_jit._cache_size()
+    n0 = S.sample_jit._cache_size()
     three, c3 = S.sample(params, toks, lengths, jax.random.key(32), cfg=CFG, scfg=chunked, budget=budget,
                          return_cache=True)
     assert three.tokens.shape == one.tokens.shape == (R, 8 + T)
@@ -380,7 +380,7 @@ def test_row_chunk_equals_one_call(params):
     np.testing.assert_allclose(c3["k"], c1["k"], atol=1e-5)  # R changes the matmul blocking: ~1e-6
     # the temperature-1 draws differ between rows (not one stream copied) and the chunk keeps its rows
     assert len({tuple(np.asarray(one.tokens)[r, 8:]) for r in range(R)}) > 1
-    assert S._sample_jit._cache_size() == n0 + 1  # only the return_cache=True variant of R=3 was new
+    assert S.sample_jit._cache_size() == n0 + 1  # only the return_cache=True variant of R=3 was new
     with pytest.raises(ValueError, match="row_chunk"):
         S.SamplerConfig(max_new_tokens=1, row_chunk=0)
 

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from prs.parallel import explicit
 
-NEG = -1e30  # finite "minus infinity" for masked attention scores (qwen3.NEG is this): fully masked rows stay finite
+NEG = -1e30  # the finite "minus infinity" of qwen3.NEG_INF (fully masked rows stay finite)
 f32 = jnp.float32
 
 # dot_general numbers over the [c, Kv] batch axes of the chunk layout q [c,Kv,G,t,H], k/v [c,Kv,s,H]

@@ -20,10 +20,10 @@ ModelConfig)); S = ``min(slots, N)``, L = P + T slots of KV cache per slot:
     ([1, P], a fixed shape), writes its P cache slots into the first free slot with
     ``dynamic_update_slice`` (the slot's later cache entries, left over from its previous request,
     lie beyond its position and are masked: a masked score is -1e30 and its weight exactly 0) and
-    resets the slot's state; then one decode step of every slot (``sampler._decode_token``, the
+    resets the slot's state; then one decode step of every slot (``sampler.decode_token``, the
     static loop's step). Generated tokens are scattered straight into the request-ordered output
     buffers ``[N, L]``. The loop ends when every request has been taken and every slot has stopped.
-  * Keys: request i draws from ``fold_in(key, i)`` (``sampler._row_keys``), then ``fold_in(.,
+  * Keys: request i draws from ``fold_in(key, i)`` (``sampler.row_keys``), then ``fold_in(.,
     n)`` with n its own generated-token index. In the static loop every row starts at step 0, so
     its global step is that index: request i's draws are those of row i of ``sample`` with the
     same key, whatever slot it lands in or when.
@@ -67,7 +67,7 @@ class _ContState:
     done: jax.Array  # [S] the slot's request has stopped (the slot is free)
     limit: jax.Array  # [S] the slot's request's budget
     logits: jax.Array  # [S, V] next-token logits
-    cache: tuple  # (k, v): per layer, one block: k [S, Kv, H, L], v [S, Kv, L, H] (``sampler._split_cache``)
+    cache: tuple  # (k, v): per layer, one block: k [S, Kv, H, L], v [S, Kv, L, H] (``sampler.split_cache``)
     tokens: jax.Array  # [N, L] request-ordered outputs from here on
     policy_mask: jax.Array  # [N, L]
     logprobs: jax.Array  # [N, L]
@@ -84,7 +84,7 @@ def _refill(s: _ContState, params, tokens, lengths, budget, *, cfg: ModelConfig)
     row = jax.lax.dynamic_slice_in_dim(tokens, i, 1, axis=0)  # [1, P]
     n = jax.lax.dynamic_slice_in_dim(lengths, i, 1)  # [1]
     logits, c = model_lib.prefill(params, row, n, cfg=cfg, max_len=P)  # [1, V]; [Lyr, 1, P, Kv, H]
-    # the decode loop's layouts (``sampler._split_cache``): keys [S, Kv, H, L], values [S, Kv, L, H]
+    # the decode loop's layouts (``sampler.split_cache``): keys [S, Kv, H, L], values [S, Kv, L, H]
     put = lambda blocks, new, perm: (jax.lax.dynamic_update_slice(
         blocks[0], new.transpose(perm).astype(blocks[0].dtype), (j, 0, 0, 0)),)
     cache = tuple(tuple(put(blocks, c[name][l], perm) for l, blocks in enumerate(layers))
@@ -101,8 +101,8 @@ def _decode(s: _ContState, w, keys, stop_ids, *, cfg: ModelConfig, scfg: Sampler
     N, L = s.tokens.shape
     step_keys = jax.vmap(jax.random.fold_in)(keys[s.req], s.n_new)  # [S]
     tok, lp, samp = S.choose_tokens(s.logits, step_keys, scfg)  # [S] each
-    active, wi, hit, n_new, cur, done = S._advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)  # [S] each
-    logits, (cache,) = S._decode_token(w, (s.cache,), tok, s.cur, active, bounds=(0, L), cfg=cfg)
+    active, wi, hit, n_new, cur, done = S.advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)  # [S] each
+    logits, (cache,) = S.decode_token(w, (s.cache,), tok, s.cur, active, bounds=(0, L), cfg=cfg)
     rq = s.req
     return s.replace(
         steps=s.steps + 1, n_new=n_new, cur=cur, done=done, logits=logits, cache=cache,
@@ -130,13 +130,13 @@ def _continuous_jit(params, tokens, lengths, budget, key, *, cfg: ModelConfig, s
         cursor=jnp.int32(slots), steps=jnp.zeros((), jnp.int32), refills=jnp.zeros((), jnp.int32),
         req=jnp.arange(slots, dtype=jnp.int32), cur=lengths[:slots], n_new=jnp.zeros((slots,), jnp.int32),
         done=jnp.zeros((slots,), bool), limit=budget[:slots], logits=logits,
-        cache=S._split_cache(cache, (0, L), None),
+        cache=S.split_cache(cache, (0, L), None),
         tokens=jnp.pad(tokens, ((0, 0), (0, T)), constant_values=scfg.pad_id),
         policy_mask=jnp.zeros((N, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         lengths=lengths, stop_token=jnp.full((N,), -1, jnp.int32),
     )
-    keys = S._row_keys(key, 0, N)  # [N]
-    w = S._decode_weights(params, cfg)
+    keys = S.row_keys(key, 0, N)  # [N]
+    w = model_lib.decode_weights(params, cfg)
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
 
     def body(s):
@@ -145,10 +145,10 @@ def _continuous_jit(params, tokens, lengths, budget, key, *, cfg: ModelConfig, s
         return _decode(s, w, keys, stop_ids, cfg=cfg, scfg=scfg)
 
     s = jax.lax.while_loop(lambda s: (s.cursor < N) | ~jnp.all(s.done), body, state)
-    final = S._LoopState(step=s.steps, tokens=s.tokens, policy_mask=s.policy_mask, logprobs=s.logprobs,
-                         sampling_logprobs=s.sampling_logprobs, cur=s.lengths, n_new=None, done=None,
-                         stop_token=s.stop_token, limit=None, logits=None, cache=None)
-    return S._finish(final, lengths, None, None, scfg), s.steps, s.refills
+    final = S.LoopState(step=s.steps, tokens=s.tokens, policy_mask=s.policy_mask, logprobs=s.logprobs,
+                        sampling_logprobs=s.sampling_logprobs, cur=s.lengths, n_new=None, done=None,
+                        stop_token=s.stop_token, limit=None, logits=None, cache=None)
+    return S.finish_rollout(final, lengths, None, None, scfg), s.steps, s.refills
 
 
 def _check_slots(slots) -> int:
@@ -172,16 +172,20 @@ def sample_continuous(params: Params, tokens, lengths, key: jax.Array, *, cfg: M
       the ``Rollout`` of ``sample(params, tokens, lengths, key, ..., budget=budget)`` (rows in request
       order; tokens equal, log-probs up to float rounding), or ``(Rollout, stats)``.
     Raises:
-      ValueError on bad ``slots``, a ``mesh``, ``scfg.attend_buckets``, or ``sample``'s bad inputs.
+      ValueError on bad ``slots``, a ``mesh``, ``scfg.attend_buckets``, ``scfg.prefill_group`` > 1, or
+      ``sample``'s bad inputs.
     """
     slots = _check_slots(slots)
     if mesh is not None:
         raise ValueError("sample_continuous: mesh must be None (continuous batching runs on one device; "
                          "use sample for a sharded batch)")
+    if scfg.prefill_group != 1:
+        raise ValueError(f"sample_continuous: scfg.prefill_group must be 1 (requests are prefilled one by one), "
+                         f"got {scfg.prefill_group}")
     if scfg.attend_buckets is not None:
         raise ValueError(f"sample_continuous: scfg.attend_buckets must be None (rows start at different steps), "
                          f"got {scfg.attend_buckets}")
-    tokens_np, lengths_np = S._validate_rows("tokens", tokens, lengths, cfg, allow_empty=False)
+    tokens_np, lengths_np = S.validate_rows("tokens", tokens, lengths, cfg, allow_empty=False)
     padded = S.pad_to_bucket(tokens_np, lengths_np, pad_id=scfg.pad_id, buckets=scfg.buckets)
     T = scfg.max_new_tokens
     need = padded.shape[1] + T

@@ -47,7 +47,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from prs.models.qwen3 import _HF_LAYER, ModelConfig, Params, init_params
+from prs.models.qwen3 import HF_LAYER_NAMES, ModelConfig, Params, init_params
 from prs.parallel.explicit import has_explicit_axes
 from prs.parallel.sharding import param_shardings
 
@@ -249,7 +249,7 @@ def _sources(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, A
 
     src = {"embed_tokens": plain("model.embed_tokens.weight", False, want["embed_tokens"].shape),
            "norm": plain("model.norm.weight", False, want["norm"].shape),
-           "layers": {ours: stacked(_HF_LAYER[ours][0], _HF_LAYER[ours][1], s.shape)
+           "layers": {ours: stacked(HF_LAYER_NAMES[ours][0], HF_LAYER_NAMES[ours][1], s.shape)
                       for ours, s in want["layers"].items()}}
     if not cfg.tie_embeddings:
         src["lm_head"] = plain("lm_head.weight", True, want["lm_head"].shape)
@@ -332,7 +332,7 @@ def to_hf_state_dict(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
     host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
     out = {"model.embed_tokens.weight": host["embed_tokens"], "model.norm.weight": host["norm"]}
     for ours, stack in host["layers"].items():
-        suffix, transpose = _HF_LAYER[ours]
+        suffix, transpose = HF_LAYER_NAMES[ours]
         for i in range(cfg.n_layers):
             out[f"model.layers.{i}.{suffix}"] = stack[i].T if transpose else stack[i]
     if not cfg.tie_embeddings:

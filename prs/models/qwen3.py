@@ -44,6 +44,14 @@ Key/value cache (``init_cache``): ``{"k": [L, R, S, Kv, H], "v": [L, R, S, Kv, H
 position). A query at position ``p`` attends to slots ``0..p``; slots beyond a row's length hold
 junk that is never attended and is overwritten when the row grows. ``decode_step`` and ``prefill``
 write with a scatter that drops out-of-range slots, so the cache can be donated and updated in place.
+Under an explicit-axes mesh the cache's rows are split over the batch axes and its Kv heads over
+``tensor`` (where ``tensor`` divides Kv; ``prs.parallel.explicit.head_split``): each device writes
+and attends its own (rows, heads) block.
+
+One layer for every mode: ``decoder_layer`` is the loop body above; ``forward`` (training, scoring),
+``extend`` (prefill, decode) and the sampler's decode step and chunked prefill pass it their own
+attention (where the cache is written and read), as maxtext's one ``DecoderLayer`` serves its
+train / prefill / autoregressive modes.
 
 Numerics: matmuls run in ``cfg.dtype`` (parameters are cast from ``cfg.param_dtype``); norms,
 attention softmax and logits are float32.
@@ -57,6 +65,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from prs.models import blockwise as _bw
 from prs.parallel import explicit
@@ -64,7 +73,7 @@ from prs.parallel import explicit
 Params = dict[str, Any]
 Cache = dict[str, jax.Array]
 
-NEG = _bw.NEG  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
+NEG_INF = _bw.NEG  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
 
 # ModelConfig.remat -> jax.checkpoint policy (None: no checkpoint). Measured on the ``10m`` preset
 # (R=8, T=512, f32; compiled temp bytes of value_and_grad): none 2463 MiB, full 415 MiB,
@@ -293,19 +302,70 @@ def dense(x: jax.Array, w: jax.Array, *, dtype: Any = None, preferred_element_ty
     return y.reshape(*lead, w.shape[-1])
 
 
-def _project_qkv(lp: Params, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
-    """a: [R, T, D] -> q [R, T, K, H], k, v [R, T, Kv, H] (normed, rotated)."""
+def project_qkv(lp: Params, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
+    """a: [R, T, D] -> q [R, T, K, H], k, v [R, T, Kv, H] (normed, rotated).
+
+    ``lp`` is one layer's weights in the stacked layout's slice (``q_proj``, ``k_proj``, ``v_proj``:
+    three matmuls) or in the joined layout of ``decode_weights`` (``qkv`` = [W_q | W_k | W_v]
+    [D, (K + 2 Kv) H]: one matmul whose columns are the same dot products)."""
     R, T, _ = a.shape
     dt = cfg.dtype
-    q = dense(a, lp["q_proj"], dtype=dt).reshape(R, T, cfg.n_heads, cfg.head_dim)
-    k = dense(a, lp["k_proj"], dtype=dt).reshape(R, T, cfg.n_kv_heads, cfg.head_dim)
-    v = dense(a, lp["v_proj"], dtype=dt).reshape(R, T, cfg.n_kv_heads, cfg.head_dim)
+    K, Kv, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    if "qkv" in lp:
+        y = dense(a, lp["qkv"], dtype=dt)  # [R, T, (K + 2 Kv) H]
+        q = y[..., :K * H].reshape(R, T, K, H)
+        k = y[..., K * H:(K + Kv) * H].reshape(R, T, Kv, H)
+        v = y[..., (K + Kv) * H:].reshape(R, T, Kv, H)
+    else:
+        q = dense(a, lp["q_proj"], dtype=dt).reshape(R, T, K, H)
+        k = dense(a, lp["k_proj"], dtype=dt).reshape(R, T, Kv, H)
+        v = dense(a, lp["v_proj"], dtype=dt).reshape(R, T, Kv, H)
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], eps=cfg.rms_norm_eps)
         k = rms_norm(k, lp["k_norm"], eps=cfg.rms_norm_eps)
     q = rope(q, positions, theta=cfg.rope_theta)
     k = rope(k, positions, theta=cfg.rope_theta)
     return q, k, v
+
+
+def mlp(lp: Params, m: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """SwiGLU: (silu(m W_gate) ⊙ m W_up) W_down. m: [..., D] -> [..., D]. ``lp`` in the stacked
+    layout's slice (``gate_proj``, ``up_proj``) or the joined one of ``decode_weights``
+    (``gate_up`` = [W_gate | W_up] [D, 2F]: one matmul for both)."""
+    dt = cfg.dtype
+    if "gate_up" in lp:
+        F = lp["down_proj"].shape[0]
+        gu = dense(m, lp["gate_up"], dtype=dt)  # [..., 2F]
+        return dense(jax.nn.silu(gu[..., :F]) * gu[..., F:], lp["down_proj"], dtype=dt)
+    g = dense(m, lp["gate_proj"], dtype=dt)
+    u = dense(m, lp["up_proj"], dtype=dt)
+    return dense(jax.nn.silu(g) * u, lp["down_proj"], dtype=dt)
+
+
+def decoder_layer(lp: Params, h: jax.Array, positions: jax.Array, attend, *, cfg: ModelConfig):
+    """One decoder layer (the module docstring's loop body), the one shared by every mode:
+
+        a = RMSNorm(h; γ_in);  q, k, v = RoPE(RMSNorm_H(a W_{q,k,v}));  h += attend(q, k, v) W_o
+        h += SwiGLU(RMSNorm(h; γ_post))
+
+    The modes differ only in ``attend(q, k, v) -> (att [R, T, K·H], aux)``, which is where a
+    key/value cache is read and written (maxtext's ``model_mode`` train / prefill / autoregressive
+    of one ``DecoderLayer``, whose attention alone handles the cache):
+      * train / scoring (``forward_hidden``): causal self-attention over the T tokens, no cache;
+      * cached prefill and decode (``extend``): write k, v into the stacked cache at the rows'
+        positions, attend the cached slots;
+      * the sampler's decode loop (``prs.models.sampler.decode_token``) and its chunked prefill:
+        per-layer slot-block caches and the flash merge of their blocks.
+    ``aux`` is the mode's cache update (or None), returned as is. ``lp``: one layer's weights,
+    stacked layout or ``decode_weights``' joined one (``project_qkv``, ``mlp``).
+    h: [R, T, D]; positions: [R, T] -> (h [R, T, D], aux)."""
+    eps = cfg.rms_norm_eps
+    a = rms_norm(h, lp["input_layernorm"], eps=eps)
+    q, k, v = project_qkv(lp, a, positions, cfg)
+    att, aux = attend(q, k, v)
+    h = h + dense(att, lp["o_proj"], dtype=cfg.dtype)
+    m = rms_norm(h, lp["post_attention_layernorm"], eps=eps)
+    return h + mlp(lp, m, cfg), aux
 
 
 def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cfg: ModelConfig) -> jax.Array:
@@ -353,7 +413,7 @@ def _attention_einsum(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     qg = q.reshape(R, T, Kv, G, H)
     scores = jnp.einsum("rtkgh,rskh->rkgts", qg, k, preferred_element_type=jnp.float32)
     scores = scores / math.sqrt(H)
-    scores = jnp.where(mask[:, None, None, :, :], scores, NEG)  # [R, Kv, G, T, S]
+    scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)  # [R, Kv, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("rkgts,rskh->rtkgh", probs, v)
     return out.reshape(R, T, K * H)
@@ -385,7 +445,7 @@ _TN = (((2,), (2,)), ((0, 1), (0, 1)))  # [.., m, h] · [.., m, s] -> [.., h, s]
 def _attn_fwd_core(qh, kh, vh, mh):
     H = qh.shape[-1]
     scores = jax.lax.dot_general(qh, kh, _NT, preferred_element_type=jnp.float32) / math.sqrt(H)
-    scores = jnp.where(mh, scores, NEG)  # [R, Kv, M, S]
+    scores = jnp.where(mh, scores, NEG_INF)  # [R, Kv, M, S]
     mx = jnp.max(scores, axis=-1, keepdims=True)
     e = jnp.exp(scores - mx)
     probs = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(vh.dtype)
@@ -506,18 +566,10 @@ def _decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     G = K // Kv
     qg = q.reshape(R, 1, Kv, G, H).astype(jnp.float32)  # [R, 1, Kv, G, H]
     scores = jnp.sum(qg * k.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)  # [R, S, Kv, G]
-    scores = jnp.where(mask[:, 0, :, None, None], scores, NEG)
+    scores = jnp.where(mask[:, 0, :, None, None], scores, NEG_INF)
     probs = jax.nn.softmax(scores, axis=1).astype(v.dtype)  # over S
     out = jnp.sum(probs[..., None] * v[:, :, :, None, :], axis=1)  # [R, Kv, G, H]
     return out.reshape(R, 1, K * H).astype(v.dtype)
-
-
-def _mlp(lp: Params, m: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """SwiGLU: (silu(m W_gate) ⊙ m W_up) W_down."""
-    dt = cfg.dtype
-    g = dense(m, lp["gate_proj"], dtype=dt)
-    u = dense(m, lp["up_proj"], dtype=dt)
-    return dense(jax.nn.silu(g) * u, lp["down_proj"], dtype=dt)
 
 
 def _embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
@@ -525,10 +577,49 @@ def _embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
 
 
 def logits_from_hidden(params: Params, h: jax.Array, *, cfg: ModelConfig) -> jax.Array:
-    """Final norm and LM head: h [..., D] -> float32 logits [..., V]."""
+    """Final norm and LM head: h [..., D] -> float32 logits [..., V]. ``params``: the stacked layout
+    or ``decode_weights``' (whose ``head`` is W_lm already in ``cfg.dtype``)."""
     h = rms_norm(h, params["norm"], eps=cfg.rms_norm_eps)
-    w = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
+    if "head" in params:
+        w = params["head"]  # [D, V]
+    else:
+        w = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
     return dense(h, w, dtype=cfg.dtype, preferred_element_type=jnp.float32)
+
+
+MATMUL_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def layer_weights(w: Params, l: int) -> Params:
+    """Layer ``l``'s weights for ``decoder_layer``: from ``decode_weights``' per-layer tuple, or
+    sliced from the stacked [L, ...] layout (the training layout)."""
+    layers = w["layers"]
+    if isinstance(layers, tuple):
+        return layers[l]
+    return {n: x[l] for n, x in layers.items()}
+
+
+def decode_weights(params: Params, cfg: ModelConfig) -> Params:
+    """The weights in the layout of a layer-unrolled decode step: ``{"layers": (layer 0, ...),
+    "embed_tokens", "norm", "head"}``, each layer a dict of ``decoder_layer``'s weights split from
+    the [L, ...] stacks (the matmul weights cast to ``cfg.dtype``), with the projections that read
+    the same input joined: ``qkv`` = [W_q | W_k | W_v] [D, (K + 2 Kv) H] and ``gate_up`` =
+    [W_gate | W_up] [D, 2F]; ``head`` = W_lm [D, V] in ``cfg.dtype``.
+
+    Built once per sampler call, outside its decode loop: a layer ``scan`` over the stacks inside the
+    loop copies every layer's weights out of the stack at every step (8-10% of the 10m sampler's op
+    time), and a joined projection is one matmul per step instead of three (two). Same numbers as
+    the stacked layout up to float summation order: column j of x [W_a | W_b] is x W_a or x W_b
+    column j (only the matmul kernel's blocking may change the order of its sum); ``dense`` casts
+    to ``cfg.dtype`` anyway."""
+    def layer(l):
+        lp = {n: (w[l].astype(cfg.dtype) if n in MATMUL_WEIGHTS else w[l]) for n, w in params["layers"].items()}
+        lp["qkv"] = jnp.concatenate([lp.pop("q_proj"), lp.pop("k_proj"), lp.pop("v_proj")], axis=1)
+        lp["gate_up"] = jnp.concatenate([lp.pop("gate_proj"), lp.pop("up_proj")], axis=1)
+        return lp
+    head = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
+    return {"layers": tuple(layer(l) for l in range(cfg.n_layers)), "embed_tokens": params["embed_tokens"],
+            "norm": params["norm"], "head": head.astype(cfg.dtype)}
 
 
 def _check_tokens(name: str, tokens, cfg: ModelConfig, ndim: int):
@@ -559,12 +650,12 @@ def forward_hidden(params: Params, tokens: jax.Array, *, cfg: ModelConfig,
     causal = idx[None, :, None] >= idx[None, None, :]  # [1, T, S=T]
     mask = causal & valid[:, None, :]  # [R, T, T]
 
+    def attend(q, k, v):  # train mode: causal self-attention over the T tokens, no cache
+        return _attention_causal_blocks(q, k, v, mask, cfg), None
+
     def layer(h, lp):
-        a = rms_norm(h, lp["input_layernorm"], eps=cfg.rms_norm_eps)
-        q, k, v = _project_qkv(lp, a, positions, cfg)
-        h = h + dense(_attention_causal_blocks(q, k, v, mask, cfg), lp["o_proj"], dtype=cfg.dtype)
-        m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
-        return constrain_batch(h + _mlp(lp, m, cfg)), None
+        h, _ = decoder_layer(lp, h, positions, attend, cfg=cfg)
+        return constrain_batch(h), None
 
     policy = REMAT_POLICIES[cfg.remat]
     if cfg.remat != "none":  # maxtext: remat the layer, then scan it (the scan prevents CSE)
@@ -596,7 +687,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype: Any = None)
         raise ValueError(f"init_cache: batch={batch} and max_len={max_len} must be >= 1")
     shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
     dt = cfg.dtype if dtype is None else dtype
-    return {"k": explicit.zeros(shape, dt, row_axis=1), "v": explicit.zeros(shape, dt, row_axis=1)}
+    return {"k": explicit.zeros(shape, dt, row_axis=1, head_axis=3), "v": explicit.zeros(shape, dt, row_axis=1, head_axis=3)}
 
 
 def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array,
@@ -631,27 +722,44 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
         raise ValueError(f"extend: causal_block needs kv_len == C (a prefill), got kv_len={kv_len}, C={C}, S={S}")
     mask = jnp.arange(A)[None, None, :] <= positions[:, :, None]  # [R, C, A]
 
-    def attend(q, k, v):
+    def write_attend(q, k, v, ck_all, cv_all, slots, mask, l):
+        """Writes this block's k, v at ``slots`` of layer ``l`` and attends the first A slots
+        (on all rows, or on one device's (rows, heads) block of the cache)."""
+        rows = jnp.arange(q.shape[0])[:, None]  # [R, 1]
+        ck = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop", out_sharding=explicit.same(ck_all))
+        cv = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
+        kl = jax.lax.dynamic_index_in_dim(ck, l, 0, keepdims=False)[:, :A].astype(cfg.dtype)  # [R, A, Kv, H]
+        vl = jax.lax.dynamic_index_in_dim(cv, l, 0, keepdims=False)[:, :A].astype(cfg.dtype)
         if causal_block and C > 1:
-            return _bw.causal_attention(q, k, v, block=causal_block)
-        return (_decode_attention if C == 1 else _attention)(q, k, v, mask, cfg)
+            att = _bw.causal_attention(q, kl, vl, block=causal_block)
+        else:
+            att = (_decode_attention if C == 1 else _attention)(q, kl, vl, mask, cfg)
+        return att, ck, cv
+
+    heads = explicit.head_split(cfg.n_kv_heads)  # explicit mesh: the cache's Kv split over tensor too
 
     def layer(carry, xs):
         # The whole cache rides in the carry and is written by scatter, so XLA updates it in
         # place; scanning it as xs/ys instead copies all L layers every call (measured ~5x slower).
         h, ck_all, cv_all = carry  # [L, R, S, Kv, H]
         lp, l = xs
-        a = rms_norm(h, lp["input_layernorm"], eps=cfg.rms_norm_eps)
-        q, k, v = _project_qkv(lp, a, positions, cfg)
-        q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
-        ck_all = ck_all.at[l, rows, slots].set(k.astype(ck_all.dtype), mode="drop", out_sharding=explicit.same(ck_all))
-        cv_all = cv_all.at[l, rows, slots].set(v.astype(cv_all.dtype), mode="drop", out_sharding=explicit.same(cv_all))
-        ck = jax.lax.dynamic_index_in_dim(ck_all, l, 0, keepdims=False)[:, :A]  # [R, A, Kv, H]
-        cv = jax.lax.dynamic_index_in_dim(cv_all, l, 0, keepdims=False)[:, :A]
-        att = attend(q, ck.astype(cfg.dtype), cv.astype(cfg.dtype))
-        h = h + dense(att, lp["o_proj"], dtype=cfg.dtype)
-        m = rms_norm(h, lp["post_attention_layernorm"], eps=cfg.rms_norm_eps)
-        return (h + _mlp(lp, m, cfg), ck_all, cv_all), None
+
+        def cached(q, k, v):  # prefill / decode mode: write this block's k, v, attend the cache
+            if heads is None:
+                q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+                att, ck, cv = write_attend(q, k, v, ck_all, cv_all, slots, mask, l)
+            else:  # each device writes and attends its own rows' and heads' block of the cache
+                q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
+                r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(None, r, None, heads, None)
+                att, ck, cv = explicit.per_shard(
+                    write_attend, (q, k, v, ck_all, cv_all, slots, mask, l),
+                    (qs, qs, qs, cs, cs, PartitionSpec(r, None), PartitionSpec(r, None, None), PartitionSpec()),
+                    (PartitionSpec(r, None, heads), cs, cs))
+            return att, (ck, cv)
+
+        h, (ck_all, cv_all) = decoder_layer(lp, h, positions, cached, cfg=cfg)
+        return (h, ck_all, cv_all), None
 
     (h, ks, vs), _ = jax.lax.scan(layer, (_embed(params, tokens, cfg), cache["k"], cache["v"]),
                                   (params["layers"], jnp.arange(L)))
@@ -696,7 +804,7 @@ def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, *, cfg: Model
 
 # ----------------------------------------------------------------------------- Hugging Face names
 
-_HF_LAYER = {  # our stacked name -> (HF suffix under model.layers.{i}., transpose)
+HF_LAYER_NAMES = {  # our stacked name -> (HF suffix under model.layers.{i}., transpose)
     "input_layernorm": ("input_layernorm.weight", False),
     "q_proj": ("self_attn.q_proj.weight", True),
     "k_proj": ("self_attn.k_proj.weight", True),

@@ -41,10 +41,15 @@ Within one call the cache never leaves the jit: the ``while_loop`` carries it an
 place. Inside the loop the cache is one buffer per layer (and per slot block, ``attend_buckets``,
 and per row part, ``row_parts``),
 the decode step's layers are unrolled and the weights are split per layer once per call, so a
-step copies neither cache nor weights (``_split_cache``, ``_decode_weights``; keys are held as
+step copies neither cache nor weights (``split_cache``, ``qwen3.decode_weights``; keys are held as
 [R, Kv, H, S], values as [R, Kv, S, H], so attention reads them in place); the model's stacked
 ``[L, R, S, Kv, H]`` layout is restored only for ``return_cache``. Row r draws from its own key
-stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by ``O + T`` per turn, so each turn compiles once per (R, width) shape.
+stream ``fold_in(key, r)``, so ``row_chunk`` and sharding never change the tokens. Buffers grow by
+``O + T`` per turn, so each turn compiles once per (R, width) shape.
+
+The model itself is ``qwen3.decoder_layer``, the layer ``forward`` trains with: the decode step
+(``decode_token``) and the chunked prefill (``_prefill_blocks``) pass it their own attention, which
+writes and reads this module's slot-block cache.
 """
 from __future__ import annotations
 
@@ -62,9 +67,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from prs.models import qwen3 as model_lib
 from prs.models.qwen3 import Cache, ModelConfig, Params
 from prs.parallel import explicit
-from prs.parallel.sharding import (batch_axes, data_sharding, process_rows, sampler_placement, shard_batch,
-                                   shard_rows)
+from prs.parallel.sharding import (batch_axes, batch_size_multiple, data_sharding, process_rows, sampler_placement,
+                                   shard_batch, shard_rows)
 
+WEIGHTS_LAYOUTS = ("joined", "training")
 DEFAULT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -94,13 +100,32 @@ class SamplerConfig:
         the output equals one call over all rows (per-row keys; tested). None = one call.
       row_parts: the decode step's cache writes and attention run as this many independent ops
         over equal row ranges (each with its own cache buffers), which XLA:CPU's thunk executor
-        runs concurrently on its threads; the matmuls still see all rows (``_decode_token``).
+        runs concurrently on its threads; the matmuls still see all rows (``decode_token``).
         Must divide the rows of a call; > 1 needs a single device (no ``mesh``). Same tokens;
         the log-probs move by float rounding (<= 1.4e-6 measured: XLA fuses the attention
         differently). Default 1 (the program of one part is that of before, so committed runs
         replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
         (R=64) and lets the two cores share the attention, see #20's section in
         benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
+      prefill_group: G; rows ``g·G .. g·G + G − 1`` of a call hold the same input (a GRPO group's
+        N rollouts of one prompt, or a Prefix Sampling re-roll group's prompt + replayed prefix):
+        the prefill runs on the first row of each group only (R / G rows) and its KV cache and
+        next-token logits are broadcast to the G rows, which then decode on their own (per-row
+        keys). Prefill work and its working set / G; the same tokens as G = 1 (the prefill of
+        identical rows is row-wise; the log-probs may move by float rounding: the matmuls see R / G
+        rows). ``sample`` checks that the rows of each group are equal; G must divide the rows
+        of a call (``row_chunk``) and, on a mesh, R / G the batch shards. Default 1.
+      weights_layout: the weights the decode step and the chunked prefill read: ``joined``
+        (``qwen3.decode_weights``: per-layer copies made once per call, q/k/v and gate/up joined
+        into one matmul each, the tied head transposed, all cast to ``cfg.dtype``: a second copy of
+        the model's matmul weights while the call runs) or ``training`` (the parameters as given,
+        each layer's weights sliced from the [L, ...] stacks where the step uses them, the same
+        numbers up to the joined matmuls' float summation order). On XLA:CPU ``training`` saves no
+        memory: the compiler hoists the loop-invariant slices out of the decode loop as copies
+        (Qwen3-4B re-roll call, 8 fake devices, 64 rows: the same +0.82 GiB of temporaries per layer
+        as ``joined``, +0.25 GiB in all; a loop-dependent slice index was worse, 1.0-1.2 GiB per
+        layer; benchmarks/README.md); whether a GPU/TPU compiler keeps the slices in place is
+        unmeasured. Default ``joined`` (committed runs replay bit-exactly).
     """
 
     max_new_tokens: int
@@ -115,6 +140,8 @@ class SamplerConfig:
     attend_buckets: tuple[int, ...] | None = None
     row_chunk: int | None = None
     row_parts: int | None = 1
+    prefill_group: int = 1
+    weights_layout: str = "joined"
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -130,10 +157,18 @@ class SamplerConfig:
             object.__setattr__(self, "buckets", tuple(sorted(int(b) for b in self.buckets)))
         if self.attend_buckets is not None:
             object.__setattr__(self, "attend_buckets", tuple(sorted(int(b) for b in self.attend_buckets)))
+            if not self.attend_buckets or self.attend_buckets[0] < 1:
+                raise ValueError(f"SamplerConfig.attend_buckets must be None or non-empty integers >= 1, "
+                                 f"got {self.attend_buckets}")
         if self.row_chunk is not None and int(self.row_chunk) < 1:
             raise ValueError(f"SamplerConfig.row_chunk must be >= 1 or None, got {self.row_chunk}")
         if self.row_parts is not None and int(self.row_parts) < 1:
             raise ValueError(f"SamplerConfig.row_parts must be >= 1 or None, got {self.row_parts}")
+        if isinstance(self.prefill_group, bool) or not isinstance(self.prefill_group, (int, np.integer)) \
+                or self.prefill_group < 1:
+            raise ValueError(f"SamplerConfig.prefill_group must be an integer >= 1, got {self.prefill_group!r}")
+        if self.weights_layout not in WEIGHTS_LAYOUTS:
+            raise ValueError(f"SamplerConfig.weights_layout={self.weights_layout!r}; choose from {WEIGHTS_LAYOUTS}")
 
     @property
     def all_stop_ids(self) -> tuple[int, ...]:
@@ -251,7 +286,7 @@ def choose_tokens(logits: jax.Array, key: jax.Array, scfg: SamplerConfig):
     return tok, lp, samp
 
 
-def _row_keys(key: jax.Array, row0: jax.Array, R: int) -> jax.Array:
+def row_keys(key: jax.Array, row0: jax.Array, R: int) -> jax.Array:
     """Per-row keys ``fold_in(key, row0 + r)`` [R] (typed). Row r of a batch always gets the same
     stream, whatever the batch's size, chunking (``row_chunk``: ``row0`` = the chunk's first row)
     or sharding."""
@@ -264,7 +299,10 @@ def _row_keys(key: jax.Array, row0: jax.Array, R: int) -> jax.Array:
 
 
 @flax.struct.dataclass
-class _LoopState:
+class LoopState:
+    """The decode loop's carry (static ``sample`` / resume loop; ``prs.models.continuous`` builds one
+    for ``finish_rollout``). R rows, L = P + T buffer width."""
+
     step: jax.Array  # []
     tokens: jax.Array  # [R, L]
     policy_mask: jax.Array  # [R, L]
@@ -276,18 +314,22 @@ class _LoopState:
     stop_token: jax.Array  # [R]
     limit: jax.Array  # [R] tokens this row may generate this turn (<= T)
     logits: jax.Array  # [R, V] next-token logits
-    cache: tuple  # (k, v): per layer, per slot block b: k [R, Kv, H, S_b], v [R, Kv, S_b, H] (``_split_cache``)
+    cache: tuple  # (k, v): per layer, per slot block b: k [R, Kv, H, S_b], v [R, Kv, S_b, H] (``split_cache``)
 
 
-def _constrain(x, mesh: Mesh | None, axis: int = 0):
+def _constrain(x, mesh: Mesh | None, axis: int = 0, head_axis: int | None = None):
+    """``x`` constrained to rows (axis ``axis``) over the mesh's batch axes; a KV cache's head axis
+    ``head_axis`` also over ``tensor`` where ``explicit.head_split`` splits it (explicit meshes)."""
     if mesh is None:
         return x
     spec = [None] * x.ndim
     spec[axis] = batch_axes(mesh)  # rows over (data, fsdp): each device holds only its rows' KV cache
+    if head_axis is not None:
+        spec[head_axis] = explicit.head_split(x.shape[head_axis], mesh)  # and only its kv heads (tensor)
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
-def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = False) -> tuple:
+def split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = False) -> tuple:
     """The model's stacked cache {"k", "v": [L, R, S, Kv, H]} -> ``(k, v)``, each a tuple over layers
     of a tuple over slot blocks ``[bounds[b], bounds[b+1])``: keys [R, Kv, H, S_b] (slots minor),
     values [R, Kv, S_b, H] (one copy per call, which also does the transpose).
@@ -298,68 +340,20 @@ def _split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = Fa
     every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20).
     The layouts make both attention contractions reductions over a non-minor axis, vectorised
     along the minor one (``_block_attention``). ``bits``: a 16-bit float cache held as its
-    unsigned-integer bits (``_bits_dtype``; the decode loop of ``_sample_jit`` / ``_resume_jit``)."""
+    unsigned-integer bits (``_bits_dtype``; the decode loop of ``sample_jit`` / ``_resume_jit``)."""
     cv = _to_bits if bits else (lambda x: x)
-    return tuple(tuple(tuple(_constrain(cv(c[l, :, a:b].transpose(perm)), mesh, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+    return tuple(tuple(tuple(_constrain(cv(c[l, :, a:b].transpose(perm)), mesh, 0, 1) for a, b in zip(bounds[:-1], bounds[1:]))
                        for l in range(c.shape[0]))
                  for c, perm in ((cache["k"], (0, 2, 3, 1)), (cache["v"], (0, 2, 1, 3))))
 
 
 def _stack_cache(cache: tuple, dtype=None) -> Cache:
-    """Inverse of ``_split_cache``: back to the model's stacked [L, R, S, Kv, H] (of ``dtype`` when
+    """Inverse of ``split_cache``: back to the model's stacked [L, R, S, Kv, H] (of ``dtype`` when
     the blocks hold its bits)."""
     k, v = cache
     fb = (lambda x: x) if dtype is None else (lambda x: _from_bits(x, dtype))
     return {"k": jnp.stack([fb(jnp.concatenate(blocks, axis=3)).transpose(0, 3, 1, 2) for blocks in k]),
             "v": jnp.stack([fb(jnp.concatenate(blocks, axis=2)).transpose(0, 2, 1, 3) for blocks in v])}
-
-
-_MATS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _decode_weights(params: Params, cfg: ModelConfig) -> dict:
-    """Per-layer weights for the unrolled decode step, split from the [L, ...] stacks (and the
-    matmul weights cast to ``cfg.dtype``) once per call, outside the loop: a layer ``scan`` over
-    the stacks inside the loop copied every layer's weights out of the stack at every step (8-10%
-    of the 10m sampler's op time). Same numbers: ``dense`` casts to ``cfg.dtype`` anyway.
-
-    The projections that read the same input are joined here, once per call, so that a step runs
-    one matmul for them: ``qkv`` = [W_q | W_k | W_v] [D, (K + 2 Kv) H] and ``gate_up`` = [W_gate |
-    W_up] [D, 2F]. Column j of x [W_a | W_b] is x W_a or x W_b column j (same dot products; only
-    the matmul kernel's blocking may change their float summation order)."""
-    def layer(l):
-        lp = {n: (w[l].astype(cfg.dtype) if n in _MATS else w[l]) for n, w in params["layers"].items()}
-        lp["qkv"] = jnp.concatenate([lp.pop("q_proj"), lp.pop("k_proj"), lp.pop("v_proj")], axis=1)
-        lp["gate_up"] = jnp.concatenate([lp.pop("gate_proj"), lp.pop("up_proj")], axis=1)
-        return lp
-    layers = tuple(layer(l) for l in range(cfg.n_layers))
-    head = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
-    return {"layers": layers, "embed": params["embed_tokens"], "norm": params["norm"],
-            "head": head.astype(cfg.dtype)}
-
-
-def _decode_qkv(lp: dict, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
-    """``qwen3._project_qkv`` with the joined ``qkv`` weight: a [R, 1, D] -> q [R, 1, K, H],
-    k, v [R, 1, Kv, H] (normed, rotated); one matmul instead of three."""
-    R, T, _ = a.shape
-    K, Kv, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    y = model_lib.dense(a, lp["qkv"], dtype=cfg.dtype)  # [R, T, (K + 2 Kv) H]
-    q = y[..., :K * H].reshape(R, T, K, H)
-    k = y[..., K * H:(K + Kv) * H].reshape(R, T, Kv, H)
-    v = y[..., (K + Kv) * H:].reshape(R, T, Kv, H)
-    if cfg.qk_norm:
-        q = model_lib.rms_norm(q, lp["q_norm"], eps=cfg.rms_norm_eps)
-        k = model_lib.rms_norm(k, lp["k_norm"], eps=cfg.rms_norm_eps)
-    q = model_lib.rope(q, positions, theta=cfg.rope_theta)
-    k = model_lib.rope(k, positions, theta=cfg.rope_theta)
-    return q, k, v
-
-
-def _decode_mlp(lp: dict, m: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """``qwen3._mlp`` (SwiGLU) with the joined ``gate_up`` weight: one matmul for gate and up."""
-    F = lp["down_proj"].shape[0]
-    gu = model_lib.dense(m, lp["gate_up"], dtype=cfg.dtype)  # [R, T, 2F]
-    return model_lib.dense(jax.nn.silu(gu[..., :F]) * gu[..., F:], lp["down_proj"], dtype=cfg.dtype)
 
 
 def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelConfig) -> jax.Array:
@@ -384,7 +378,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     for kb, vb, a, b in zip(ks, vs, bounds[:-1], bounds[1:]):
         sc = jnp.sum(qg[..., None] * kb.astype(jnp.float32)[:, :, None], axis=-2) / math.sqrt(H)  # [R, Kv, G, S_b]
         ok = (a + jnp.arange(b - a))[None, :] <= pos[:, None]  # [R, S_b]
-        sc = jnp.where(ok[:, None, None, :], sc, model_lib.NEG)
+        sc = jnp.where(ok[:, None, None, :], sc, model_lib.NEG_INF)
         probs = jax.nn.softmax(sc, axis=-1).astype(vb.dtype)
         outs.append(jnp.sum(probs[..., None] * vb[:, :, None], axis=-2).astype(jnp.float32))  # [R, Kv, G, H]
         if len(ks) > 1:
@@ -400,7 +394,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     return explicit.reshape_rows(out, (R, 1, K * H)).astype(vs[0].dtype)
 
 
-def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
+def decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, ...], cfg: ModelConfig):
     """One decode step of every row, layers unrolled, against per-layer block caches: writes the
     token's k/v at slot ``pos`` (active rows only) into the block holding it, and attends the
     blocks ``[bounds[0], bounds[-1])`` only (the caller guarantees ``pos < bounds[-1]``; later
@@ -414,43 +408,65 @@ def _decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int,
     its own slots), so the parts change the numbers only through XLA's different fusion of the
     attention (float rounding: <= 1.4e-6 in log-probs measured; the same tokens, tested).
     tok, pos, active: [R] -> (float32 logits [R, V], cache as a tuple over parts)."""
-    eps = cfg.rms_norm_eps
     nb = len(bounds) - 1  # blocks attended
     R = tok.shape[0]
     n_parts = len(parts)
     n = R // n_parts
     piece = (lambda x, i: x) if n_parts == 1 else (lambda x, i: x[i * n:(i + 1) * n])  # rows of part i
-    rows = explicit.constrain_rows(jnp.arange(n))[:, None]  # [n, 1]
     slots = []  # per block: [R, 1] index within the block, out of range (dropped) if not there
     for a, b in zip(bounds[:-1], bounds[1:]):
         inside = active & (pos >= a) & (pos < b)
         slots.append(jnp.where(inside, pos - a, b - a)[:, None])
     positions = pos[:, None]  # [R, 1]
-    h = explicit.gather_rows(w["embed"], tok[:, None]).astype(cfg.dtype)  # [R, 1, D]
-    new = [([], []) for _ in parts]
-    for l, lp in enumerate(w["layers"]):
-        a = model_lib.rms_norm(h, lp["input_layernorm"], eps=eps)
-        q, k, v = _decode_qkv(lp, a, positions, cfg)
+    h = explicit.gather_rows(w["embed_tokens"], tok[:, None]).astype(cfg.dtype)  # [R, 1, D]
+    heads = explicit.head_split(cfg.n_kv_heads)  # explicit mesh: the cache's kv heads split over tensor too
+
+    def write_attend(q, k, v, pos, slots, kb, vb):
+        """One part's cache writes at slot ``pos`` and its attention (all of its rows, or one
+        device's (rows, heads) block): kb, vb the layer's first nb key / value blocks."""
+        rows = jnp.arange(q.shape[0])[:, None]  # [n, 1]
+        if heads is None:
+            rows = explicit.constrain_rows(rows[:, 0])[:, None]
         # c[rows, :, :, sl] (keys) and c[rows, :, sl] (values) are [n, 1, Kv, H]: the advanced
         # indices' axes come first, so k and v go in as they are
-        q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
-        atts = []
-        for i, (pk, pv) in enumerate(parts):
-            ki, vi = piece(k, i), piece(v, i)
-            ck = tuple(c.at[rows, :, :, piece(sl, i)].set(_store(ki, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
-                       for c, sl in zip(pk[l][:nb], slots)) + pk[l][nb:]
-            cv = tuple(c.at[rows, :, piece(sl, i)].set(_store(vi, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
-                       for c, sl in zip(pv[l][:nb], slots)) + pv[l][nb:]
-            atts.append(_block_attention(piece(q, i), [_load(c, cfg) for c in ck[:nb]],
-                                         [_load(c, cfg) for c in cv[:nb]], piece(pos, i), bounds, cfg))
+        ck = tuple(c.at[rows, :, :, sl].set(_store(k, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(kb, slots))
+        cv = tuple(c.at[rows, :, sl].set(_store(v, c.dtype, cfg), mode="drop", out_sharding=explicit.same(c))
+                   for c, sl in zip(vb, slots))
+        att = _block_attention(q, [_load(c, cfg) for c in ck], [_load(c, cfg) for c in cv], pos, bounds, cfg)
+        return att, ck, cv
+
+    new = [([], []) for _ in parts]
+    for l in range(cfg.n_layers):
+        lp = model_lib.layer_weights(w, l)
+
+        def attend(q, k, v, l=l):  # decode mode: write slot ``pos`` of the blocks, attend them
+            if heads is None:
+                q, k, v = (explicit.keep_rows(x) for x in (q, k, v))  # explicit mesh: the cache's layout, rows split
+            else:
+                q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
+            atts, blocks = [], []
+            for i, (pk, pv) in enumerate(parts):
+                args = (piece(q, i), piece(k, i), piece(v, i), piece(pos, i), [piece(sl, i) for sl in slots],
+                        pk[l][:nb], pv[l][:nb])
+                if heads is None:
+                    att, ck, cv = write_attend(*args)
+                else:  # each device writes and attends its own rows' and kv heads' block of the cache
+                    r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                    qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(r, heads, None, None)
+                    att, ck, cv = explicit.per_shard(
+                        write_attend, args, (qs, qs, qs, PartitionSpec(r), [PartitionSpec(r, None)] * nb,
+                                             (cs,) * nb, (cs,) * nb),
+                        (PartitionSpec(r, None, heads), (cs,) * nb, (cs,) * nb))
+                atts.append(att)
+                blocks.append((tuple(ck) + pk[l][nb:], tuple(cv) + pv[l][nb:]))
+            return (atts[0] if n_parts == 1 else jnp.concatenate(atts)), blocks  # [R, 1, K·H]
+
+        h, blocks = model_lib.decoder_layer(lp, h, positions, attend, cfg=cfg)
+        for i, (ck, cv) in enumerate(blocks):
             new[i][0].append(ck)
             new[i][1].append(cv)
-        att = atts[0] if n_parts == 1 else jnp.concatenate(atts)  # [R, 1, K·H]
-        h = h + model_lib.dense(att, lp["o_proj"], dtype=cfg.dtype)
-        m = model_lib.rms_norm(h, lp["post_attention_layernorm"], eps=eps)
-        h = h + _decode_mlp(lp, m, cfg)
-    hn = model_lib.rms_norm(h[:, 0], w["norm"], eps=eps)
-    logits = model_lib.dense(hn, w["head"], dtype=cfg.dtype, preferred_element_type=jnp.float32)  # [R, V]
+    logits = model_lib.logits_from_hidden(w, h[:, 0], cfg=cfg)  # [R, V]
     return logits, tuple((tuple(nk), tuple(nv)) for nk, nv in new)
 
 
@@ -467,7 +483,7 @@ def _load(c, cfg: ModelConfig):
 
 
 def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
-    """How many row parts the decode step's cache writes and attention run in (``_decode_token``):
+    """How many row parts the decode step's cache writes and attention run in (``decode_token``):
     ``scfg.row_parts``; None = 2 on a single device for an even R >= 8, else 1.
 
     Why 2 (#20, benchmarks/README.md): XLA:CPU runs each attention reduce and cache scatter on
@@ -483,14 +499,14 @@ def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
 
 
 def _split_parts(cache: Cache, bounds: tuple[int, ...], mesh, parts: int) -> tuple:
-    """``_split_cache`` of each of ``parts`` equal row ranges: a tuple over parts; a 16-bit cache as
+    """``split_cache`` of each of ``parts`` equal row ranges: a tuple over parts; a 16-bit cache as
     its bits (``_bits_dtype``: XLA:CPU runs a bf16 scatter as an f32 one on a converted copy of the
     whole block, +2× the cache per layer in the decode loop, measured; on integers it does not)."""
     R = cache["k"].shape[1]
     n = R // parts
     if parts == 1:
-        return (_split_cache(cache, bounds, mesh, bits=True),)
-    return tuple(_split_cache(jax.tree.map(lambda c: c[:, i * n:(i + 1) * n], cache), bounds, mesh, bits=True)
+        return (split_cache(cache, bounds, mesh, bits=True),)
+    return tuple(split_cache(jax.tree.map(lambda c: c[:, i * n:(i + 1) * n], cache), bounds, mesh, bits=True)
                  for i in range(parts))
 
 
@@ -502,7 +518,7 @@ def _stack_parts(parts: tuple, dtype) -> Cache:
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *stacked)
 
 
-def _advance(tok, done, cur, n_new, limit, stop_ids, L: int):
+def advance(tok, done, cur, n_new, limit, stop_ids, L: int):
     """One decode step's row bookkeeping (shared by the static and the continuous loop), rows [R]:
     ``active`` = not done; ``wi`` = the slot the new token goes to (``L``, out of range, for a done
     row: the write is dropped); ``hit`` = an active row drew a stop id; the row's new-token count and
@@ -527,12 +543,14 @@ def _segments(P: int, T: int, attend_buckets) -> tuple[tuple[int, int], ...]:
     return tuple((e, P + e) for e in ends)
 
 
-def _rows_split(s: _LoopState) -> _LoopState:
+def _rows_split(s: LoopState) -> LoopState:
     """Under an explicit mesh every per-row field (all but ``step``) split over the batch axes along
-    its rows and whole otherwise, so that the decode loop's carry keeps one type; else ``s``."""
+    its rows and whole otherwise (the cache blocks' kv heads also over ``tensor`` where
+    ``explicit.head_split`` splits them), so that the decode loop's carry keeps one type; else ``s``."""
     if explicit.explicit_mesh() is None:
         return s
-    return s.replace(**{f.name: jax.tree.map(explicit.constrain_rows, getattr(s, f.name))
+    heads = lambda c: explicit.constrain_rows_heads(c, head_axis=1, heads=explicit.head_split(c.shape[1]))  # noqa: E731
+    return s.replace(**{f.name: jax.tree.map(heads if f.name == "cache" else explicit.constrain_rows, getattr(s, f.name))
                         for f in dataclasses.fields(s) if f.name != "step"})
 
 
@@ -579,7 +597,7 @@ def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
         m, l, acc = carry
         sc = jax.lax.dot_general(qh, kj, qk, preferred_element_type=f32) * scale
         if mask is not None:
-            sc = jnp.where(mask, sc, model_lib.NEG)
+            sc = jnp.where(mask, sc, model_lib.NEG_INF)
         m_new = jnp.maximum(m, jnp.max(sc, axis=-1, keepdims=True))
         corr = jnp.exp(m - m_new)
         p = jnp.exp(sc - m_new)
@@ -587,7 +605,7 @@ def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
         return m_new, l, acc * corr + jax.lax.dot_general(p, vj, pv, preferred_element_type=f32)
 
     one = qh[..., :1]
-    init = (jnp.full_like(one, model_lib.NEG), jnp.zeros_like(one), jnp.zeros_like(qh))
+    init = (jnp.full_like(one, model_lib.NEG_INF), jnp.zeros_like(one), jnp.zeros_like(qh))
     ar = jnp.arange(b)
     carry = tile(init, k.transpose(0, 2, 3, 1).astype(f32), v.transpose(0, 2, 1, 3).astype(f32),
                  ar[:, None] >= ar[None, :])  # the diagonal tile
@@ -603,9 +621,9 @@ def _chunk_attention(q, k, v, kc, vc, i, *, block: int):
 
 
 def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: ModelConfig, mesh):
-    """A long prompt's prefill straight into the decode loop's cache layout (``_split_cache``: per
+    """A long prompt's prefill straight into the decode loop's cache layout (``split_cache``: per
     layer, per slot block, keys [R, Kv, H, S_b], values [R, Kv, S_b, H]) on the decode weights
-    ``w`` (``_decode_weights``), instead of ``qwen3.prefill``'s stacked [L, R, S, Kv, H] cache
+    ``w`` (``qwen3.decode_weights``), instead of ``qwen3.prefill``'s stacked [L, R, S, Kv, H] cache
     followed by the split, which holds the cache twice, and its whole-prompt activations.
 
     Layers unrolled (as the decode step); within a layer a ``lax.scan`` over the P / b prompt chunks
@@ -616,46 +634,58 @@ def _prefill_blocks(w: dict, tokens, lengths, *, bounds: tuple[int, ...], cfg: M
     time: the cache, the hidden states [P/b, R, b, D] twice and one chunk's activations. Same
     equations as ``qwen3.prefill`` (the queries a row's length covers attend only that row's own
     prompt keys); the numbers differ by float rounding. Returns (float32 logits [R, V] after each
-    row's last prompt token, the cache as ``_split_cache`` gives it)."""
+    row's last prompt token, the cache as ``split_cache`` gives it)."""
     R, P = tokens.shape
     b = int(cfg.prefill_block)
     nb = P // b
-    eps = cfg.rms_norm_eps
     Kv, H = cfg.n_kv_heads, cfg.head_dim
     dt = cfg.dtype
     toks = tokens.astype(jnp.int32).reshape(R, nb, b).transpose(1, 0, 2)  # [nb, R, b]
-    h = jax.vmap(lambda t: explicit.gather_rows(w["embed"], t).astype(dt))(toks)  # [nb, R, b, D]
+    h = jax.vmap(lambda t: explicit.gather_rows(w["embed_tokens"], t).astype(dt))(toks)  # [nb, R, b, D]
+    heads = explicit.head_split(Kv)  # explicit mesh: the cache's kv heads split over tensor too
+
+    def write_attend(q, k, v, kc, vc, i):
+        """Chunk i's attention and its k, v written at slots [i·b, (i+1)·b) of block 0."""
+        k, v = k.astype(dt), v.astype(dt)  # attended as the cache holds them
+        att = _chunk_attention(q, k, v, kc, vc, i, block=b)
+        return (att, jax.lax.dynamic_update_slice_in_dim(kc, _to_bits(k.transpose(0, 2, 3, 1)), i * b, axis=3),
+                jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2))
+
     ks, vs = [], []
-    for lp in w["layers"]:
+    for lp in (model_lib.layer_weights(w, l) for l in range(cfg.n_layers)):
         def chunk(carry, xs, lp=lp):
             kc, vc = carry
             hi, i = xs  # [R, b, D], []
             pos = jnp.broadcast_to(i * b + jnp.arange(b, dtype=jnp.int32), (R, b))
-            a = model_lib.rms_norm(hi, lp["input_layernorm"], eps=eps)
-            q, k, v = (explicit.keep_rows(x) for x in _decode_qkv(lp, a, pos, cfg))
-            k, v = k.astype(dt), v.astype(dt)  # attended as the cache holds them
-            att = _chunk_attention(q, k, v, kc, vc, i, block=b)
-            kc = jax.lax.dynamic_update_slice_in_dim(kc, _to_bits(k.transpose(0, 2, 3, 1)), i * b, axis=3)
-            vc = jax.lax.dynamic_update_slice_in_dim(vc, _to_bits(v.transpose(0, 2, 1, 3)), i * b, axis=2)
-            hi = hi + model_lib.dense(att, lp["o_proj"], dtype=dt)
-            m = model_lib.rms_norm(hi, lp["post_attention_layernorm"], eps=eps)
-            return (kc, vc), hi + _decode_mlp(lp, m, cfg)
+
+            def attend(q, k, v):  # chunked prefill mode: flash over the chunk and the cached chunks before it
+                if heads is None:
+                    q, k, v = (explicit.keep_rows(x) for x in (q, k, v))
+                    att, kn, vn = write_attend(q, k, v, kc, vc, i)
+                else:  # each device its own rows' and kv heads' block of the cache
+                    q, k, v = (explicit.constrain_rows_heads(x, head_axis=2, heads=heads) for x in (q, k, v))
+                    r = explicit.row_spec(jax.sharding.get_abstract_mesh(), 1)[0]
+                    qs, cs = PartitionSpec(r, None, heads, None), PartitionSpec(r, heads, None, None)
+                    att, kn, vn = explicit.per_shard(write_attend, (q, k, v, kc, vc, i), (qs, qs, qs, cs, cs, PartitionSpec()),
+                                                     (PartitionSpec(r, None, heads), cs, cs))
+                return att, (kn, vn)
+
+            hi, (kc, vc) = model_lib.decoder_layer(lp, hi, pos, attend, cfg=cfg)
+            return (kc, vc), hi
 
         S0, bits = bounds[1], _bits_dtype(dt)
-        init = (_constrain(explicit.zeros((R, Kv, H, S0), bits, row_axis=0), mesh, 0),
-                _constrain(explicit.zeros((R, Kv, S0, H), bits, row_axis=0), mesh, 0))
+        init = (_constrain(explicit.zeros((R, Kv, H, S0), bits, row_axis=0, head_axis=1), mesh, 0, 1),
+                _constrain(explicit.zeros((R, Kv, S0, H), bits, row_axis=0, head_axis=1), mesh, 0, 1))
         (kc, vc), h = jax.lax.scan(chunk, init, (h, jnp.arange(nb, dtype=jnp.int32)))  # bits, as the loop holds them
-        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), bits, row_axis=0), mesh, 0),
-                 _constrain(explicit.zeros((R, Kv, bb - a, H), bits, row_axis=0), mesh, 0))
+        rest = [(_constrain(explicit.zeros((R, Kv, H, bb - a), bits, row_axis=0, head_axis=1), mesh, 0, 1),
+                 _constrain(explicit.zeros((R, Kv, bb - a, H), bits, row_axis=0, head_axis=1), mesh, 0, 1))
                 for a, bb in zip(bounds[1:-1], bounds[2:])]
         ks.append((kc,) + tuple(x for x, _ in rest))
         vs.append((vc,) + tuple(y for _, y in rest))
     last = jnp.maximum(lengths - 1, 0).astype(jnp.int32)  # [R]
     hr = explicit.reshape_rows(h.transpose(1, 0, 2, 3), (R, P, h.shape[-1]))  # [R, P, D]
     hl = jnp.take_along_axis(hr, last[:, None, None], axis=1)[:, 0]  # [R, D]
-    hn = model_lib.rms_norm(hl, w["norm"], eps=eps)
-    logits = model_lib.dense(hn, w["head"], dtype=dt, preferred_element_type=jnp.float32)
-    return logits, (tuple(ks), tuple(vs))
+    return model_lib.logits_from_hidden(w, hl, cfg=cfg), (tuple(ks), tuple(vs))
 
 
 def _long_prefill(P: int, cfg: ModelConfig, parts: int) -> bool:
@@ -665,25 +695,25 @@ def _long_prefill(P: int, cfg: ModelConfig, parts: int) -> bool:
             and parts == 1)
 
 
-def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
-                 mesh: Mesh | None, w: dict | None = None) -> _LoopState:
+def _decode_loop(params, state: LoopState, key, row0, *, cfg: ModelConfig, scfg: SamplerConfig,
+                 mesh: Mesh | None, w: dict | None = None) -> LoopState:
     """The decode ``while_loop``, in ``_segments`` (each its own loop over a static attended length);
     each segment exits early when every row has stopped, and the next one then runs no step."""
     T = scfg.max_new_tokens
     R, L = state.tokens.shape
     stop_ids = jnp.asarray(scfg.all_stop_ids or (-1,), jnp.int32)
     ar = explicit.constrain_rows(jnp.arange(R))  # [R]; explicit mesh: split like the rows
-    keys = explicit.constrain_rows(_row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
-    w = _decode_weights(params, cfg) if w is None else w
+    keys = explicit.constrain_rows(row_keys(key, row0, R))  # [R]; explicit mesh: split like the rows
+    w = _weights(params, cfg, scfg) if w is None else w
     bounds = (0,) + tuple(A for _, A in _segments(L - T, T, scfg.attend_buckets))  # the cache's blocks
 
-    def body(s: _LoopState, nb: int):
+    def body(s: LoopState, nb: int):
         step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, s.step)
         tok, lp, samp = choose_tokens(s.logits, step_keys, scfg)
-        active, wi, hit, n_new, cur, done = _advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)
-        logits, cache = _decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
-        cache = jax.tree.map(lambda c: _constrain(c, mesh, 0), cache)
-        return _rows_split(_LoopState(
+        active, wi, hit, n_new, cur, done = advance(tok, s.done, s.cur, s.n_new, s.limit, stop_ids, L)
+        logits, cache = decode_token(w, s.cache, tok, s.cur, active, bounds=bounds[:nb + 1], cfg=cfg)
+        cache = jax.tree.map(lambda c: _constrain(c, mesh, 0, 1), cache)
+        return _rows_split(LoopState(
             step=s.step + 1,
             tokens=_constrain(s.tokens.at[ar, wi].set(tok, mode="drop", out_sharding=explicit.same(s.tokens)), mesh),
             policy_mask=s.policy_mask.at[ar, wi].set(True, mode="drop", out_sharding=explicit.same(s.policy_mask)),
@@ -702,7 +732,10 @@ def _decode_loop(params, state: _LoopState, key, row0, *, cfg: ModelConfig, scfg
     return state
 
 
-def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: SamplerConfig) -> Rollout:
+def finish_rollout(s: LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: SamplerConfig) -> Rollout:
+    """The ``Rollout`` of a finished loop state: tokens / masks / log-probs zeroed past each row's
+    length ``s.cur``, positions = max(cumsum(valid) − 1, 0); ``prev`` and ``resumed [R]`` (a resumed
+    turn): rows not resumed keep ``prev``'s flags."""
     L = s.tokens.shape[1]
     idx = jnp.arange(L)[None, :]
     valid = idx < s.cur[:, None]
@@ -725,31 +758,35 @@ def _finish(s: _LoopState, prompt_lengths, prev: Rollout | None, resumed, scfg: 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "scfg", "mesh", "return_cache"))
 @explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
-def _sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
+def sample_jit(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig, mesh,
                 return_cache: bool = True):
     s = _sample_state(params, tokens, lengths, key, budget, row0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_parts(s.cache, cfg.dtype) if return_cache else None)
+    return finish_rollout(s, lengths.astype(jnp.int32), None, None, scfg), (_stack_parts(s.cache, cfg.dtype) if return_cache else None)
 
 
 def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelConfig, scfg: SamplerConfig,
-                  mesh) -> _LoopState:
+                  mesh) -> LoopState:
     """Prefill and the decode loop; the final loop state (``step`` = decode steps run: the loop
     exits as soon as every row has stopped, tested). ``budget [R]``: tokens each row may generate;
     ``row0``: index of the first row in the whole batch (per-row keys, ``row_chunk``)."""
     R, P = tokens.shape
     L = P + scfg.max_new_tokens
     parts = _row_parts(R, mesh, scfg)
+    G = scfg.prefill_group
+    first = (lambda x: x) if G == 1 else (lambda x: _group_firsts(x, G))  # one row per group prefilled
+    spread = (lambda x, axis, head_axis=None: x) if G == 1 else functools.partial(_repeat_rows, G=G)
     w = None
     if _long_prefill(P, cfg, parts):  # the prefill writes the decode layout itself (no stacked copy)
-        w = _decode_weights(params, cfg)
-        logits, split = _prefill_blocks(w, tokens, lengths, bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
-        split = (split,)
+        w = _weights(params, cfg, scfg)
+        logits, split = _prefill_blocks(w, first(tokens), first(lengths), bounds=_blocks(P, scfg), cfg=cfg, mesh=mesh)
+        split = (jax.tree.map(lambda c: _constrain(spread(c, 0, 1), mesh, 0, 1), split),)
     else:
-        logits, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=L)
-        split = _split_parts(cache, _blocks(P, scfg), mesh, parts)
+        logits, cache = model_lib.prefill(params, first(tokens), first(lengths), cfg=cfg, max_len=L)
+        split = _split_parts(jax.tree.map(lambda c: spread(c, 1, 3), cache), _blocks(P, scfg), mesh, parts)
+    logits = spread(logits, 0)
     buf = jnp.pad(tokens.astype(jnp.int32), ((0, 0), (0, L - P)), constant_values=scfg.pad_id)
     zeros = jnp.zeros((R, L), jnp.float32)
-    state = _LoopState(
+    state = LoopState(
         step=jnp.zeros((), jnp.int32), tokens=_constrain(buf, mesh),
         policy_mask=jnp.zeros((R, L), bool), logprobs=zeros, sampling_logprobs=zeros,
         cur=lengths.astype(jnp.int32), n_new=jnp.zeros((R,), jnp.int32),
@@ -757,6 +794,34 @@ def _sample_state(params, tokens, lengths, key, budget, row0=0, *, cfg: ModelCon
         logits=logits, cache=split,
     )
     return _decode_loop(params, state, key, row0, cfg=cfg, scfg=scfg, mesh=mesh, w=w)
+
+
+def _group_firsts(x: jax.Array, G: int) -> jax.Array:
+    """Row 0 of every group of ``G`` consecutive rows: x [R, ...] -> [R / G, ...] (under an explicit
+    mesh in an ``auto_axes`` region, the output's rows split over the batch axes)."""
+    take = lambda y: y[::G]  # noqa: E731
+    if explicit.explicit_mesh() is None:
+        return take(x)
+    return jax.sharding.auto_axes(take, out_sharding=explicit.rows_heads_spec(x.ndim))(x)
+
+
+def _repeat_rows(x: jax.Array, axis: int, head_axis: int | None = None, *, G: int) -> jax.Array:
+    """Each row (along ``axis``) repeated ``G`` times: a group's prefill broadcast to its G rows.
+    Under an explicit mesh in an ``auto_axes`` region, rows split over the batch axes and the KV
+    cache's ``head_axis`` over ``tensor`` where ``explicit.head_split`` splits it."""
+    rep = lambda y: jnp.repeat(y, G, axis=axis)  # noqa: E731
+    if explicit.explicit_mesh() is None:
+        return rep(x)
+    heads = None if head_axis is None else explicit.head_split(x.shape[head_axis])
+    return jax.sharding.auto_axes(rep, out_sharding=explicit.rows_heads_spec(x.ndim, row_axis=axis, head_axis=head_axis,
+                                                                             heads=heads))(x)
+
+
+def _weights(params: Params, cfg: ModelConfig, scfg: SamplerConfig) -> Params:
+    """The decode loop's weights (``SamplerConfig.weights_layout``): ``qwen3.decode_weights`` (joined,
+    split per layer once per call: a second copy of the matmul weights) or the parameters as they
+    are (the training layout, sliced per layer inside each step)."""
+    return model_lib.decode_weights(params, cfg) if scfg.weights_layout == "joined" else params
 
 
 def _blocks(P: int, scfg: SamplerConfig) -> tuple[int, ...]:
@@ -773,7 +838,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
     T = scfg.max_new_tokens
     L = L0 + O + T
     grow = lambda x, v: jnp.pad(x, ((0, 0), (0, L - L0)), constant_values=v)
-    cache = jax.tree.map(lambda c: _constrain(jnp.pad(c, ((0, 0), (0, 0), (0, L - L0), (0, 0), (0, 0))), mesh, 1),
+    cache = jax.tree.map(lambda c: _constrain(jnp.pad(c, ((0, 0), (0, 0), (0, L - L0), (0, 0), (0, 0))), mesh, 1, 3),
                          cache)
     resumed = obs_lengths > 0  # [R]
     pos = prev.lengths[:, None] + jnp.arange(O, dtype=jnp.int32)[None, :]  # [R, O]
@@ -786,7 +851,7 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
     tokens = tokens.at[rows, jnp.where(write, pos, L)].set(obs.astype(jnp.int32), mode="drop",
                                                            out_sharding=explicit.same(tokens))
     cur = prev.lengths + obs_lengths.astype(jnp.int32)
-    state = _LoopState(
+    state = LoopState(
         step=jnp.zeros((), jnp.int32), tokens=_constrain(tokens, mesh),
         policy_mask=grow(prev.policy_mask, False), logprobs=grow(prev.logprobs, 0.0),
         sampling_logprobs=grow(prev.sampling_logprobs, 0.0),
@@ -795,13 +860,15 @@ def _resume_jit(params, prev: Rollout, cache, obs, obs_lengths, key, *, cfg: Mod
         cache=_split_parts(cache, _blocks(L0 + O, scfg), mesh, _row_parts(R, mesh, scfg)),
     )
     s = _decode_loop(params, state, key, 0, cfg=cfg, scfg=scfg, mesh=mesh)
-    return _finish(s, prev.prompt_lengths, prev, resumed, scfg), _stack_parts(s.cache, cfg.dtype)
+    return finish_rollout(s, prev.prompt_lengths, prev, resumed, scfg), _stack_parts(s.cache, cfg.dtype)
 
 
 # ----------------------------------------------------------------------------- public API
 
 
-def _validate_rows(name, tokens, lengths, cfg: ModelConfig, *, allow_empty: bool):
+def validate_rows(name, tokens, lengths, cfg: ModelConfig, *, allow_empty: bool):
+    """Host copies of ``tokens [R, P]`` and ``lengths [R]`` after the checks every entry point makes
+    (rank, integer ids inside the vocabulary, lengths in [1 or 0, P]); a ValueError naming ``name``."""
     tokens_np, lengths_np = np.asarray(tokens), np.asarray(lengths)
     if tokens_np.ndim != 2:
         raise ValueError(f"{name} must be [R, P], got shape {tokens_np.shape}")
@@ -855,6 +922,26 @@ def _place_all_rows(mesh, params, *arrays):
             *(shard_rows(a, data_sharding(mesh, np.ndim(a))) for a in arrays))
 
 
+def _check_groups(padded: np.ndarray, lengths: np.ndarray, chunk: int, mesh, scfg: SamplerConfig) -> None:
+    """``SamplerConfig.prefill_group`` G's promises, on the host: G divides the rows of a call, each
+    group's rows are equal (tokens within the length, lengths), on a mesh R / G splits evenly."""
+    G = scfg.prefill_group
+    if G == 1:
+        return
+    R = lengths.shape[0]
+    if chunk % G or R % G:
+        raise ValueError(f"SamplerConfig.prefill_group={G} must divide the rows of a call ({R}, row_chunk {chunk})")
+    grouped = padded.reshape(R // G, G, -1)
+    if np.any(lengths.reshape(-1, G) != lengths.reshape(-1, G)[:, :1]) or np.any(grouped != grouped[:, :1]):
+        raise ValueError(f"SamplerConfig.prefill_group={G}: the rows of each group of {G} must be equal "
+                         f"(one prompt + prefix per group)")
+    if mesh is not None:
+        n_dev = batch_size_multiple(mesh)
+        if (chunk // G) % n_dev:
+            raise ValueError(f"SamplerConfig.prefill_group={G}: rows per call / G = {chunk // G} must be divisible "
+                             f"by the mesh's batch shards {n_dev}")
+
+
 def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig, scfg: SamplerConfig,
            mesh: Mesh | None = None, return_cache: bool = False, budget=None):
     """Generates up to ``scfg.max_new_tokens`` tokens after each row of ``tokens [R, P]``.
@@ -876,7 +963,7 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
     Raises:
       ValueError on bad shapes, empty rows, out-of-vocabulary ids, or ``P_bucket + T > scfg.max_len``.
     """
-    tokens_np, lengths_np = _validate_rows("tokens", tokens, lengths, cfg, allow_empty=False)
+    tokens_np, lengths_np = validate_rows("tokens", tokens, lengths, cfg, allow_empty=False)
     padded = pad_to_bucket(tokens_np, lengths_np, pad_id=scfg.pad_id, buckets=scfg.buckets)
     need = padded.shape[1] + scfg.max_new_tokens
     if scfg.max_len is not None and need > scfg.max_len:
@@ -896,6 +983,7 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
                              f"[{budget_np.min()}, {budget_np.max()}]")
     R = lengths_np.shape[0]
     chunk = R if scfg.row_chunk is None else min(int(scfg.row_chunk), R)
+    _check_groups(padded, lengths_np, chunk, mesh, scfg)
     core = dataclasses.replace(scfg, row_chunk=None)  # chunked and whole calls share one compile
     if mesh is not None and scfg.row_chunk is not None:
         ax = batch_axes(mesh)
@@ -913,7 +1001,7 @@ def sample(params: Params, tokens, lengths, key: jax.Array, *, cfg: ModelConfig,
     for c in range(n_chunks):
         sl = slice(c * chunk, (c + 1) * chunk)
         p_j, tok_j, len_j, bud_j = _place(mesh, params, padded[sl], lengths_np[sl], budget_np[sl])
-        parts.append(_sample_jit(p_j, tok_j, len_j, key, bud_j, np.int32(c * chunk), cfg=cfg, scfg=core,
+        parts.append(sample_jit(p_j, tok_j, len_j, key, bud_j, np.int32(c * chunk), cfg=cfg, scfg=core,
                                  mesh=mesh, return_cache=return_cache))
     if n_chunks == 1:
         rollout, cache = parts[0]
@@ -954,7 +1042,7 @@ def append_and_resume(params: Params, rollout: Rollout, obs_tokens, obs_lengths,
     donated) only the observation tokens are run through the model; with ``cache=None`` the whole
     conversation is re-prefilled. Returns a ``Rollout`` widened by ``O + T`` (or ``(Rollout, cache)``).
     """
-    obs_np, ol_np = _validate_rows("obs_tokens", obs_tokens, obs_lengths, cfg, allow_empty=True)
+    obs_np, ol_np = validate_rows("obs_tokens", obs_tokens, obs_lengths, cfg, allow_empty=True)
     R, L0 = rollout.tokens.shape
     if obs_np.shape[0] != R:
         raise ValueError(f"obs_tokens has {obs_np.shape[0]} rows, the rollout has {R}")
@@ -992,4 +1080,4 @@ def _resume_by_prefill(params, rollout: Rollout, obs_np, ol_np, key, *, cfg, scf
 @explicit.in_mesh  # an explicit-axes mesh: shardings are in the traced types
 def _prefill_jit(params, tokens, lengths, *, cfg, mesh):
     _, cache = model_lib.prefill(params, tokens, lengths, cfg=cfg, max_len=tokens.shape[1])
-    return jax.tree.map(lambda c: _constrain(c, mesh, 1), cache)
+    return jax.tree.map(lambda c: _constrain(c, mesh, 1, 3), cache)

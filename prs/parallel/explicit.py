@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from prs.parallel.sharding import DATA_AXIS, FSDP_AXIS
+from prs.parallel.sharding import DATA_AXIS, FSDP_AXIS, TENSOR_AXIS
 
 BATCH_AXES = (DATA_AXIS, FSDP_AXIS)  # the mesh axes that split rows (as prs.parallel.sharding.batch_axes)
 
@@ -163,14 +163,16 @@ def keep_rows(x: jax.Array) -> jax.Array:
     return x if spec(x) == want else jax.sharding.reshard(x, P(*want))
 
 
-def zeros(shape: tuple[int, ...], dtype, *, row_axis: int = 0) -> jax.Array:
+def zeros(shape: tuple[int, ...], dtype, *, row_axis: int = 0, head_axis: int | None = None) -> jax.Array:
     """``jnp.zeros(shape, dtype)``; under an explicit mesh with axis ``row_axis`` split over the
-    batch axes (``row_spec``), e.g. the KV cache ``[L, R, S, Kv, H]`` with ``row_axis=1``."""
+    batch axes (``row_spec``), e.g. the KV cache ``[L, R, S, Kv, H]`` with ``row_axis=1``, and axis
+    ``head_axis`` over ``tensor`` where ``head_split`` splits its heads (the cache's ``Kv``)."""
     am = explicit_mesh()
     if am is None:
         return jnp.zeros(shape, dtype)
-    r = row_spec(am, 1)[0]
-    return jnp.zeros(shape, dtype, out_sharding=P(*([None] * row_axis), r))
+    heads = None if head_axis is None else head_split(shape[head_axis])
+    return jnp.zeros(shape, dtype, out_sharding=rows_heads_spec(len(shape), row_axis=row_axis,
+                                                                head_axis=head_axis, heads=heads))
 
 
 def same(x: jax.Array):
@@ -178,3 +180,49 @@ def same(x: jax.Array):
     update ``x.at[...].set(..., out_sharding=same(x))`` (a scatter whose indices are split like the
     rows of ``x``), a no-op argument without an explicit mesh."""
     return None if explicit_mesh() is None else jax.typeof(x).sharding
+
+
+def head_split(n_heads: int, mesh=None):
+    """The mesh axis that splits an attention head axis of ``n_heads`` heads (the KV cache's
+    ``Kv`` and its queries' ``K``, Megatron's head-parallel attention): ``tensor`` under an explicit
+    mesh (``mesh``, else the context's) whose ``tensor`` axis is > 1 and divides ``n_heads``; else
+    None (rows-only layout: no explicit mesh, an Auto mesh, no ``tensor`` split, or heads it does
+    not divide)."""
+    am = explicit_mesh() if mesh is None else (mesh.abstract_mesh if has_explicit_axes(mesh) else None)
+    if am is None or TENSOR_AXIS not in am.axis_names:
+        return None
+    t = am.shape[TENSOR_AXIS]
+    return TENSOR_AXIS if t > 1 and n_heads % t == 0 else None
+
+
+def rows_heads_spec(ndim: int, *, row_axis: int = 0, head_axis: int | None = None, heads=None, mesh=None) -> P:
+    """``PartitionSpec`` of an array whose axis ``row_axis`` is split over the batch axes and whose
+    axis ``head_axis`` over ``heads`` (``head_split``'s answer; None: whole)."""
+    am = explicit_mesh() if mesh is None else mesh.abstract_mesh
+    spec = [None] * ndim
+    spec[row_axis] = row_spec(am, 1)[0]
+    if head_axis is not None:
+        spec[head_axis] = heads
+    return P(*spec)
+
+
+def constrain_rows_heads(x: jax.Array, *, row_axis: int = 0, head_axis: int, heads) -> jax.Array:
+    """Under an explicit mesh: ``x`` resharded to ``rows_heads_spec`` (rows over the batch axes,
+    the head axis over ``heads``, the rest whole); else ``x``."""
+    if explicit_mesh() is None:
+        return x
+    want = rows_heads_spec(x.ndim, row_axis=row_axis, head_axis=head_axis, heads=heads)
+    return x if spec(x) == tuple(want) else jax.sharding.reshard(x, want)
+
+
+def per_shard(fn: Callable, args: tuple, in_specs: tuple, out_specs):
+    """``fn(*args)`` run on each device's own block (``jax.shard_map`` over the context's explicit
+    mesh, ``in_specs`` / ``out_specs`` the blocks' ``PartitionSpec`` trees): for the attention of a
+    KV cache split over rows and heads, whose every op is local to a (rows, heads) block. Inside,
+    the helpers above are the plain ops (the axes are manual there)."""
+    def place(want, x):
+        full = tuple(want) + (None,) * (jnp.ndim(x) - len(want))
+        return x if spec(x) == full else jax.sharding.reshard(x, want)
+
+    args = jax.tree.map(place, tuple(in_specs), tuple(args), is_leaf=lambda x: isinstance(x, P))
+    return jax.shard_map(fn, mesh=explicit_mesh(), in_specs=tuple(in_specs), out_specs=out_specs, check_vma=False)(*args)

@@ -99,7 +99,7 @@ class SamplingSettings:
       temperature, top_k, top_p: training rollouts' sampling (evaluation: ``eval_temperature``,
         no truncation).
       max_new_tokens: tokens per single-turn response; None: the task's own budget.
-      row_chunk, row_parts: ``prs.models.sampler.SamplerConfig``'s.
+      row_chunk, row_parts, attend_buckets: ``prs.models.sampler.SamplerConfig``'s.
       continuous_slots: continuous batching over this many slots (one device), or None.
       engine: the rollout engine's name (``prs.rollout.engine.ENGINES``).
       engine_dtype: the dtype name another engine than jax runs in (``bfloat16`` or ``float32``).
@@ -112,6 +112,7 @@ class SamplingSettings:
     max_new_tokens: int | None = None
     row_chunk: int | None = None
     row_parts: int | None = 1
+    attend_buckets: tuple[int, ...] | None = None
     continuous_slots: int | None = None
     engine: str = "jax"
     engine_dtype: str = "float32"
@@ -167,7 +168,7 @@ class SingleTurnRollouts:
         scfg = SamplerConfig(max_new_tokens=t_new, temperature=sampling.temperature, top_k=sampling.top_k,
                              top_p=sampling.top_p, eos_id=task.eos_id, pad_id=task.pad_id,
                              buckets=(prompt_w, prompt_w + t_new), row_chunk=sampling.row_chunk,
-                             row_parts=sampling.row_parts)
+                             row_parts=sampling.row_parts, attend_buckets=sampling.attend_buckets)
         eval_scfg = dataclasses.replace(scfg, temperature=sampling.eval_temperature, top_k=0, top_p=1.0)
         if sampling.continuous_slots is not None and mesh is not None:
             raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")

@@ -99,6 +99,10 @@ class RLConfig:
       row_parts: ``SamplerConfig.row_parts`` (the decode step's cache writes and attention in this
         many concurrent row parts; 1: one, the program committed runs replay; ``None``: 2 on a
         single device for an even R >= 8). Same tokens; log-probs move by float rounding.
+      attend_buckets: ``SamplerConfig.attend_buckets`` (the decode loop in segments, each attending
+        only the cache slots it can have filled, the smallest of these lengths that holds them);
+        ``None``: every step attends the whole cache. Same tokens; log-probs move by float rounding.
+        Not with ``continuous_slots``.
       continuous_slots: sample with continuous batching over this many decode slots
         (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
         row; same tokens as static sampling, per-row key streams); ``None``: static batches.
@@ -178,6 +182,7 @@ class RLConfig:
     max_new_tokens: int | None = None
     row_chunk: int | None = None
     row_parts: int | None = 1
+    attend_buckets: tuple[int, ...] | None = None
     continuous_slots: int | None = None
     eval_count: int = 256
     eval_samples: int = 2
@@ -227,6 +232,16 @@ class RLConfig:
         if self.row_parts is not None and (isinstance(self.row_parts, bool) or not isinstance(self.row_parts, int)
                                            or self.row_parts < 1):
             raise ValueError(f"RLConfig.row_parts (sampler.row_parts) must be None or an integer >= 1, got {self.row_parts!r}")
+        if self.attend_buckets is not None:
+            ab = self.attend_buckets
+            if (isinstance(ab, (str, bytes)) or not hasattr(ab, "__iter__") or not len(ab)
+                    or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in ab)):
+                raise ValueError(f"RLConfig.attend_buckets (sampler.attend_buckets) must be None or a non-empty list of "
+                                 f"integers >= 1, got {ab!r}")
+            object.__setattr__(self, "attend_buckets", tuple(sorted({int(b) for b in ab})))
+            if self.continuous_slots is not None:
+                raise ValueError("RLConfig.attend_buckets (sampler.attend_buckets) needs continuous_slots=None "
+                                 "(continuous batching's rows start at different steps)")
         if self.continuous_slots is not None and (isinstance(self.continuous_slots, bool)
                                                   or not isinstance(self.continuous_slots, int) or self.continuous_slots < 1):
             raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots) must be None or an integer >= 1, "
@@ -265,7 +280,7 @@ class RLConfig:
         return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                                 eval_temperature=self.eval_temperature, max_new_tokens=self.max_new_tokens,
                                 row_chunk=self.row_chunk, row_parts=self.row_parts,
-                                continuous_slots=self.continuous_slots, engine=self.rollout_engine,
+                                attend_buckets=self.attend_buckets, continuous_slots=self.continuous_slots, engine=self.rollout_engine,
                                 engine_dtype="bfloat16" if self.sampling_dtype == "bfloat16" else "float32")
 
 
