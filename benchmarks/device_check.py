@@ -25,7 +25,7 @@ check and each reads a clean ``peak_bytes_in_use``; in-process with ``--cpu``):
   MFU = 3 · forward matmul FLOPs (causal attention over the average W/2 keys; remat's recompute
   not counted, as MFU is defined) / time / peak bf16 FLOP/s; then the prs forward (hidden states +
   chunked LM head log-probs) on ``fwd_rows`` rows, timed, its log-probs kept for torch.
-* ``sampling``: the sampler (``prs.models.sampler._sample_jit``, bf16 copy, greedy, no stop id so
+* ``sampling``: the sampler (``prs.models.sampler.sample_jit``, bf16 copy, greedy, no stop id so
   every row generates its budget) on a fresh call (R rows of ragged prompts in the P bucket, T new
   tokens) and a Prefix Sampling re-roll call (rows of prompt + prefix in the P + T bucket: P + 2T
   cache slots): ``prs.plan``'s ``sampling_total`` against ``memory_analysis()`` and the peak;
@@ -433,7 +433,7 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
 
 
 def _sampler_run(params, tokens, lengths, budget, *, cfg, scfg, repeats: int):
-    """One compiled sampler program (``_sample_jit``, as ``prs.models.sampler.sample`` calls it) ->
+    """One compiled sampler program (``sample_jit``, as ``prs.models.sampler.sample`` calls it) ->
     (Memory, first-call seconds incl. compile, best call seconds, rollout)."""
     import jax
     import numpy as np
@@ -443,7 +443,7 @@ def _sampler_run(params, tokens, lengths, budget, *, cfg, scfg, repeats: int):
     key = jax.random.key(0)
     args = (params, tokens, lengths, key, budget, np.int32(0))
     t0 = time.perf_counter()
-    compiled = S._sample_jit.lower(*args, cfg=cfg, scfg=scfg, mesh=None, return_cache=False).compile()
+    compiled = S.sample_jit.lower(*args, cfg=cfg, scfg=scfg, mesh=None, return_cache=False).compile()
     compile_s = time.perf_counter() - t0
     mem = compiled_memory(compiled, compile_s)
     ro, _ = jax.block_until_ready(compiled(*args))
