@@ -274,3 +274,15 @@ def test_oracle_rollouts_replace_low_k_groups_with_correct_prefix_rerolls():
     pm = np.asarray(tr.rollouts.rollout(tr.sampling_params(state.params), pr, jax.random.PRNGKey(3),
                                         group_size=4).policy_mask)
     assert not pm[:, : int(pr.prompt_len.max()) + 4].any()     # the replayed prefix is never trained on
+
+
+def test_arms_share_one_warm_start_key():
+    from prs.rl.runner import _hash
+
+    base = make_task("arith_deep", easy_steps=12)
+    for arm in (dict(oracle_max_k=2), dict(fixed_cut=True)):
+        assert _hash(make_task("arith_deep", easy_steps=12, **arm).warm_start_key) == _hash(base.warm_start_key)
+    assert _hash(make_task("arith_deep", easy_steps=2).warm_start_key) != _hash(base.warm_start_key)
+    rec = make_task("arith_recovery")
+    assert _hash(make_task("arith_recovery", oracle_min_k=6, eval_fault_rate=1.0).warm_start_key) == _hash(rec.warm_start_key)
+    assert _hash(make_task("arith_recovery", fault_rate=0.2).warm_start_key) != _hash(rec.warm_start_key)

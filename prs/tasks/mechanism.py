@@ -302,6 +302,11 @@ class DeepTask(ArithTask):
                          digit0_id=v.digit0_id, sep_id=v.sep_id, answer_id=v.answer_id, eos_id=v.eos_id)
         return r.reshape(-1, group_size)
 
+    @property
+    def warm_start_key(self):
+        """What the warm start depends on: not the arm options (every arm of a chain length shares one)."""
+        return dataclasses.replace(self, oracle_max_k=-1, fixed_cut=False)
+
     def make_rollouts(self, trainer):
         if self.oracle_max_k < 0 and not self.fixed_cut:
             return SingleTurnRollouts(trainer)
@@ -485,6 +490,11 @@ class RecoveryTask(ArithTask):
             tokens[i, p: p + len(sol)] = sol
             mask[i, p: p + len(sol)] = True
         return tokens, mask
+
+    @property
+    def warm_start_key(self):
+        """What the warm start depends on: not the arm option nor the evaluation's fault rate."""
+        return dataclasses.replace(self, oracle_min_k=-1, eval_fault_rate=0.5)
 
     def make_rollouts(self, trainer):
         return OracleRollouts(trainer) if self.oracle_min_k >= 0 else SingleTurnRollouts(trainer)
