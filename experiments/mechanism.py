@@ -75,8 +75,10 @@ def _latest_params(run_dir: pathlib.Path):
     steps = sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit())
     if not steps:
         raise SystemExit(f"error: no checkpoint in {ck}")
-    tree = ocp.StandardCheckpointer().restore(ck / str(steps[-1]) / "default")
-    return tree["params"], steps[-1]
+    tree = ocp.StandardCheckpointer().restore((ck / str(steps[-1]) / "default").resolve())
+    # a TrainState saved without a restore target comes back as a dict or a list (orbax)
+    params = tree["params"] if isinstance(tree, dict) else tree[1]  # TrainState field 1: params
+    return params, steps[-1]
 
 
 def _build(overrides: list[str]):

@@ -286,3 +286,15 @@ def test_arms_share_one_warm_start_key():
     rec = make_task("arith_recovery")
     assert _hash(make_task("arith_recovery", oracle_min_k=6, eval_fault_rate=1.0).warm_start_key) == _hash(rec.warm_start_key)
     assert _hash(make_task("arith_recovery", fault_rate=0.2).warm_start_key) != _hash(rec.warm_start_key)
+
+
+def test_fixed_cut_puts_every_reroll_just_before_the_hard_step():
+    pr = DEEP.train_problems(seed=0, step=0, count=3)
+    fixed = make_task("arith_deep", easy_steps=12, fixed_cut=True)
+    cut = np.array([5, 9, 27])
+    assert DEEP.fixed_cuts(pr, None, cut).tolist() == [5, 9, 27]          # off: the controller's cuts
+    assert fixed.fixed_cuts(pr, None, cut).tolist() == [24, 24, 24]       # 12 values and their commas
+    src, c = fixed.oracle_source(pr, seed=0)
+    v = fixed.cfg.vocab
+    text = v.decode(src[0, : pr.prompt_len[0] + c[0]])
+    assert text.split("=")[1].count(",") == 12 and text.endswith(",")
