@@ -68,17 +68,20 @@ def guesser_report() -> dict:
     return out
 
 
-def _latest_params(run_dir: pathlib.Path):
+def _checkpoint_params(run_dir: pathlib.Path):
+    """``[(step, params)]`` of every checkpoint the run directory keeps."""
     import orbax.checkpoint as ocp
 
     ck = run_dir / "checkpoints"
-    steps = sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit())
+    steps = sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) if ck.exists() else []
     if not steps:
         raise SystemExit(f"error: no checkpoint in {ck}")
-    tree = ocp.StandardCheckpointer().restore((ck / str(steps[-1]) / "default").resolve())
-    # a TrainState saved without a restore target comes back as a dict or a list (orbax)
-    params = tree["params"] if isinstance(tree, dict) else tree[1]  # TrainState field 1: params
-    return params, steps[-1]
+    out = []
+    for s in steps:
+        tree = ocp.StandardCheckpointer().restore((ck / str(s) / "default").resolve())
+        # a TrainState saved without a restore target comes back as a dict or a list (orbax)
+        out.append((s, tree["params"] if isinstance(tree, dict) else tree[1]))  # TrainState field 1: params
+    return out
 
 
 def _build(overrides: list[str]):
@@ -112,11 +115,10 @@ def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples
         task, model_cfg, _, _, run_cfg = _build(ov)
         probs = task.eval_problems(count=problems)
         rows = []
-        if d is not None:
-            params, step = _latest_params(d)
-            rows.append((f"{name} @ step {step}", params))
         rows.append((f"warm start of {name}", base_params(task, model_cfg, run_cfg, pathlib.Path(run_cfg.base_dir),
                                                           log=lambda *_: None)))
+        if d is not None:
+            rows += [(f"{name} @ step {step}", params) for step, params in _checkpoint_params(d)]
         for label, params in rows:
             rep = teacher_forced_hard_accuracy(params, probs, task.cfg, model_cfg=model_cfg, samples=samples,
                                                key=jax.random.PRNGKey(0))
