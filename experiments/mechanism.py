@@ -3,6 +3,7 @@
     python -m experiments.mechanism guesser --out results/mechanism/guesser.json
     python -m experiments.mechanism tf RUN_DIR [RUN_DIR ...] --problems 512 --samples 4
     python -m experiments.mechanism tf --base +experiment=mechanism_deep task.params.easy_steps=12
+    python -m experiments.mechanism table RUN_DIR [RUN_DIR ...] --tf results/mechanism/pilot_tf_*.json
 
 ``guesser``: the best lookup-table predictor from surface features of the question (length, first
 term, last two terms: the multiplier and the last addend), fitted on 20,000 training problems and
@@ -128,6 +129,33 @@ def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples
     return out
 
 
+def pilot_table(runs: list[str], tf_files: list[str]) -> str:
+    """Markdown: per run, the held-out pass@1 and the hard step's accuracy on the policy's own correct
+    prefixes at each evaluation, generated tokens and oracle groups per step, and the teacher-forced
+    hard-step accuracy (E[q], 512 x 4) of each kept checkpoint from the ``tf`` reports."""
+    tf = {}
+    for f in tf_files:
+        for r in json.loads(pathlib.Path(f).read_text()):
+            tf[r["what"]] = r
+    lines = ["| run | eval steps | held-out pass@1 | hard acc. on own correct prefix (eval) | gen. tokens / step | "
+             "oracle groups / step | teacher-forced hard acc. E[q] (step) |", "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        d = pathlib.Path(r)
+        recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        ev = [m for m in recs if "eval/pass_at_1" in m]
+        tr = [m for m in recs if "tokens_generated" in m]
+        og = [m.get("mech/oracle_groups", 0) for m in tr]
+        tfs = sorted((int(k.rsplit(" ", 1)[1]), v["expected"]) for k, v in tf.items() if k.startswith(f"{r} @ step"))
+        base = tf.get(f"warm start of {r}")
+        tft = ([f"{base['expected']:.3f} (0)"] if base else []) + [f"{q:.3f} ({st})" for st, q in tfs]
+        steps = ", ".join(str(m["step"]) for m in ev)
+        p1 = ", ".join(f"{m['eval/pass_at_1']:.3f}" for m in ev)
+        hr = ", ".join(f"{m.get('eval/mech/hard_acc_on_reach') or 0:.3f}" for m in ev)
+        lines.append(f"| `{d.name}` | {steps} | {p1} | {hr} | {np.mean([m['tokens_generated'] for m in tr]):.0f} | "
+                     f"{np.mean(og):.1f} | {', '.join(tft)} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m experiments.mechanism", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -139,7 +167,13 @@ def main(argv=None):
     t.add_argument("--problems", type=int, default=512)
     t.add_argument("--samples", type=int, default=4)
     t.add_argument("--out", default=None)
+    pt = sub.add_parser("table")
+    pt.add_argument("runs", nargs="+")
+    pt.add_argument("--tf", nargs="*", default=[])
     a = ap.parse_args(argv)
+    if a.cmd == "table":
+        print(pilot_table(a.runs, a.tf))
+        return
     if a.cmd == "guesser":
         rep = guesser_report()
     else:

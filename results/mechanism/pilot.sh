@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-python}
 STEPS=${STEPS:-20}
 common=(+experiment=mechanism_deep task.params.easy_steps=${E:-12} method=baseline seed=${SEED:-0} steps=$STEPS
+        task.params.demo_hard_error_rate=${H:-0.7}
         sft.base_dir=$PWD/results/mechanism/base "hydra.run.dir=results/mechanism/runs/\${name}")
 $PY -m experiments.train "${common[@]}" task.params.oracle_max_k=-1 &
 $PY -m experiments.train "${common[@]}" task.params.oracle_max_k=2 &
