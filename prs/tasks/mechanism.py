@@ -548,15 +548,19 @@ class RecoveryTask(ArithTask):
 
 
 def recovery_config(*, n_terms: int = 6, modulus: int = 10, demo_error_rate: float = 0.03,
-                    demo_fix_rate: float = 0.5, eval_every: int = 8) -> ArithConfig:
-    """The ``ArithConfig`` of the recovery task: additions only, ``n_terms`` terms, one restart."""
+                    demo_fix_rate: float = 0.5, eval_every: int = 8,
+                    warm_start_min_terms: int | None = None) -> ArithConfig:
+    """The ``ArithConfig`` of the recovery task: additions only, ``n_terms`` terms, one restart;
+    ``warm_start_min_terms``: the warm start also sees chains down to that length (its draft
+    length permitting), a curriculum for the running sum."""
     return ArithConfig(min_terms=n_terms, max_terms=n_terms, modulus=modulus, demo_error_rate=demo_error_rate,
-                       demo_fix_rate=demo_fix_rate, max_fix_delay=1, max_restarts=1, eval_every=eval_every)
+                       demo_fix_rate=demo_fix_rate, max_fix_delay=1, max_restarts=1, eval_every=eval_every,
+                       warm_start_min_terms=warm_start_min_terms)
 
 
 def _recovery(**params) -> RecoveryTask:
     own = {"draft_steps", "fault_rate", "eval_fault_rate", "oracle_min_k"}
-    known = {"n_terms", "modulus", "demo_error_rate", "demo_fix_rate", "eval_every"} | own
+    known = {"n_terms", "modulus", "demo_error_rate", "demo_fix_rate", "eval_every", "warm_start_min_terms"} | own
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"task 'arith_recovery': unknown parameter(s) {unknown}; known: {sorted(known)}")
