@@ -98,6 +98,17 @@ STUDIES = (
           "1.40x was the summed re-roll gradient (averaged: 0.98x); 2x lr beats PS-ada everywhere. The "
           "shared learner closes half its gap in about 4 steps, so these speed-ups rest on the first ~10 steps: "
           "a weak test-bed for speed."),
+    Study("mechanism", "Where Prefix Sampling's mechanisms should act: deep-horizon and recovery tasks",
+          "On a task whose hard step comes last after many easy ones, does PS (a success prefix cut before the "
+          "hard step) beat the no-prefix re-roll by >= 1.5x in hard-step accuracy steps on the long chain and "
+          "<= 1.15x on the short one; on a task with injected faults, does easy-side PS raise the recovery rate "
+          "over extra rollouts?",
+          "python -m experiments.mechanism guesser --out results/mechanism/guesser.json\n"
+          "E=2 H=0.7 SEED=0 STEPS=40 experiments/mechanism_pilot.sh   # oracle vs baseline, then teacher-forced accuracy",
+          "Not yet tested: the tasks, arms and metrics are built and the predictions stated, but the long chain's "
+          "and the recovery task's warm starts did not reach their calibration targets (base pass 0.001 and 0.09 "
+          "against 0.7-0.9), so only the short chain (E = 2) has a pilot: oracle vs baseline hard-step accuracy "
+          "0.538 vs 0.510 and 0.572 vs 0.608 at step 40 (2 seeds), no difference, as predicted there."),
 )
 
 

@@ -345,9 +345,10 @@ class Trainer:
         if make is not None:
             self.rollouts = make(model_cfg=model_cfg, sampling=rl.sampling, mesh=mesh)
         else:
-            self.rollouts = SingleTurnRollouts.from_settings(task, rl.sampling, model_cfg=model_cfg, mesh=mesh,
-                                                             reroll_budget=rl.reroll_budget,
-                                                             logits_chunk=rl.logits_chunk)
+            # a single-turn task may name a SingleTurnRollouts subclass (its own prefix sources: prs.tasks.mechanism)
+            cls = getattr(task, "rollouts_class", SingleTurnRollouts)
+            self.rollouts = cls.from_settings(task, rl.sampling, model_cfg=model_cfg, mesh=mesh,
+                                              reroll_budget=rl.reroll_budget, logits_chunk=rl.logits_chunk)
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.schedule = schedule.make_schedule(task, rl, prefix, seed=self.seed, width=self.width)

@@ -55,7 +55,9 @@ from prs.tasks.vocab import HARD_VOCAB, TIMES, VOCAB, Vocab
 _SPLITS = {"train": 0, "eval": 1, "all": 2}
 HARD_OPS = ("none", "late", "early", "uniform")
 # fields added after the plain task -> their defaults (shown by __repr__ only when set)
-_HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None, "warm_start_min_terms": None}
+_HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None, "warm_start_min_terms": None,
+                "hard_multipliers": None}
+MAX_TERMS = 16  # the longest chain (15 steps); the held-out hash packs (m + 1)^n < 2^64
 EVAL_SEED = 20_260_505  # seed of the fixed held-out evaluation set (offset by ``eval_problems(seed=)``)
 
 
@@ -65,7 +67,7 @@ class ArithConfig:
 
     Attributes:
       min_terms, max_terms: the number of terms ``n`` per problem lies in ``[min_terms, max_terms]``
-        (``2 <= min_terms <= max_terms <= 10``); the solution has ``n - 1`` steps.
+        (``2 <= min_terms <= max_terms <= 16``); the solution has ``n - 1`` steps.
       modulus: ``m`` in ``[2, 10]``; terms and answers are digits ``0 … m-1``.
       term_weights: optional relative weights of ``n = min_terms … max_terms`` (``None``: uniform).
       demo_error_rate: probability that a demonstration step writes a wrong running sum.
@@ -82,6 +84,10 @@ class ArithConfig:
         ``[warm_start_min_terms, max_terms]`` (short chains teach the addition and the alignment
         of a step with its prompt digit); ``None``: from the training distribution. RL and the
         evaluation always use ``[min_terms, max_terms]``.
+      hard_multipliers: the values the hard step's multiplier ``a_{h+1}`` is drawn from, uniformly
+        (``None``: ``0 … m-1`` like every term). With a prime modulus and the units ``1 … m-1`` the
+        multiply step is a bijection, so the answer carries no trace of the multiplier (no
+        shortcut such as "x0 gives 0"); unused when ``hard_op == "none"``.
     """
 
     min_terms: int = 2
@@ -96,6 +102,7 @@ class ArithConfig:
     hard_op: str = "none"
     demo_hard_error_rate: float | None = None
     warm_start_min_terms: int | None = None
+    hard_multipliers: tuple[int, ...] | None = None
 
     def __repr__(self) -> str:
         # The fields of the plain task always; the hard-operation fields only when they are set, so
@@ -106,9 +113,9 @@ class ArithConfig:
         return f"ArithConfig({', '.join(f'{k}={v!r}' for k, v in items)})"
 
     def __post_init__(self) -> None:
-        if not 2 <= self.min_terms <= self.max_terms <= 10:
+        if not 2 <= self.min_terms <= self.max_terms <= MAX_TERMS:
             raise ValueError(
-                f"need 2 <= min_terms <= max_terms <= 10, got min_terms={self.min_terms} "
+                f"need 2 <= min_terms <= max_terms <= {MAX_TERMS}, got min_terms={self.min_terms} "
                 f"max_terms={self.max_terms}"
             )
         if not 2 <= self.modulus <= 10:
@@ -137,6 +144,12 @@ class ArithConfig:
                 f"warm_start_min_terms must be None or lie in [2, max_terms={self.max_terms}], got "
                 f"{self.warm_start_min_terms}"
             )
+        if self.hard_multipliers is not None:
+            hm = tuple(int(x) for x in self.hard_multipliers)
+            if not hm or any(not 0 <= x < self.modulus for x in hm):
+                raise ValueError(f"hard_multipliers must be a non-empty tuple of digits in [0, modulus={self.modulus}), "
+                                 f"got {self.hard_multipliers!r}")
+            object.__setattr__(self, "hard_multipliers", hm)
         if self.demo_hard_error_rate is not None and not 0.0 <= self.demo_hard_error_rate <= 1.0:
             raise ValueError(f"demo_hard_error_rate must lie in [0, 1] or be None, got {self.demo_hard_error_rate}")
 
@@ -241,6 +254,9 @@ def make_problems(cfg: ArithConfig, *, seed: int, count: int, split: str = "trai
         t = rng.integers(0, cfg.modulus, size=(size, cfg.max_terms), dtype=np.int32)
         t = np.where(np.arange(cfg.max_terms)[None, :] < n[:, None], t, -1)
         h = _hard_steps(cfg, n, rng)
+        if cfg.hard_multipliers is not None and cfg.hard_op != "none":  # the multiplier a_{h+1} (column h)
+            mult = np.asarray(cfg.hard_multipliers, np.int32)[rng.integers(0, len(cfg.hard_multipliers), size)]
+            t = np.where(np.arange(cfg.max_terms)[None, :] == h[:, None], mult[:, None], t)
         if split != "all":
             held = _heldout(t, n, cfg.modulus, cfg.eval_every, h)
             keep = held if split == "eval" else ~held

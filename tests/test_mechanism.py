@@ -1,0 +1,301 @@
+"""The mechanism tasks (``prs.tasks.mechanism``): the deep-horizon chain's whole-trace grader, its
+generator's distribution and shortcut check, the recovery task's injected faults, the oracle prefix
+sources through the trainer's ``rollouts_class`` hook, and the mechanism metrics.
+
+References: a pure-Python left-to-right evaluator of the prompt string, hand-computed advantage
+mass, a fake forward pass with known probabilities, and the guesser on the old mod-10 late task
+(where the shortcut exists: the check must be able to fail).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prs.tasks import ArithConfig, make_problems
+from prs.tasks.arith import demonstrations
+from prs.tasks.mechanism import (
+    advantage_mass_share,
+    guesser_rate,
+    hard_step_cut,
+    hard_step_mask,
+    hard_step_rollout_accuracy,
+    make_recovery_problems,
+    output_length,
+    recovery_config,
+    recovery_split,
+    solution_tokens,
+    teacher_forced_hard_accuracy,
+)
+from prs.tasks.registry import make_task
+
+DEEP = make_task("arith_deep", easy_steps=12)
+SHORT = make_task("arith_deep", easy_steps=2)
+
+
+class _Ro:
+    def __init__(self, tokens, lengths):
+        self.tokens, self.lengths = jnp.asarray(tokens), jnp.asarray(lengths)
+
+
+def ref_trace(prompt: str, m: int) -> str:
+    """The correct solution string of ``^a+b+…*c=`` (left to right, mod m): values, '#', answer, '$'."""
+    body = prompt.lstrip("^").split("=")[0]
+    terms, ops = [int(c) for c in body[0::2]], list(body[1::2])
+    s, vals = terms[0], []
+    for op, a in zip(ops, terms[1:]):
+        s = (s * a if op == "*" else s + a) % m
+        vals.append(str(s))
+    return ",".join(vals) + f"#{s}$"
+
+
+def _grade(task, problems, texts):
+    v = task.cfg.vocab
+    rows = [list(problems.prompt[i, : problems.prompt_len[i]]) + v.encode(t) for i, t in enumerate(texts)]
+    width = max(map(len, rows)) + 2
+    tok = np.full((len(rows), width), v.pad_id, np.int32)
+    for i, r in enumerate(rows):
+        tok[i, : len(r)] = r
+    lengths = np.array([len(r) for r in rows], np.int32)
+    return np.asarray(task.rewards(problems, _Ro(tok, lengths), group_size=1)).reshape(-1)
+
+
+# ----------------------------------------------------------------------------- deep: grader
+def test_whole_trace_grader_accepts_exactly_the_correct_trace():
+    pr = DEEP.train_problems(seed=0, step=0, count=6)
+    v = DEEP.cfg.vocab
+    good = [ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7) for i in range(6)]
+    assert _grade(DEEP, pr, good).tolist() == [1.0] * 6
+    bad = []
+    for t in good:
+        vals, ans = t[:-1].split("#")
+        vals = vals.split(",")
+        bad.append(",".join(vals[:3] + [str((int(vals[3]) + 1) % 7)] + vals[4:]) + f"#{ans}$")  # one wrong middle value
+    bad[1] = good[1][:-1]                      # no EOS
+    bad[2] = good[2][:4] + "!" + good[2]       # a restart, then the correct trace
+    bad[3] = good[3].replace("#", ",#", 1)     # malformed
+    wrong_last = good[4].split("#")[0].rsplit(",", 1)
+    bad[4] = wrong_last[0] + "," + str((int(wrong_last[1]) + 1) % 7) + "#" + good[4].split("#")[1]  # right answer digit, wrong hard value
+    bad[5] = good[5][:-2] + str((int(good[5][-2]) + 1) % 7) + "$"  # wrong answer digit only
+    assert _grade(DEEP, pr, bad).tolist() == [0.0] * 6
+
+
+def test_grader_rejects_a_truncated_rollout():
+    pr = SHORT.train_problems(seed=1, step=0, count=3)
+    v = SHORT.cfg.vocab
+    good = [ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7) for i in range(3)]
+    rows = [list(pr.prompt[i, : pr.prompt_len[i]]) + v.encode(t) for i, t in enumerate(good)]
+    tok = np.full((3, 20), v.pad_id, np.int32)
+    for i, r in enumerate(rows):
+        tok[i, : len(r)] = r
+    full = np.array([len(r) for r in rows])
+    assert np.asarray(SHORT.rewards(pr, _Ro(tok, full), group_size=1)).ravel().tolist() == [1, 1, 1]
+    assert np.asarray(SHORT.rewards(pr, _Ro(tok, full - 1), group_size=1)).ravel().tolist() == [0, 0, 0]
+
+
+def test_solution_tokens_match_the_reference_evaluator():
+    pr = DEEP.train_problems(seed=3, step=2, count=20)
+    sol, length = solution_tokens(pr, DEEP.cfg)
+    v = DEEP.cfg.vocab
+    for i in range(20):
+        want = ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7)
+        assert v.decode(sol[i, : length[i]]) == want
+        assert int(pr.answer[i]) == int(want[-2])
+
+
+# ----------------------------------------------------------------------------- deep: generator
+def test_generator_distribution_hard_step_last_units_only_answer_uniform():
+    cfg = DEEP.cfg
+    pr = make_problems(cfg, seed=0, count=7000)
+    n = np.asarray(pr.n_terms)
+    assert (n == 14).all() and (np.asarray(pr.hard_step) == 13).all()
+    mult = np.asarray(pr.terms)[:, 13]
+    counts = np.bincount(mult, minlength=7)
+    assert counts[0] == 0 and counts[1:].min() > 1000 * 0.88  # uniform over 1..6: 1166 expected each
+    ans = np.bincount(np.asarray(pr.answer), minlength=7) / 7000
+    assert np.abs(ans - 1 / 7).max() < 0.02  # 4.5 sigma
+    v = cfg.vocab
+    assert all(v.decode(pr.prompt[i, : pr.prompt_len[i]]).count("*") == 1 for i in range(50))
+    assert all(v.decode(pr.prompt[i, : pr.prompt_len[i]]).split("=")[0][-2] == "*" for i in range(50))
+
+
+def test_plain_arith_repr_unchanged_and_bad_multipliers_fail_clearly():
+    assert "hard_multipliers" not in repr(ArithConfig())
+    with pytest.raises(ValueError, match="hard_multipliers"):
+        ArithConfig(hard_op="late", modulus=7, hard_multipliers=(1, 7))
+    with pytest.raises(ValueError, match="easy_steps"):
+        make_task("arith_deep")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        make_task("arith_deep", easy_steps=2, modulus=10)
+
+
+def _surface(p):
+    t = np.asarray(p.terms)
+    n = np.asarray(p.n_terms)
+    rows = np.arange(t.shape[0])
+    return np.stack([n, t[:, 0], t[rows, n - 1], t[rows, n - 2]], axis=1)  # length, first, multiplier, last addend
+
+
+def test_shortcut_check_guesser_far_below_a_third_of_any_plausible_base_rate():
+    fit, test = make_problems(DEEP.cfg, seed=1, count=20000), make_problems(DEEP.cfg, seed=2, count=4000)
+    answer_only = guesser_rate(fit, test, _surface, lambda p: np.asarray(p.answer)[:, None])
+    assert answer_only < 1 / 7 + 0.03                     # the answer is uniform given the surface
+    trace = guesser_rate(fit, test, _surface, lambda p: solution_tokens(p, DEEP.cfg)[0])
+    assert trace < 0.005                                   # the graded object: the whole trace
+
+
+def test_shortcut_check_detects_the_mod10_late_shortcut():
+    """The same guesser on the old regime_late task (mod 10, multiplier 0-9) finds its shortcut."""
+    late = ArithConfig(min_terms=4, max_terms=5, modulus=10, hard_op="late")
+    fit, test = make_problems(late, seed=1, count=20000), make_problems(late, seed=2, count=4000)
+    rate = guesser_rate(fit, test, _surface, lambda p: np.asarray(p.answer)[:, None])
+    assert rate > 0.2  # x0 -> 0, x5 -> 0/5, even -> even: far above 1/10
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_hard_step_mask_and_advantage_mass_share_against_hand_computation():
+    pr = SHORT.train_problems(seed=0, step=0, count=2)
+    width = 20
+    mask = hard_step_mask(pr, width, group_size=2)                       # [4, 20]
+    p = int(pr.prompt_len[0])
+    assert mask.sum() == 4 and mask[0, p + 4] and mask[1, p + 4]          # E = 2: s_4 after 4 tokens
+    adv = np.array([1.0, -3.0, 0.5, 0.0])
+    loss_mask = np.zeros((4, width), bool)
+    loss_mask[:, p:p + 6] = True
+    loss_mask[2, p + 4] = False                                           # row 2's hard token not trained
+    # mass: rows 0..2 have 6, 6, 5 tokens: |A| * tokens = 6 + 18 + 2.5 = 26.5; hard: 1 + 3 + 0 = 4
+    assert advantage_mass_share(adv, loss_mask, mask) == pytest.approx(4 / 26.5)
+    assert advantage_mass_share(np.zeros(4), loss_mask, mask) == 0.0      # no mass: 0, never NaN
+    with pytest.raises(ValueError, match="advantages"):
+        advantage_mass_share(adv[:3], loss_mask, mask)
+    assert output_length(loss_mask) == pytest.approx(23 / 4)
+
+
+def test_rollout_hard_accuracy_counts_reach_and_hard_step():
+    pr = SHORT.train_problems(seed=4, step=0, count=1)
+    v = SHORT.cfg.vocab
+    good = ref_trace(v.decode(pr.prompt[0, : pr.prompt_len[0]]), 7)
+    vals = good.split("#")[0].split(",")
+    wrong_hard = ",".join(vals[:2] + [str((int(vals[2]) + 1) % 7)]) + "#0$"
+    wrong_first = ",".join([str((int(vals[0]) + 1) % 7)] + vals[1:]) + "#0$"
+    rows = [list(pr.prompt[0, : pr.prompt_len[0]]) + v.encode(t) for t in (good, wrong_hard, wrong_first)]
+    tok = np.full((3, 20), v.pad_id, np.int32)
+    for i, r in enumerate(rows):
+        tok[i, : len(r)] = r
+    assert hard_step_rollout_accuracy(pr, tok, SHORT.cfg, group_size=3) == (2, 1, 3)
+
+
+def test_teacher_forced_accuracy_reads_the_probability_after_the_correct_prefix():
+    pr = SHORT.train_problems(seed=5, step=0, count=64)
+    sol, _ = solution_tokens(pr, SHORT.cfg)
+    target = sol[np.arange(64), hard_step_cut(pr)]
+    last = np.asarray(pr.prompt_len) + hard_step_cut(pr) - 1
+    seen = {}
+
+    def fake_forward(params, tokens, *, cfg, valid):
+        seen["tokens"] = np.asarray(tokens)
+        logits = np.zeros(tokens.shape + (SHORT.vocab_size,), np.float32)
+        logits[np.arange(64), last, target] = np.log(3.0 * (SHORT.vocab_size - 1) / 7.0)  # p = 3 / (3 + 7/...)
+        return jnp.asarray(logits)
+
+    out = teacher_forced_hard_accuracy(None, pr, SHORT.cfg, model_cfg=None, samples=64, forward=fake_forward,
+                                       key=jax.random.PRNGKey(1))
+    p = 3.0 * (SHORT.vocab_size - 1) / 7.0
+    want = p / (p + SHORT.vocab_size - 1)                                 # softmax of the one raised logit
+    assert out["expected"] == pytest.approx(want, rel=1e-5)
+    assert abs(out["sampled"] - want) < 4 * np.sqrt(want * (1 - want) / (64 * 64))
+    v = SHORT.cfg.vocab
+    i = 0  # the input holds the prompt then the correct values before the hard step, nothing after
+    got = v.decode(seen["tokens"][i, : last[i] + 1])
+    assert got == v.decode(pr.prompt[i, : pr.prompt_len[i]]) + ",".join(
+        ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7).split(",")[:2]) + ","
+
+
+# ----------------------------------------------------------------------------- recovery
+def test_recovery_drafts_inject_one_fault_at_the_configured_rate():
+    cfg = recovery_config(n_terms=6)
+    pr = make_recovery_problems(cfg, draft_steps=3, fault_rate=0.3, seed=0, count=4000)
+    assert abs(pr.fault.mean() - 0.3) < 0.03
+    v = cfg.vocab
+    for i in range(200):
+        terms = pr.terms[i, :6]
+        vals = [int(x) for x in v.decode(pr.draft[i]).split(",")[:-1]]
+        prev, wrong = int(terms[0]), []
+        for j, x in enumerate(vals, start=1):
+            wrong.append(x != (prev + terms[j]) % 10)
+            prev = x                                             # later values follow the corrupted one
+        assert sum(wrong) == int(pr.fault[i]) and (not pr.fault[i] or wrong[pr.fault_step[i] - 1])
+
+
+def test_recovery_task_grades_the_answer_after_the_draft_and_splits_rates():
+    task = make_task("arith_recovery", n_terms=6, draft_steps=3, fault_rate=0.5)
+    pr = task.train_problems(seed=0, step=0, count=8)
+    prompt, plen = task.prompts(pr)
+    v = task.cfg.vocab
+    texts = [v.decode(prompt[i, : plen[i]]) for i in range(8)]
+    assert all(t.endswith(",") and t.count(",") == 3 for t in texts)
+    tok, mask = task.demonstrations(pr, seed=0)
+    r = np.asarray(task.rewards(pr, _Ro(tok, plen + mask.sum(1)), group_size=1)).ravel()
+    assert set(r.tolist()) <= {0.0, 1.0}
+    split = recovery_split(np.array([1, 0, 1, 1, 0, 0, 1, 1.0]), np.array([True, False, True, False]), group_size=2)
+    assert split == {"recovery_rate": 0.25, "clean_pass_rate": 1.0, "fault_share": 0.5}  # groups 0, 2 faulty
+    src, cut = task.oracle_source(pr, seed=0)
+    for i in range(8):  # the injected-fault prefix: the draft continued, its last value wrong
+        pre = v.decode(src[i, : plen[i] + cut[i]])
+        vals = [int(x) for x in pre.split("=")[1].split(",")[:-1]]
+        terms = pr.terms[i]
+        assert vals[-1] != (vals[-2] + terms[len(vals)]) % 10
+        for j in range(3, len(vals) - 1):
+            assert vals[j] == (vals[j - 1] + terms[j + 1]) % 10
+
+
+# ----------------------------------------------------------------------------- oracle through the trainer
+@pytest.mark.slow
+def test_oracle_rollouts_replace_low_k_groups_with_correct_prefix_rerolls():
+    from prs.core import prefix as ps
+    from prs.models.qwen3 import ModelConfig, init_params
+    from prs.rl.trainer import RLConfig, Trainer
+
+    task = make_task("arith_deep", easy_steps=2, oracle_max_k=0)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=4, eval_samples=1)
+    tr = Trainer(task, model, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
+    state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
+    c = tr.collect(state)
+    batch, m = c.batch, c.metrics
+    assert m["mech/oracle_groups"] == 2                        # a random policy: every group k = 0
+    pr = task.train_problems(seed=0, step=0, count=2)
+    sol, _ = solution_tokens(pr, task.cfg)
+    tok = np.asarray(batch.tokens)
+    for r in range(8):
+        i, p = r // 4, int(pr.prompt_len[r // 4])
+        assert (tok[r, p:p + 4] == sol[i, :4]).all()           # the correct values before the hard step
+    pm = np.asarray(tr.rollouts.rollout(tr.sampling_params(state.params), pr, jax.random.PRNGKey(3),
+                                        group_size=4).policy_mask)
+    assert not pm[:, : int(pr.prompt_len.max()) + 4].any()     # the replayed prefix is never trained on
+
+
+def test_arms_share_one_warm_start_key():
+    from prs.rl.runner import _hash
+
+    base = make_task("arith_deep", easy_steps=12)
+    for arm in (dict(oracle_max_k=2), dict(fixed_cut=True)):
+        assert _hash(make_task("arith_deep", easy_steps=12, **arm).warm_start_key) == _hash(base.warm_start_key)
+    assert _hash(make_task("arith_deep", easy_steps=2).warm_start_key) != _hash(base.warm_start_key)
+    rec = make_task("arith_recovery")
+    assert _hash(make_task("arith_recovery", oracle_min_k=6, eval_fault_rate=1.0).warm_start_key) == _hash(rec.warm_start_key)
+    assert _hash(make_task("arith_recovery", fault_rate=0.2).warm_start_key) != _hash(rec.warm_start_key)
+
+
+def test_fixed_cut_puts_every_reroll_just_before_the_hard_step():
+    pr = DEEP.train_problems(seed=0, step=0, count=3)
+    fixed = make_task("arith_deep", easy_steps=12, fixed_cut=True)
+    cut = np.array([5, 9, 27])
+    assert DEEP.fixed_cuts(pr, None, cut).tolist() == [5, 9, 27]          # off: the controller's cuts
+    assert fixed.fixed_cuts(pr, None, cut).tolist() == [24, 24, 24]       # 12 values and their commas
+    src, c = fixed.oracle_source(pr, seed=0)
+    v = fixed.cfg.vocab
+    text = v.decode(src[0, : pr.prompt_len[0] + c[0]])
+    assert text.split("=")[1].count(",") == 12 and text.endswith(",")
