@@ -27,7 +27,7 @@ METHOD_RL = ["reroll", "reroll_fallback", "reroll_budget", "algorithm", "rft_cap
              "control", "extra_share", "lr_scale"]
 OPTIM = ["lr", "b1", "b2", "weight_decay", "grad_clip", "warmup_steps"]
 SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens", "row_chunk", "row_parts", "attend_buckets",
-           "continuous_slots", "reroll_group_buckets"]
+           "continuous_slots", "reroll_group_buckets", "prefill_group"]
 EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eval_temperature"}
 ROLLOUT = {"engine": "rollout_engine"}
 ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values(), ROLLOUT.values())

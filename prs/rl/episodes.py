@@ -100,6 +100,7 @@ class SamplingSettings:
         no truncation).
       max_new_tokens: tokens per single-turn response; None: the task's own budget.
       row_chunk, row_parts, attend_buckets: ``prs.models.sampler.SamplerConfig``'s.
+      prefill_group: prefill each group's rows once (``SamplerConfig.prefill_group`` = the group size).
       continuous_slots: continuous batching over this many slots (one device), or None.
       engine: the rollout engine's name (``prs.rollout.engine.ENGINES``).
       engine_dtype: the dtype name another engine than jax runs in (``bfloat16`` or ``float32``).
@@ -113,6 +114,7 @@ class SamplingSettings:
     row_chunk: int | None = None
     row_parts: int | None = 1
     attend_buckets: tuple[int, ...] | None = None
+    prefill_group: bool = False
     continuous_slots: int | None = None
     engine: str = "jax"
     engine_dtype: str = "float32"
@@ -144,7 +146,12 @@ class SingleTurnRollouts:
     multi_turn = False  # a re-roll row may have cut 0 (a fresh row in the same call)
 
     def __init__(self, task: Any, *, engine, model_cfg, scfg: SamplerConfig, eval_scfg: SamplerConfig,
-                 width: int, mesh=None, reroll_budget: str = "shared", logits_chunk: int = 512):
+                 width: int, mesh=None, reroll_budget: str = "shared", logits_chunk: int = 512,
+                 prefill_group: bool = False):
+        if prefill_group and multihost.multi_process(mesh):
+            raise ValueError("RLConfig.prefill_group (sampler.prefill_group) runs on one process: a process's share "
+                             "of a call's rows can cut a group")
+        self.prefill_group = bool(prefill_group)
         self.task, self.model_cfg, self.mesh = task, model_cfg, mesh
         self.scfg, self.eval_scfg, self.width = scfg, eval_scfg, int(width)
         self.reroll_budget, self.logits_chunk = reroll_budget, logits_chunk
@@ -182,7 +189,8 @@ class SingleTurnRollouts:
             engine = functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=width,
                                        dtype=sampling.engine_dtype)
         return cls(task, engine=engine, model_cfg=model_cfg, scfg=scfg, eval_scfg=eval_scfg, width=width,
-                   mesh=mesh, reroll_budget=reroll_budget, logits_chunk=logits_chunk)
+                   mesh=mesh, reroll_budget=reroll_budget, logits_chunk=logits_chunk,
+                   prefill_group=sampling.prefill_group)
 
     @property
     def token_budget(self) -> int:
@@ -232,10 +240,15 @@ class SingleTurnRollouts:
                                         mesh=self.mesh)
         return self._rewards(problems, ro, group_size=group_size)
 
+    def _grouped(self, scfg: SamplerConfig, group_size: int) -> SamplerConfig:
+        """``scfg`` with ``prefill_group = group_size`` when the run shares a group's prefill (every
+        call here repeats each input row ``group_size`` times)."""
+        return dataclasses.replace(scfg, prefill_group=group_size) if self.prefill_group else scfg
+
     def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False) -> Episodes:
         prompt, plen = self.task.prompts(problems)
         ro = self._sample(params, np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size), key,
-                          self.eval_scfg if evaluation else self.scfg)
+                          self._grouped(self.eval_scfg if evaluation else self.scfg, group_size))
         r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id)
 
@@ -252,8 +265,8 @@ class SingleTurnRollouts:
             if budget.size and budget.min() < 1:
                 raise ValueError(f"internal: re-roll cut {int(np.max(cut))} leaves no response budget "
                                  f"(max_new_tokens={self.scfg.max_new_tokens})")
-        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key, self.scfg,
-                          budget=budget)
+        ro = self._sample(params, np.repeat(rows, group_size, axis=0), np.repeat(new_len, group_size), key,
+                          self._grouped(self.scfg, group_size), budget=budget)
         r = self._score(problems, ro, group_size)
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
 

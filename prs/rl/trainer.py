@@ -103,6 +103,10 @@ class RLConfig:
         only the cache slots it can have filled, the smallest of these lengths that holds them);
         ``None``: every step attends the whole cache. Same tokens; log-probs move by float rounding.
         Not with ``continuous_slots``.
+      prefill_group: each group's N rows (one prompt, or one prompt + replayed prefix) prefilled once and
+        the cache copied to its rows (``SamplerConfig.prefill_group = N``, fresh and re-roll calls and
+        evaluation); same tokens, log-probs move by float rounding. The jax engine on one process,
+        without ``continuous_slots``.
       continuous_slots: sample with continuous batching over this many decode slots
         (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
         row; same tokens as static sampling, per-row key streams); ``None``: static batches.
@@ -211,6 +215,7 @@ class RLConfig:
     lr_scale: float = 1.0
     rollout_engine: str = "jax"
     reroll_group_buckets: bool = False
+    prefill_group: bool = False
 
     def __post_init__(self):
         if self.rollout_engine not in ENGINES:
@@ -264,6 +269,11 @@ class RLConfig:
                              "without a rollout_correction training samples from the raw policy only (allowed: "
                              "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
                              "to train on an adjusted sampler with importance weights p/q")
+        if not isinstance(self.prefill_group, bool):
+            raise ValueError(f"RLConfig.prefill_group (sampler.prefill_group) must be true or false, got {self.prefill_group!r}")
+        if self.prefill_group and (self.continuous_slots is not None or self.rollout_engine != "jax"):
+            raise ValueError("RLConfig.prefill_group (sampler.prefill_group) needs rollout.engine=jax and "
+                             "continuous_slots=None (vLLM's prefix cache shares a group's prefill by itself)")
         if not isinstance(self.reroll_group_buckets, bool):
             raise ValueError(f"RLConfig.reroll_group_buckets (sampler.reroll_group_buckets) must be true or false, "
                              f"got {self.reroll_group_buckets!r}")
@@ -280,7 +290,8 @@ class RLConfig:
         return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                                 eval_temperature=self.eval_temperature, max_new_tokens=self.max_new_tokens,
                                 row_chunk=self.row_chunk, row_parts=self.row_parts,
-                                attend_buckets=self.attend_buckets, continuous_slots=self.continuous_slots, engine=self.rollout_engine,
+                                attend_buckets=self.attend_buckets, prefill_group=self.prefill_group,
+                                continuous_slots=self.continuous_slots, engine=self.rollout_engine,
                                 engine_dtype="bfloat16" if self.sampling_dtype == "bfloat16" else "float32")
 
 
