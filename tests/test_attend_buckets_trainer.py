@@ -31,6 +31,7 @@ def _collect(rl):
     return tr, batch
 
 
+@pytest.mark.slow
 def test_bucketed_decode_equals_the_full_cache_decode():
     tr0, b0 = _collect(RL)
     P = tr0.rollouts.scfg.buckets[0]

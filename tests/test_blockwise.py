@@ -75,6 +75,7 @@ def _masked_loss(p, tokens, valid, cfg):
     return jnp.sum(jnp.where(m, jnp.square(h), 0.0)) / 50 + jnp.sum(jnp.where(m, lg, 0.0) ** 2) / 500
 
 
+@pytest.mark.slow
 def test_blockwise_model_loss_and_gradients_equal_the_reference_impl():
     """The whole decoder (2 layers), ``attention_impl="blockwise"`` (and other tile sizes) against
     the default ``reference``: lengths 9, 5, 2, 1 and an empty row, with and without remat (the

@@ -23,6 +23,7 @@ def _two_steps(rl):
     return metrics, state.params
 
 
+@pytest.mark.slow
 def test_continuous_rollouts_train_like_static_batches():
     m0, p0 = _two_steps(RL)
     m1, p1 = _two_steps(dataclasses.replace(RL, continuous_slots=5))  # 32 rows through 5 slots

@@ -83,6 +83,7 @@ def test_bad_groups_are_one_clear_error():
         S.SamplerConfig(max_new_tokens=2, prefill_group=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
 def test_decoding_from_the_training_layout_equals_the_joined_weights(tie):
     """``weights_layout="training"`` (the shared layer on the stacked parameters) against the joined

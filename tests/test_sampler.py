@@ -385,6 +385,7 @@ def test_row_chunk_equals_one_call(params):
         S.SamplerConfig(max_new_tokens=1, row_chunk=0)
 
 
+@pytest.mark.slow
 def test_row_parts_equal_one_part_and_stepwise_forward(params):
     """R=8 ragged rows: the decode step with its cache writes and attention in 2 (``row_parts=None``
     on a single device) or 4 row parts gives the greedy tokens of the full-forward reference, logprobs

@@ -156,6 +156,7 @@ def test_scan_unroll_gives_the_same_loss_and_gradients():
         M.ModelConfig.preset("tiny", scan_unroll=0)
 
 
+@pytest.mark.slow
 def test_causal_blocks_give_the_same_loss_and_gradients():
     """Block-skipping causal attention (``ModelConfig.causal_blocks``) against one dense block:
     right padding (lengths 9, 5, 2, 1), T = 9 not a multiple of the block count, B up to T."""
