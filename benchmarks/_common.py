@@ -70,6 +70,28 @@ def table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def timed(fn, repeats: int) -> float:
+    """Best wall-clock seconds of ``fn()`` (its result waited for) over ``repeats`` calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def hf_qwen3_config(cfg):
+    """The ``transformers.Qwen3Config`` of a ``prs`` ``ModelConfig``."""
+    import transformers
+
+    return transformers.Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=40_960, attention_bias=False, rope_theta=cfg.rope_theta,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
+
+
 def hf_model(cfg, params=None):
     """HF ``Qwen3ForCausalLM`` (fp32, eval mode) with ``params``' weights (``prs.models.hf`` names)."""
     import torch
@@ -77,13 +99,7 @@ def hf_model(cfg, params=None):
 
     from prs.models import hf
 
-    hf_cfg = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=40_960, attention_bias=False, rope_theta=cfg.rope_theta,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
-    model = transformers.Qwen3ForCausalLM(hf_cfg).float()
+    model = transformers.Qwen3ForCausalLM(hf_qwen3_config(cfg)).float()
     if params is not None:
         sd = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in hf.to_hf_state_dict(params, cfg).items()}
         missing, unexpected = model.load_state_dict(sd, strict=False)

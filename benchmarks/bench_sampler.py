@@ -88,13 +88,7 @@ def sample_no_cache(params, tokens, lengths, key, *, cfg, scfg):
     return buf, cur
 
 
-def _time(fn, repeats):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t0)
-    return best
+_time = C.timed
 
 
 def bench(name, *, rows, prompt, new, repeats, no_cache_new):

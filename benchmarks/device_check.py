@@ -182,15 +182,19 @@ def update_batch(cfg, ps: Preset, rows: int | None = None):
     return dict(tokens=tokens, positions=positions, valid=valid, loss_mask=loss_mask, old_logp=old, advantages=adv)
 
 
-def timed(fn, repeats: int) -> float:
-    import jax
+def _common():
+    """``benchmarks/_common.py``, imported on first use (it imports jax, which must see the
+    environment this script sets first)."""
+    here = str(pathlib.Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import _common
 
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _common
+
+
+def timed(fn, repeats: int) -> float:
+    return _common().timed(fn, repeats)
 
 
 def load_params(wd: pathlib.Path, cfg):
@@ -524,13 +528,7 @@ def check_torch(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
 
     cfg = model_cfg(ps.model)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    hf_cfg = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=40_960, attention_bias=False, rope_theta=cfg.rope_theta,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
-    model = transformers.Qwen3ForCausalLM(hf_cfg)
+    model = transformers.Qwen3ForCausalLM(_common().hf_qwen3_config(cfg))
     sd = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in hf.read_safetensors(
         wd / "ckpt" / "model.safetensors").items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
