@@ -102,10 +102,16 @@ def hf_model(cfg, params=None):
     model = transformers.Qwen3ForCausalLM(hf_qwen3_config(cfg)).float()
     if params is not None:
         sd = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in hf.to_hf_state_dict(params, cfg).items()}
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        bad = [m for m in missing if not m.endswith("lm_head.weight")] + list(unexpected)
-        if bad:
-            raise RuntimeError(f"HF state dict mismatch: {bad[:5]}")
-        if cfg.tie_embeddings:
-            model.tie_weights()
+        load_hf_state(model, sd, cfg)
     return model.eval()
+
+
+def load_hf_state(model, sd: dict, cfg) -> None:
+    """Loads ``prs.models.hf``-named torch tensors into an HF Qwen3 model; a missing tensor other than
+    a tied LM head, or an unexpected one, is an error; a tied head is re-tied to the embedding."""
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    bad = [m for m in missing if not m.endswith("lm_head.weight")] + list(unexpected)
+    if bad:
+        raise RuntimeError(f"HF state dict mismatch: {bad[:5]}")
+    if cfg.tie_embeddings:
+        model.tie_weights()

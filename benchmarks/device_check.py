@@ -531,12 +531,7 @@ def check_torch(ps: Preset, wd: pathlib.Path, ctx: dict) -> dict:
     model = transformers.Qwen3ForCausalLM(_common().hf_qwen3_config(cfg))
     sd = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in hf.read_safetensors(
         wd / "ckpt" / "model.safetensors").items()}
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    bad = [k for k in missing if not k.endswith("lm_head.weight")] + list(unexpected)
-    if bad:
-        raise RuntimeError(f"HF state dict mismatch: {bad[:5]}")
-    if cfg.tie_embeddings:
-        model.tie_weights()
+    _common().load_hf_state(model, sd, cfg)
     model = model.to(device=dev, dtype=torch.bfloat16).eval()
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     pflops, bw = env_peaks(ctx.get("env", {}))
