@@ -29,7 +29,8 @@ OPTIM = ["lr", "b1", "b2", "weight_decay", "grad_clip", "warmup_steps"]
 SAMPLER = ["temperature", "top_k", "top_p", "max_new_tokens", "row_chunk", "row_parts", "attend_buckets",
            "continuous_slots", "reroll_group_buckets", "prefill_group"]
 EVAL_RL = {"count": "eval_count", "samples": "eval_samples", "temperature": "eval_temperature"}
-ROLLOUT = {"engine": "rollout_engine"}
+ROLLOUT = {"engine": "rollout_engine", "gpu_memory_utilization": "rollout_memory_utilization",
+           "tensor_parallel_size": "rollout_tensor_parallel"}
 ALGO = rest_of(RLConfig, METHOD_RL, OPTIM, SAMPLER, EVAL_RL.values(), ROLLOUT.values())
 SFT = {"steps": "sft_steps", "batch": "sft_batch", "lr": "sft_lr", "seed": "sft_seed", "until_loss": "sft_until_loss",
        "max_cycles": "sft_max_cycles", "attempts": "sft_attempts", "base_dir": "base_dir"}

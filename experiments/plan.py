@@ -129,14 +129,17 @@ def main(argv=None) -> int:
 
 def vllm_plan(s: dict, p, flags: dict):
     """``prs.plan.plan_vllm`` for ``setup``'s run next to its JAX plan ``p``; ``--vllm-memory-utilization``
-    defaults to what is left beside JAX's pool (0.95 − the JAX fraction; on TPU, where both share one
-    allocator, 0.95 − the update peak's share), ``--vllm-tensor-parallel`` to 1, ``--vllm-sleep-mode``
-    to false."""
+    defaults to ``rollout.gpu_memory_utilization`` where set, else to what is left beside JAX's pool
+    (0.95 − the JAX fraction; on TPU, where both share one allocator, 0.95 − the update peak's share),
+    ``--vllm-tensor-parallel`` to ``rollout.tensor_parallel_size``, ``--vllm-sleep-mode`` to false."""
     from prs.plan import GIB, plan_vllm
 
     frac, gib, platform = s["mem_fraction"], s["device_gib"], s["platform"]
+    rl = s["rl"]
     if "vllm_memory_utilization" in flags:
         util = float(flags["vllm_memory_utilization"])
+    elif rl.rollout_memory_utilization is not None:  # rollout.gpu_memory_utilization
+        util = float(rl.rollout_memory_utilization)
     elif platform == "tpu":
         util = round(0.95 - p.update_total / (gib * GIB), 2)
     else:
@@ -144,12 +147,11 @@ def vllm_plan(s: dict, p, flags: dict):
     sleep = str(flags.get("vllm_sleep_mode", "false")).lower()
     if sleep not in ("true", "false", "1", "0"):
         raise SystemExit(f"prs.plan: --vllm-sleep-mode={sleep!r}; choose from true, false")
-    rl = s["rl"]
     try:
         return plan_vllm(s["model_cfg"], rows=rl.tasks_per_step * rl.group_size, prompt_len=s["prompt_len"],
                          max_new_tokens=s["budget"], devices=s["devices"], device_gib=gib, jax_plan=p,
                          jax_fraction=frac, memory_utilization=util, platform=platform,
-                         tensor_parallel=int(flags.get("vllm_tensor_parallel", 1)),
+                         tensor_parallel=int(flags.get("vllm_tensor_parallel", rl.rollout_tensor_parallel)),
                          sleep_mode=sleep in ("true", "1"), prefix_rerolls=s["rerolls"])
     except ValueError as e:
         raise SystemExit(f"prs.plan: {e}") from None

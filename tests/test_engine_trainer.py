@@ -81,3 +81,37 @@ def test_vllm_engine_refuses_a_mesh_and_agent_tasks():
     rl = dataclasses.replace(RL, rollout_engine="vllm", continuous_slots=4)
     with pytest.raises(ValueError, match="mesh and continuous_slots must be None"):
         Trainer(TASK, MODEL, rl, pc, seed=0)
+
+
+def test_vllm_options_are_config_keys_checked_and_reach_the_engine(monkeypatch):
+    """``rollout.gpu_memory_utilization`` / ``rollout.tensor_parallel_size`` reach ``vllm.LLM``'s keywords
+    through the engine factory (a stand-in ``make_engine`` records them; no vLLM needed); out of range,
+    or set with the jax engine (which would ignore them), they are one-line errors."""
+    rl = RLConfig(rollout_engine="vllm", rollout_memory_utilization=0.4, rollout_tensor_parallel=2)
+    assert dict(rl.engine_options) == {"gpu_memory_utilization": 0.4, "tensor_parallel_size": 2}
+    assert RLConfig(rollout_engine="vllm").engine_options == ()  # vLLM's own defaults
+    for kw, word in [(dict(rollout_engine="vllm", rollout_memory_utilization=1.5), r"rollout.gpu_memory_utilization"),
+                     (dict(rollout_engine="vllm", rollout_memory_utilization=0), r"\(0, 1\]"),
+                     (dict(rollout_engine="vllm", rollout_tensor_parallel=0), r"rollout.tensor_parallel_size"),
+                     (dict(rollout_engine="vllm", rollout_tensor_parallel=True), r"int >= 1"),
+                     (dict(rollout_memory_utilization=0.5), r"need rollout.engine=vllm"),
+                     (dict(rollout_tensor_parallel=2), r"need rollout.engine=vllm")]:
+        with pytest.raises(ValueError, match=word):
+            RLConfig(**kw)
+    from prs.rl import episodes
+
+    seen = {}
+
+    def fake_make_engine(name, **kw):
+        seen.update(name=name, **kw)
+        return JaxEngine(kw["cfg"])
+
+    monkeypatch.setattr(episodes, "make_engine", fake_make_engine)
+    pc = ps.PrefixConfig(mode="baseline", n=8)
+    rl = dataclasses.replace(RL, rollout_engine="vllm", rollout_memory_utilization=0.4, rollout_tensor_parallel=2)
+    tr = Trainer(TASK, MODEL, rl, pc, seed=0)
+    state = tr.init_state(warm_params())
+    problems = TASK.train_problems(seed=0, step=0, count=2)
+    tr.rollouts.rollout(state.params, problems, jax.random.key(0), group_size=8)
+    assert seen["name"] == "vllm" and seen["gpu_memory_utilization"] == 0.4 and seen["tensor_parallel_size"] == 2
+    assert seen["dtype"] == "float32" and seen["max_model_len"] == tr.rollouts.width

@@ -136,3 +136,19 @@ def test_sbatch_command_plans_on_two_nodes(capsys, monkeypatch):
     assert main([*args, "--devices", "16"]) == 0 and "verdict: fits" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="micro_batches"):
         main([a for a in args if not a.startswith("algo.micro_batches")] + ["--devices", "16"])
+
+
+def test_cli_plans_with_the_rollout_config_keys_and_a_flag_overrides_them(capsys, monkeypatch):
+    """``rollout.gpu_memory_utilization`` / ``rollout.tensor_parallel_size`` set the plan's vLLM share and TP
+    (the numbers the run would start vLLM with); ``--vllm-*`` flags still win."""
+    from experiments.plan import main
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    keys = ["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "rollout.gpu_memory_utilization=0.3",
+            "rollout.tensor_parallel_size=2"]
+    assert main(keys) == 0
+    out = capsys.readouterr().out
+    assert "tensor_parallel=2 x data_parallel=4" in out and "gpu_memory_utilization=0.3" in out
+    assert main(keys + ["--vllm-tensor-parallel", "4", "--vllm-memory-utilization", "0.4"]) == 0
+    out = capsys.readouterr().out
+    assert "tensor_parallel=4 x data_parallel=2" in out and "gpu_memory_utilization=0.4" in out

@@ -104,6 +104,8 @@ class SamplingSettings:
       continuous_slots: continuous batching over this many slots (one device), or None.
       engine: the rollout engine's name (``prs.rollout.engine.ENGINES``).
       engine_dtype: the dtype name another engine than jax runs in (``bfloat16`` or ``float32``).
+      engine_options: (name, value) pairs passed to another engine's constructor (vLLM's ``LLM``
+        keywords such as ``gpu_memory_utilization``, ``tensor_parallel_size``).
     """
 
     temperature: float = 1.0
@@ -118,6 +120,7 @@ class SamplingSettings:
     continuous_slots: int | None = None
     engine: str = "jax"
     engine_dtype: str = "float32"
+    engine_options: tuple[tuple[str, Any], ...] = ()
 
 
 class SingleTurnRollouts:
@@ -187,7 +190,7 @@ class SingleTurnRollouts:
             engine = make_engine("jax", cfg=model_cfg, mesh=mesh, continuous_slots=sampling.continuous_slots)
         else:  # built from the first weights it samples with
             engine = functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=width,
-                                       dtype=sampling.engine_dtype)
+                                       dtype=sampling.engine_dtype, **dict(sampling.engine_options))
         return cls(task, engine=engine, model_cfg=model_cfg, scfg=scfg, eval_scfg=eval_scfg, width=width,
                    mesh=mesh, reroll_budget=reroll_budget, logits_chunk=logits_chunk,
                    prefill_group=sampling.prefill_group)
@@ -271,9 +274,10 @@ class SingleTurnRollouts:
         return episodes_from_rollout(ro, r, self.width, self.task.pad_id, replayed=np.repeat(cut, group_size))
 
 
-def _engine_from_params(name: str, params, *, cfg, max_model_len: int, dtype: str) -> RolloutEngine:
-    """Another engine than jax, built holding ``params`` (vLLM writes them as its first checkpoint)."""
-    return make_engine(name, cfg=cfg, params=params, max_model_len=max_model_len, dtype=dtype)
+def _engine_from_params(name: str, params, *, cfg, max_model_len: int, dtype: str, **options) -> RolloutEngine:
+    """Another engine than jax, built holding ``params`` (vLLM writes them as its first checkpoint);
+    ``options``: the engine's further constructor keywords (``SamplingSettings.engine_options``)."""
+    return make_engine(name, cfg=cfg, params=params, max_model_len=max_model_len, dtype=dtype, **options)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "chunk"))

@@ -153,6 +153,10 @@ class RLConfig:
         ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the
         behaviour policy of the rollout correction, which then defaults to ``token_truncate``
         (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
+      rollout_memory_utilization, rollout_tensor_parallel: vLLM's ``gpu_memory_utilization`` (the share
+        of each GPU its weights and KV pages may take; None: vLLM's default) and ``tensor_parallel_size``
+        (``rollout.gpu_memory_utilization``, ``rollout.tensor_parallel_size``); ``python -m
+        experiments.plan ... rollout=vllm`` plans with them. Only with ``rollout_engine="vllm"``.
       reroll_group_buckets: a re-roll call (and a control's extra groups, an agent's next-visit
         continuations) samples the g steered groups padded to the smallest power of two >= g (at
         most B) instead of to all B groups: about g/B of the call's work, one compile per bucket
@@ -214,12 +218,25 @@ class RLConfig:
     extra_share: float = 0.5
     lr_scale: float = 1.0
     rollout_engine: str = "jax"
+    rollout_memory_utilization: float | None = None
+    rollout_tensor_parallel: int = 1
     reroll_group_buckets: bool = False
     prefill_group: bool = False
 
     def __post_init__(self):
         if self.rollout_engine not in ENGINES:
             raise ValueError(f"RLConfig.rollout_engine={self.rollout_engine!r} (rollout.engine); choose from {ENGINES}")
+        mu, tp = self.rollout_memory_utilization, self.rollout_tensor_parallel
+        if mu is not None and (isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1):
+            raise ValueError(f"RLConfig.rollout_memory_utilization (rollout.gpu_memory_utilization) must be None or "
+                             f"a number in (0, 1], got {mu!r}")
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"RLConfig.rollout_tensor_parallel (rollout.tensor_parallel_size) must be an int >= 1, "
+                             f"got {tp!r}")
+        if self.rollout_engine == "jax" and (mu is not None or tp != 1):
+            raise ValueError("RLConfig.rollout_memory_utilization / rollout_tensor_parallel (rollout.gpu_memory_"
+                             "utilization, rollout.tensor_parallel_size) are vLLM's: they need rollout.engine=vllm "
+                             "(the jax engine shards by the run's mesh)")
         if self.rollout_engine != "jax" and self.rollout_correction is None:  # another engine's log-probs: TIS
             object.__setattr__(self, "rollout_correction", "token_truncate")
         if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
@@ -285,6 +302,16 @@ class RLConfig:
         schedule.validate(self)
 
     @property
+    def engine_options(self) -> tuple[tuple[str, Any], ...]:
+        """The rollout engine's construction options (vLLM's ``LLM`` keywords) set by this config."""
+        out = []
+        if self.rollout_memory_utilization is not None:
+            out.append(("gpu_memory_utilization", float(self.rollout_memory_utilization)))
+        if self.rollout_tensor_parallel != 1:
+            out.append(("tensor_parallel_size", int(self.rollout_tensor_parallel)))
+        return tuple(out)
+
+    @property
     def sampling(self) -> SamplingSettings:
         """The sampler fields every rollout object reads (``prs.rl.episodes.SamplingSettings``)."""
         return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -292,6 +319,7 @@ class RLConfig:
                                 row_chunk=self.row_chunk, row_parts=self.row_parts,
                                 attend_buckets=self.attend_buckets, prefill_group=self.prefill_group,
                                 continuous_slots=self.continuous_slots, engine=self.rollout_engine,
+                                engine_options=self.engine_options,
                                 engine_dtype="bfloat16" if self.sampling_dtype == "bfloat16" else "float32")
 
 
