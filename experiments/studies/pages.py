@@ -57,11 +57,15 @@ STUDIES = (
           "most half its steps, and beat the no-prefix re-roll and extra rollouts at matched cost?",
           "experiments/regime_sweep.sh             # 7 variants x up to 8 arms x 8 paired seeds\n"
           "python -m experiments.analyze results/ablation/runs results/schedules/runs results/regime/runs "
-          "--out results/regime --readme results/regime/README.md --sim-grid results/sim/grid --decisive-only",
+          "--out results/regime --readme results/regime/README.md --sim-grid results/sim/grid --decisive-only\n"
+          "python -m experiments.studies.regime_review --write   # the review section (shortcut, k shares, tokens)",
           "No: the computed verdict is **none** on the five variants where the baseline learns (PS-ada never "
           "faster than the baseline with a CI above 1; e.g. late 8-10 terms 0.96 [0.80, 1.40]x, repair "
           "1.37 [0.75, 2.47]x) and undetermined on the two where it does not (early and uniform 8-10 terms); "
-          "with the hard step early the prefix hurts (0.84 [0.60, 0.87]x)."),
+          "with the hard step early the prefix hurts (0.84 [0.60, 0.87]x). A paper-sized 1.92x is excluded on "
+          "late 8-10 terms only (inside the CI on late 4-5 terms and repair), and the late variants reward a "
+          "guessing shortcut (a surface lookup table scores 0.26-0.27, the arms end at 0.20-0.30): they do not "
+          "test the mechanism PS would need (results/mechanism)."),
     Study("trap", "The partial-pass trap in training",
           "Does the fraction-of-tests reward drift to surface patches below the break-even p_A = 0.4, does the "
           "binary reward stall, and does binary + PS escape the trap faster?",
