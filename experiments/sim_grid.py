@@ -2,6 +2,7 @@
 
     python -m experiments.sim_grid --out results/sim/grid              # scan, grid, report (resumable)
     python -m experiments.sim_grid --out results/sim/grid --stage report   # tables + verdicts only
+    python -m experiments.sim_grid --out results/sim/grid_slow --lr 8      # a slow learner, no scan
 
 Every arm of the LM sweep, on the noise-limited learner (``conf/simulate/learner/noise_limited.yaml``:
 D = 64 shared parameters, a re-rolled group's gradient averaged with its group's), in task regimes
@@ -39,7 +40,7 @@ import time
 import numpy as np
 
 from prs import sim
-from prs.analysis.gap import gap_compare
+from prs.analysis.gap import crossing_steps, gap_compare, gap_levels
 from prs.analysis.tables import to_jsonable
 
 LEARNER = dict(n_tasks=128, chain_len=8, groups=32, steps=200, recovery_handicap=4.0, estimator="rloo",
@@ -88,10 +89,20 @@ def run_one(arm: str, regime: str, lr: float, *, seeds: int, extra_share: float 
             "wall_s": wall, "metrics": {k: np.asarray(m[k]).tolist() for k in keep}}
 
 
-def scan(out: pathlib.Path, progress=print) -> float:
+def scan(out: pathlib.Path, progress=print, *, fixed_lr: float | None = None) -> float:
+    """The grid's learning rate: the scan's best (module docstring), or ``fixed_lr`` (``--lr``: a chosen
+    learner, e.g. a slow one whose baseline needs many steps), recorded in ``scan.json`` either way."""
     path = out / "scan.json"
     if path.exists():
-        return float(json.loads(path.read_text())["lr"])
+        lr = float(json.loads(path.read_text())["lr"])
+        if fixed_lr is not None and lr != fixed_lr:
+            raise ValueError(f"--lr {fixed_lr:g}: {path} was made at lr {lr:g}; use another --out")
+        return lr
+    if fixed_lr is not None:
+        if not fixed_lr > 0:
+            raise ValueError(f"--lr must be > 0, got {fixed_lr}")
+        path.write_text(json.dumps({"lr": fixed_lr, "rule": "fixed by --lr, no scan", "seeds": 0, "rows": []}, indent=1))
+        return fixed_lr
     rows, old = [], {}
     if path.with_suffix(".partial.json").exists():  # resume a scan
         old = {r["lr"]: r for r in json.loads(path.with_suffix(".partial.json").read_text())}
@@ -172,7 +183,11 @@ def report(out: pathlib.Path, *, n_boot: int = 1000, progress=print) -> dict:
         arms = decisive.arm_stats(steps, arm_in, baseline="baseline", k=5, k_start=1, n_boot=n_boot)
         verdict = decisive.verdict(arms, cost="decisions")
         b = recs["baseline"]["metrics"]
+        yb = curves["baseline"][0]
+        lv = gap_levels(steps.astype(float), yb, k=5, k_start=1)
+        x80 = crossing_steps(steps.astype(float), yb.mean(0)[None], lv["levels"][0.8])[0][0]
         res["regimes"][regime] = {"arms": arms, "verdict": verdict, "success0": float(np.mean(b["success0"])),
+                                  "baseline_steps_to_80": float(x80),
                                   "skewed0": float(np.mean(np.asarray(b["skewed"])[:, 0])),
                                   "extra_share": recs.get("extra_rollouts", {}).get("extra_share"),
                                   "decisions_per_step": {a: _decisions(r) for a, r in recs.items()}}
@@ -193,11 +208,12 @@ def summary_markdown(res: dict) -> str:
     lines = ["# Simulator grid (issue #16): every arm, noise-limited learner, regime tasks", ""]
     if res.get("scan"):
         sc = res["scan"]
-        lines += [f"Learning rate {sc['lr']:g} ({sc['rule']}, {sc['seeds']} seeds): " + ", ".join(
+        lines += [f"Learning rate {sc['lr']:g} ({sc['rule']}" + (f", {sc['seeds']} seeds" if sc["rows"] else "") + "): " + ", ".join(
             f"lr {r['lr']:g}: AUC {r['auc']:.3f} / step-200 {r['success_200']:.3f}" for r in sc["rows"]), ""]
     for regime, r in res["regimes"].items():
         lines += [f"## Regime `{regime}` (crux {REGIMES[regime]}): success at step 0 {r['success0']:.3f}, "
-                  f"skewed groups at step 0 {r['skewed0']:.2f}"
+                  f"skewed groups at step 0 {r['skewed0']:.2f}, the baseline's mean curve reaches 80% of its gap "
+                  f"at step {r['baseline_steps_to_80']:.1f}"
                   + (f", extra_rollouts share {r['extra_share']:.2f}" if r.get("extra_share") is not None else ""), "",
                   _decisive().arms_table(r["arms"], cost="decisions"), "", "**Verdict:** " + r["verdict"]["text"], ""]
     return "\n".join(lines) + "\n"
@@ -209,12 +225,15 @@ def main(argv=None) -> None:
     p.add_argument("--stage", choices=("all", "scan", "grid", "report"), default="all")
     p.add_argument("--seeds", type=int, default=16)
     p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--lr", type=float, default=None,
+                   help="fixed learning rate instead of the scan (e.g. 8: a slow learner whose baseline needs ~60 "
+                        "steps to 80%% of its gap)")
     a = p.parse_args(argv)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if a.stage in ("all", "scan", "grid"):
-        lr = scan(out)
+        lr = scan(out, fixed_lr=a.lr)
         if a.stage != "scan":
             grid(out, lr, seeds=a.seeds)
     if a.stage in ("all", "report"):
