@@ -132,7 +132,7 @@ class ModelConfig:
         (``prs.models.sampler._prefill_blocks``); None = never. Default 512: the dense scores of
         a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and layer in f32
         (issue #29), while the short prompts of the test tasks keep the dense path (committed runs
-        replay bit-exactly, tests/test_reproduce.py). Same numbers to float rounding.
+        replay bit-exactly, tests/experiments/test_reproduce.py). Same numbers to float rounding.
       prefill_block: queries / keys per flash tile of the prefill (above); the sampler's prefill
         chunk. A [rows, K, b, b] f32 tile is live at a time (64 rows, K = 32, b = 256: 512 MiB).
     """
@@ -494,7 +494,7 @@ def _attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Arr
     probabilities (three [R, K, T, S] f32 buffers per layer) and transposes [R, K, T, S] tensors for
     the key/value gradients (measured on the 10m preset: attention was ~40% of the update's op time
     for ~12% of its FLOPs). Same forward arithmetic; gradients equal autodiff's to float rounding
-    (``tests/test_scale.py``).
+    (``tests/models/test_qwen3_gradients.py``).
 
     q: [R, T, K, H]; k, v: [R, S, Kv, H]; mask: [R, T, S] bool (True = may attend). -> [R, T, K·H].
     Fully masked query rows give a uniform average (finite), never NaN.

@@ -104,7 +104,7 @@ class SamplerConfig:
         Must divide the rows of a call; > 1 needs a single device (no ``mesh``). Same tokens;
         the log-probs move by float rounding (<= 1.4e-6 measured: XLA fuses the attention
         differently). Default 1 (the program of one part is that of before, so committed runs
-        replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
+        replay bit-exactly, tests/experiments/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
         (R=64) and lets the two cores share the attention, see #20's section in
         benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
       prefill_group: G; rows ``g·G .. g·G + G − 1`` of a call hold the same input (a GRPO group's

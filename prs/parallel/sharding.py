@@ -27,7 +27,7 @@ decode attention split over rows only), annotations that are the plain ops witho
 Auto axes; the trainer's host glue runs on host copies of the rollouts. ``axis_types="auto"``
 builds an ``AxisType.Auto`` mesh (the compiler propagates shardings from the annotated inputs,
 outputs and the per-layer activation constraints). Both give the 1-device numbers
-(``tests/test_explicit_axes.py``, ``tests/test_scale.py``).
+(``tests/parallel/test_explicit_axes.py``, ``tests/rl/test_trainer_scale.py``).
 """
 from __future__ import annotations
 
