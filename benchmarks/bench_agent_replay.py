@@ -14,7 +14,7 @@ Replay vs regenerate: from the same params and the same trainer state, ``collect
 re-roll, no update) runs ``--timing-reps`` times per mode after a warm-up, with the re-roll
 forced on every skewed group (``ps_fix``). Reported: median step (collect) time per mode, the
 re-roll part alone, and their ratios, plus tokens forced/replayed. Both modes rebuild identical
-states and inputs (``tests/test_agent_task.py``).
+states and inputs (``tests/tasks/test_repair.py``).
 """
 from __future__ import annotations
 

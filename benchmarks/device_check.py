@@ -1,7 +1,7 @@
 """Device check: one run on one accelerator that says whether the presets' assumptions hold there,
 and writes one JSON file. ``benchmarks/device_check.sh`` is the wrapper to run (it sets the
 environment); ``--cpu`` runs the same checks at tiny shapes on the CPU backend (what
-tests/test_device_check.py runs, so the script cannot rot).
+tests/benchmarks/test_device_check.py runs, so the script cannot rot).
 
     benchmarks/device_check.sh $OUT/device_check.json            # one GPU, <= 8 minutes
     benchmarks/device_check.sh /tmp/dc.json --cpu                # CPU, tiny shapes

@@ -2,7 +2,7 @@
 ``reload_weights``: are greedy rollouts those of the new weights (the jax engine on them)?
 Measured 2026-12-02: before the push 6/6 rows equal; after it 0/6, and vLLM logs
 ``ParallelLMHead: Failed to load weights``. Hence ``prs.rollout.vllm_engine`` always loads the
-model untied (lm_head = embed copy) and pushes both; tests/test_vllm_engine.py checks that case.
+model untied (lm_head = embed copy) and pushes both; tests/rollout/test_vllm_engine.py checks that case.
 
   /work/vllm-venv/bin/python benchmarks/probe_vllm_tied.py
 """

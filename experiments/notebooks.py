@@ -10,7 +10,7 @@ The run notebooks show the committed ablation ``results/ablation/runs`` (``exper
 reads ``PRS_TRAP_ROOT``, else the committed trap sweep ``results/trap/runs`` (else the test fixture). ``--check``
 re-executes into memory and compares each cell's outputs with the committed ones (``outputs_digest``:
 markdown and text verbatim, minus lines with timings or temporary paths; figures by presence, since
-PNG bytes vary between matplotlib builds). ``tests/test_notebooks.py`` runs the same check and also
+PNG bytes vary between matplotlib builds). ``tests/experiments/test_notebooks.py`` runs the same check and also
 executes the run notebooks on a tiny run set trained on the fly.
 """
 from __future__ import annotations

@@ -55,24 +55,24 @@ from prs.models.qwen3 import ModelConfig
 
 GIB = 2 ** 30
 
-# Fitted on CPU (see the module docstring; update temp bytes on a 4-layer D=128 F=512 V=4096 model at
-# R·W = 2048 tokens, two (R, W, M) shapes: full 69.4 / 86.1 MiB measured vs 71.5 / 85.3 planned;
-# none 226 / 271 vs 196 / 241; dots_saveable 84.9 / 103.5 vs 79.5 / 93.3): floats per token per layer of one layer's working set,
-# attention score copies, optimizer temporaries and live LM-head blocks.
+# Fitted on CPU (see the module docstring; update temp bytes of a 4-layer D=128 F=512 V=4096 model at
+# R·W = 2048 tokens, two (R, W, M) shapes per remat policy; the fit's compiled vs planned bytes are in
+# benchmarks/README.md): floats per token per layer of one layer's working set, attention score
+# copies, optimizer temporaries and live LM-head blocks.
 C_D, C_Q, C_F = 6.0, 3.0, 3.0
 # score-sized fp32 copies one layer keeps for its backward: the reference attention's hand-written
 # backward keeps the probabilities only; autodiff of the einsum form (and XLA's dot_product_attention)
 # keeps scores and probabilities; a flash kernel (cudnn) none.
-# XLA's dot_product_attention: 4 f32 + 1 bf16 score-sized buffers in one layer's backward, measured on
-# Qwen3-4B at W = 8704 (issue #29: 42.4 GiB of temporaries at 2 layers).
+# XLA's dot_product_attention: 4 f32 + 1 bf16 score-sized buffers in one layer's backward (compiled
+# Qwen3-4B at W = 8704).
 C_S = {"reference": 1.0, "einsum": 2.0, "xla": 4.5, "cudnn": 0.0, "blockwise": 0.0}
 C_OPT = 1.0
 C_LG = 3.0
 # The sampler call's working set beyond its KV cache (fitted to XLA:CPU's memory_analysis of
 # ``sample_jit`` on Qwen3-4B / 8B at 2 and 4 layers, ``prs.plan_compiled``; CPU keeps some bf16
 # buffers in f32, so these are on the safe side for GPU/TPU):
-# (fit: the re-roll calls of 4B and 8B at 16 rows per device within 1.01-1.09 of the compiled count,
-# the smaller fresh calls 1.19-1.24, all on the safe side; benchmarks/plan_compiled.py)
+# (fit: the re-roll and fresh calls of 4B and 8B at 16 rows per device, all on the safe side of the
+# compiled count; the ratios: benchmarks/plan_compiled.py, benchmarks/README.md)
 C_DW = 2.5     # the decode step's per-layer weights (``qwen3.decode_weights``; f32 on CPU), in |dtype| per parameter
 C_PH = 2.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
 C_KT = 0.8     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache

@@ -1,4 +1,4 @@
-"""The memory planner checked against the compiler (issue #29): the real jitted sampler and update
+"""The memory planner checked against the compiler: the real jitted sampler and update
 programs compiled at a preset's real widths on abstract inputs, per device, read back from XLA.
 
 For a model config, a mesh and the run's widths, ``sampler_memory`` lowers

@@ -1,14 +1,12 @@
-"""Worker of tests/test_distributed.py (not a test module): one of two localhost processes.
+"""Worker of tests/parallel/test_distributed.py (not a test module): one of two localhost processes.
 
 Starts ``prs.distributed`` from PRS_* env, builds a (fsdp = 4) mesh over both processes' 2 CPU
 devices each, feeds only this process's 8 of the 16 batch rows and runs the trainer's sharded
 update. Process 0 writes the result (``argv[1]``: metrics and the gathered new parameters), which
 the test compares with the single-process update; process 1 must not write."""
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _localhost import start_worker  # noqa: E402
+from tests._localhost import start_worker
 
 info = start_worker()
 
@@ -19,8 +17,7 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_scale import MODEL, _PC, _RL_SHARDED, _batch  # noqa: E402
+from tests.rl.test_trainer_scale import MODEL, _PC, _RL_SHARDED, _batch  # noqa: E402
 
 from prs.models import qwen3 as M  # noqa: E402
 from prs.parallel import sharding as shd  # noqa: E402

@@ -16,7 +16,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def run_processes(worker: str, args, *, cwd, timeout: int, n: int = 2, tail: int = 6000) -> list[str]:
-    """Runs ``python tests/<worker> *args(i)`` as process i of ``n``; ``args`` is a function of i.
+    """Runs ``python -m tests.<worker stem> *args(i)`` as process i of ``n`` (``worker`` names a file
+    beside this one); ``args`` is a function of i. Run as a module, not a script, so that ``tests/``
+    (whose sub-packages share names with ``experiments``, ``theory`` and ``benchmarks``) never lands
+    on the worker's ``sys.path``.
     Returns the processes' logs (stdout + stderr)."""
     codes, logs = start_processes(worker, args, cwd=cwd, timeout=timeout, n=n)
     assert codes == [0] * n, "\n".join(logs)[-tail:]
@@ -33,8 +36,10 @@ def start_processes(worker: str, args, *, cwd, timeout: int, n: int = 2, env=Non
     base = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     base.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), PRS_COORDINATOR=f"localhost:{port}",
                 PRS_NUM_PROCESSES=str(n), **(env or {}))
-    path = str(pathlib.Path(__file__).with_name(worker))
-    procs = [subprocess.Popen([sys.executable, path, *map(str, args(i))], env={**base, "PRS_PROCESS_ID": str(i)},
+    path = pathlib.Path(__file__).with_name(worker)
+    assert path.is_file(), path
+    module = f"tests.{path.stem}"
+    procs = [subprocess.Popen([sys.executable, "-m", module, *map(str, args(i))], env={**base, "PRS_PROCESS_ID": str(i)},
                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(n)]
     try:

@@ -1,15 +1,13 @@
-"""Worker of tests/test_multihost_agent.py (not a test module): one of two localhost processes
+"""Worker of tests/rl/test_multihost_agent.py (not a test module): one of two localhost processes
 (2 CPU devices each, ``fsdp = 4`` over both) running the repair agent's rollouts on the trainer's
 mesh: fresh multi-turn episodes (``AgentRollouts.rollout``), re-rolls through replay-through-
 execution of demonstration sources (``reroll``), and a short ``runner.run``.
 
 argv: out_dir (this process's own run directory: process 1's must stay empty), result path
 (process 0 writes the episodes there)."""
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _localhost import start_worker  # noqa: E402
+from tests._localhost import start_worker
 
 info = start_worker()
 
@@ -18,8 +16,7 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_multihost_agent import episodes, run_cfg  # noqa: E402
+from tests.rl.test_multihost_agent import episodes, run_cfg  # noqa: E402
 
 from prs.parallel import sharding as shd  # noqa: E402
 

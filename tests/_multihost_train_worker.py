@@ -1,4 +1,4 @@
-"""Worker of tests/test_multihost_train.py (not a test module): one of two localhost processes
+"""Worker of tests/rl/test_multihost_train.py (not a test module): one of two localhost processes
 running a whole training run (``prs.rl.runner.run``: warm start loaded from the shared cache,
 evaluation, sampling, rewards, Prefix Sampling, advantages, sharded updates) on an ``fsdp = 4``
 mesh over both processes' 2 CPU devices each.
@@ -6,11 +6,9 @@ mesh over both processes' 2 CPU devices each.
 argv: out_dir (this process's own run directory: process 1's must stay empty), base_dir (the
 warm-start cache, built by the test), result path (process 0 writes the final parameters there),
 schedule. The final train state is captured by a Trainer subclass (test-only)."""
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _localhost import start_worker  # noqa: E402
+from tests._localhost import start_worker
 
 info = start_worker()
 
@@ -21,14 +19,13 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_multihost_train import MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
+from tests.rl.test_multihost_train import MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
 
 from prs.parallel import sharding as shd  # noqa: E402
 from prs.rl import runner  # noqa: E402
 
 out_dir, base_dir, result, sched = sys.argv[1:5]
-from _localhost import capturing_trainer  # noqa: E402
+from tests._localhost import capturing_trainer
 
 CapturingTrainer, captured = capturing_trainer()
 runner.Trainer = CapturingTrainer

@@ -298,3 +298,58 @@ def test_study_code_moved_out_of_the_library_says_where():
     from experiments.studies import decisive, notebook, trap  # noqa: F401
     for name, mod in an.MOVED.items():
         assert hasattr(importlib.import_module(mod), name) or mod.endswith(name), (name, mod)
+
+
+# Test folders and the code folder each mirrors: tests/<room>/test_<module>[_<aspect>].py tests
+# <code folder>/<module>.py, so a module's tests are found by its name.
+TEST_MIRROR = {
+    **{room: f"prs/{room}" for room in
+       ("core", "models", "parallel", "rewards", "rollout", "rl", "tasks", "analysis", "sim")},
+    "theory": "theory", "experiments": "experiments", "experiments/studies": "experiments/studies",
+    "benchmarks": "benchmarks",
+    ".": "prs",  # tests/test_<m>.py: the modules of prs/ itself (plan, plan_compiled)
+}
+TEST_TOP_LEVEL = ("test_layout.py",)  # cross-cutting tests that test no one module
+
+
+def misplaced_tests(root: pathlib.Path, mirror=TEST_MIRROR, top_level=TEST_TOP_LEVEL) -> list[str]:
+    """Each test file and test folder under ``root/tests`` that breaks the mirror rule above, with
+    the reason; empty when every test file is named after a module of the folder it mirrors."""
+    tests = root / "tests"
+    bad = []
+    for d in sorted(p for p in tests.rglob("*") if p.is_dir() and p.name not in ("__pycache__", "data")
+                    and "data" not in p.relative_to(tests).parts):
+        if d.relative_to(tests).as_posix() not in mirror:
+            bad.append(f"tests/{d.relative_to(tests).as_posix()}/: a folder that mirrors no code folder")
+    for path in sorted(tests.rglob("test_*.py")):
+        folder = path.parent.relative_to(tests).as_posix()
+        if folder not in mirror or (folder == "." and path.name in top_level):
+            continue
+        code = root / mirror[folder]
+        modules = {p.stem for p in code.glob("*.py") if not p.stem.startswith("_")}
+        name = path.stem[len("test_"):]
+        if not any(name == m or name.startswith(m + "_") for m in modules):
+            bad.append(f"{path.relative_to(root).as_posix()}: names no module of {mirror[folder]}/ "
+                       f"(test_<module>.py or test_<module>_<aspect>.py)")
+    return bad
+
+
+def test_tests_mirror_the_package():
+    assert misplaced_tests(ROOT) == []
+
+
+def test_test_mirror_checker_can_fail(tmp_path):
+    (tmp_path / "prs" / "core").mkdir(parents=True)
+    (tmp_path / "prs" / "core" / "losses.py").write_text("")
+    (tmp_path / "prs" / "plan.py").write_text("")
+    (tmp_path / "tests" / "core").mkdir(parents=True)
+    (tmp_path / "tests" / "misc").mkdir()
+    (tmp_path / "tests" / "data" / "records").mkdir(parents=True)
+    for f in ("core/test_losses.py", "core/test_losses_menu.py", "test_plan_vllm.py", "test_layout.py",
+              "core/test_lossesx.py", "test_trainer.py", "misc/test_x.py"):
+        (tmp_path / "tests" / f).write_text("")
+    assert misplaced_tests(tmp_path) == [
+        "tests/misc/: a folder that mirrors no code folder",
+        "tests/core/test_lossesx.py: names no module of prs/core/ (test_<module>.py or test_<module>_<aspect>.py)",
+        "tests/test_trainer.py: names no module of prs/ (test_<module>.py or test_<module>_<aspect>.py)",
+    ]

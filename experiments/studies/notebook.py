@@ -17,8 +17,8 @@ from prs.analysis.runs import find_run_dirs, load_run, parse_run_name
 def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), seeds: Sequence[int] = (0, 1),
                    steps: int = 8, eval_every: int = 2, sft_steps: int = 60, task: str = "arith") -> list[pathlib.Path]:
     """Trains a tiny run per (method, seed) into ``out_dir/<task>-<method>-s<seed>`` with the tiny
-    model and task of the trainer tests (``tests/test_trainer.py``; 32 eval problems), skipping runs already complete;
-    returns the run directories. The shared warm start is built first (``methods=()``: only that).
+    model and task of the trainer tests (``tests/rl/test_trainer.py``; 32 eval problems), skipping runs
+    already complete; returns the run directories. The shared warm start is built first (``methods=()``: only that).
     An exclusive lock on ``out_dir/.lock`` serialises concurrent callers."""
     import fcntl
 

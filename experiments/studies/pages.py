@@ -81,8 +81,8 @@ STUDIES = (
           "in 3 of 3 paired check seeds (the diagnosis on the page)."),
     Study("repro", "A committed run that must re-run to the same records",
           "Does today's code compute exactly what the committed run recorded?",
-          "pytest tests/test_reproduce.py",
-          "Yes while `tests/test_reproduce.py` passes: every record of the committed 4-step PS-ada run (wall-clock "
+          "pytest tests/experiments/test_reproduce.py",
+          "Yes while `tests/experiments/test_reproduce.py` passes: every record of the committed 4-step PS-ada run (wall-clock "
           "fields aside) comes back identical from its recorded config."),
     Study("coverage", "Coverage of the speed-up intervals",
           "Do the nominal-95% intervals of the speed-up statistics hold a planted 1.9x speed-up 95% of the time?",

@@ -80,7 +80,8 @@ from prs.analysis.gap import (  # noqa: F401
     gap_task,
 )
 
-# One study's analysis moved out of the library; an old import names the new place in one line.
+# Names of one study's analysis, which lives in experiments.studies: importing one from here is an
+# ImportError that names its module in one line.
 MOVED = {"trap": "experiments.studies.trap", "decisive": "experiments.studies.decisive",
          "notebook": "experiments.studies.notebook", "notebook_runs": "experiments.studies.notebook",
          "make_tiny_runs": "experiments.studies.notebook", "tiny_run_dir": "experiments.studies.notebook",

@@ -1,4 +1,4 @@
-"""Coverage of the speed-up intervals by simulation (issue #31, item 4): plant a known speed-up in
+"""Coverage of the speed-up intervals by simulation: plant a known speed-up in
 synthetic learning curves with the evaluation noise of the committed runs, run the estimators of
 ``prs.analysis.gap`` on many simulated studies, and count how often their nominal-95% interval holds
 the truth.
@@ -23,15 +23,15 @@ mean zero). Expectations over seeds by quadrature on 4001 normal quantiles.
 
 **Estimators** (95% percentile bootstrap, 2000 resamples unless told):
 
-* ``old``: ``gap.gap_compare`` before this change: the level from the whole sample, each seed's
-  interpolated first crossing, a censored seed at its last evaluation, the paired ratio of means and
-  its CI with the level held fixed; the old interval helper (one NaN resample: no interval);
+* ``old``: the fixed-level comparator: the level from the whole sample, each seed's interpolated
+  first crossing, a censored seed at its last evaluation, the paired ratio of means and its CI with
+  the level held fixed; no interval as soon as one resample is NaN (``_old_ci``);
 * ``restricted``: ``gap.restricted_speedup``: restricted means at the horizon, the level re-estimated
   inside every resample, undefined resamples left out (``stats.percentile_ci``);
 * ``mean_curve``: the crossing of the seed-mean curves (``gap_compare``'s ``mean_curve``);
 * ``auc`` / ``equal_step``: paired differences of the normalised area and of the mean of the last k
   points (``gap_compare``: expanded percentile intervals), and ``auc_plain`` / ``equal_step_plain``:
-  the same with the plain percentile interval (as before this change).
+  the same with the plain percentile interval.
 
 ``coverage_study`` returns per estimator the median and mean estimate, the share of studies whose
 interval holds the truth (coverage, with its Monte Carlo standard error sqrt(c (1 - c) / n)), the
@@ -119,7 +119,8 @@ def truths(sc: Scenario, *, nodes: int = 4001) -> dict[str, float]:
 
 
 def _old_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
-    """The interval helper of ``prs.analysis.stats`` before this change (kept here to measure it)."""
+    """Percentile interval of ``samples`` at ``level``; NaN (no interval) when a sample is NaN or
+    fewer than half are finite: the interval of the ``old`` comparator (module docstring)."""
     finite = samples[np.isfinite(samples)]
     if finite.size < samples.size / 2:
         return math.nan, math.nan
@@ -129,7 +130,8 @@ def _old_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
 
 def old_speedup(steps, yb, ym, *, fraction: float = 0.8, k: int = 3, n_boot: int = 2000, level: float = 0.95,
                 seed: int = 0) -> dict[str, float]:
-    """The step speed-up of ``gap.gap_compare`` before this change (module docstring, ``old``)."""
+    """The ``old`` comparator's step speed-up (module docstring): per-seed first crossings of a level
+    fixed from the whole sample, a censored seed at the last evaluation, the paired ratio of means."""
     lv = gap_levels(steps, yb, k=k, fractions=(fraction,))
     L = lv["levels"][fraction]
     if lv["degenerate"]:

@@ -1,11 +1,11 @@
-"""Gap statistics that do not hinge on one point of the baseline's curve (issue #16, item 3).
+"""Gap statistics that do not hinge on one point of the baseline's curve.
 
-The old "steps to converge" (``prs.analysis.stats``) asks when a curve first reaches the baseline's
-*final* smoothed level; on arith that level came from one late jump (steps 130-150) of the
-baseline. The statistics here use the baseline's whole gap instead and pair every comparison by
-seed (same seed = same warm start and problem stream, so the per-seed difference cancels the
-warm-start and problem-stream noise). All functions are pure numpy over explicit arrays; ``gap_task``
-is the only one that reads ``Run`` objects.
+The "steps to converge" of ``prs.analysis.stats`` asks when a curve first reaches the baseline's
+*final* smoothed level, which can rest on one late jump of the baseline. The statistics here use the
+baseline's whole gap instead and pair every comparison by seed (same seed = same warm start and
+problem stream, so the per-seed difference cancels the warm-start and problem-stream noise). All
+functions are pure numpy over explicit arrays; ``gap_task`` is the only one that reads ``Run``
+objects.
 
 Definitions (S paired seeds, E evaluation points at steps s_0 < ... < s_{E-1}, y [S, E] held-out
 pass@1, NaN = no point):
@@ -23,9 +23,8 @@ pass@1, NaN = no point):
   ``x = s_{e-1} + (L_f - y_{e-1}) / (y_e - y_{e-1}) * (s_e - s_{e-1})`` (x = s_0 if e = 0; x = s_e if
   the point before is missing). Interpolation keeps the statistic from moving in steps of the
   evaluation interval. On a concave curve the chord lies below it, so the interpolated crossing is a
-  little late, the more so the fewer evaluation intervals lie before it (measured: a 2x
-  time-compressed saturating curve reads 1.97x when the 50% level falls in the first 2 intervals,
-  1.996x when it falls after ~8). Optional trailing smoothing of each curve (``window``; default 1 = raw).
+  little late, the more so the fewer evaluation intervals lie before it. Optional trailing smoothing
+  of each curve (``window``; default 1 = raw).
 * **Horizon and censoring (restricted mean).** The horizon h is the last evaluation step that every
   paired seed of both arms reached (``common_horizon``; stated in every record). A seed's steps to
   L_f are ``min(x, h)``: a seed that has not crossed by h is censored and counted at h
@@ -51,7 +50,8 @@ pass@1, NaN = no point):
   [s_0, h] are excluded and listed. Reported per method, their paired difference with a CI, and
   that difference as a fraction of the baseline's gap. The two differences' CIs are *expanded*
   percentile intervals (``stats.percentile_ci`` with n = the paired seeds): the plain percentile
-  interval of a mean of 8 seeds covers ~87-91% at nominal 95% (``experiments.coverage``).
+  interval of a mean of a few seeds covers less than its nominal level (``experiments.coverage``
+  measures it).
 * **Equal-step improvement** at step s* (default: the horizon h): the paired difference of the mean
   of the last ``k`` evaluation points up to s* (k = 1 is the single point at s*, as in
   ``stats.analyze_task``).

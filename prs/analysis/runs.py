@@ -29,7 +29,7 @@ STEP_TIME_KEYS = ("time_sample", "time_replay", "time_batch", "time_update")
 METHOD_ORDER = ("baseline", "ps_fix", "ps_ada_hard", "ps_ada")
 STATUSES = ("complete", "partial", "empty", "failed")
 SCHEDULES = ("same_step", "next_visit")
-# per-step train metrics kept in Run.series (the decisive experiment's mechanism measurements, #16)
+# per-step train metrics kept in Run.series (the decisive experiment's mechanism measurements)
 SERIES = ("pq_trained", "groups_kept", "groups_mixed", "groups_steered", "steered_mixed_share", "pq_steered",
           "tokens_replayed", "rollouts_sampled", "pass_rate")
 

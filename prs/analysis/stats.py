@@ -1,5 +1,5 @@
 """Statistics of training runs: steps to converge, speed-ups with bootstrap CIs, settled controller
-rates, equal-step improvement, and the figures (issue #7).
+rates, equal-step improvement, and the figures.
 
 Reads the run directories written by ``prs.rl.runner.run`` (``metrics.jsonl``, ``summary.json``) and
 turns them into numbers comparable to Zhu et al. 2026 (arXiv 2605.05112). All statistics are

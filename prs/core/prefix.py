@@ -42,7 +42,7 @@ toward the target. Buckets not observed this step keep rho, ema and count. Why t
   groups per bucket; with g = 2 a bucket whose pass rate is 0.125 at rho = 0.5 moves rho by about
   0.18 in the first step and the closed loop settles in ~10-30 steps without sustained ringing for
   the pass-rate slopes met in practice (|dp/dlogit rho| <= 0.5; the loop gain g (1-d) |dp/dz| stays
-  below ~0.2 per step). `tests/test_prefix.py` drives simulated buckets to the target from both
+  below ~0.2 per step). `tests/core/test_prefix.py` drives simulated buckets to the target from both
   sides.
 
 `ps_fix` keeps rho at rho_init (the EMA is still tracked, for diagnostics); `ps_ada_hard` re-rolls

@@ -1,4 +1,4 @@
-"""Blockwise (flash-style) attention for the training forward/backward (opt-in, issue #20 item 1).
+"""Blockwise (flash-style) attention for the training forward/backward (opt-in).
 
 softmax(q kᵀ/√H + mask) v with grouped-query heads, computed per (row chunk, query block, key block)
 tile with an online softmax (FlashAttention, Dao et al. 2022, arXiv:2205.14135) and a hand-written
@@ -17,8 +17,7 @@ small enough for the core's cache, (2) causal block skipping (``causal=True``: k
 above a query block's diagonal are never computed), (3) no [R, Kv, G·T, S] probability tensor kept
 from the forward for the backward, and (4) the heads-major layout ([c, Kv, T, G, H], "tg", or
 [c, Kv, G, T, H], "gt") made inside the chunk (no whole-batch transposes; the mask is broadcast over
-heads, never tiled). Measured (benchmarks/README.md, 10m R=32 T=256): one layer's attention forward +
-backward 108 CPU-ms vs the reference's 235; the whole update ~6.6-6.8 vs ~8.7-8.9 CPU-s.
+heads, never tiled). Its timings against the reference: benchmarks/README.md.
 
 Same equation as ``qwen3._attention_einsum``; not bit-identical to the ``reference`` impl (different
 summation order). A query row with no visible key gets the uniform average over the keys of the

@@ -75,9 +75,8 @@ Cache = dict[str, jax.Array]
 
 NEG_INF = _bw.NEG  # finite "minus infinity" for masked attention scores: fully masked rows stay finite.
 
-# ModelConfig.remat -> jax.checkpoint policy (None: no checkpoint). Measured on the ``10m`` preset
-# (R=8, T=512, f32; compiled temp bytes of value_and_grad): none 2463 MiB, full 415 MiB,
-# dots_saveable 692 MiB (scaling notes; tests/test_scale_memory.py re-measures on a small shape).
+# ModelConfig.remat -> jax.checkpoint policy (None: no checkpoint). Each policy's compiled temp
+# bytes: benchmarks/README.md; tests/models/test_qwen3_gradients.py checks their order on a small shape.
 REMAT_POLICIES = {
     "none": None,
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -104,12 +103,11 @@ class ModelConfig:
         dims, are *not* kept; plain ``dots_saveable`` would keep them).
       attention_impl: ``reference`` (the softmax below, heads-major with a hand-written backward
         pass, ``_attention_reference``), ``einsum`` (the same equation as einsums under plain
-        autodiff, the slower test reference), ``xla`` / ``cudnn``
-        (``jax.nn.dot_product_attention`` with that implementation; ``cudnn`` needs a GPU and
-        bf16/fp16), ``blockwise`` (opt-in, ``prs.models.blockwise``: flash-style tiles per row with
-        causal block skipping and a backward that recomputes the probabilities; same numbers to
-        ~1e-6, not bit-identical; at 10m R=32 T=256 the attention costs ~0.45x the reference's CPU
-        time, benchmarks/README.md), or a name added with ``register_attention`` (e.g. a Pallas
+        autodiff, the slower test reference), ``xla`` / ``cudnn`` (``jax.nn.dot_product_attention``
+        with that implementation; ``cudnn`` needs a GPU and bf16/fp16), ``blockwise`` (opt-in,
+        ``prs.models.blockwise``: flash-style tiles per row with causal block skipping and a
+        backward that recomputes the probabilities; same numbers to ~1e-6, not bit-identical;
+        timings in benchmarks/README.md), or a name added with ``register_attention`` (e.g. a Pallas
         splash kernel on TPU).
       scan_unroll: layers per iteration of the layer ``lax.scan`` (``unroll``; 1 = a rolled loop,
         ``n_layers`` = fully unrolled). Same numbers; unrolling removes the loop's stacked
@@ -121,18 +119,18 @@ class ModelConfig:
         diagonal, fully masked, are skipped (≈ (B − 1) / 2B of the score work; torch's CPU SDPA
         flash kernel skips them the same way). Same numbers except on a query row that may attend
         to nothing (no valid key up to it), whose meaningless output is the uniform average over
-        its block's keys instead of all T keys. Default 1: at 10m R=32 T=256 B=2 saved only ~1.6%
-        CPU-s (within noise; benchmarks/README.md), and B > 1 changes float rounding, so committed
-        runs would no longer re-run to the same records.
+        its block's keys instead of all T keys. Default 1: B > 1 changes float rounding, so committed
+        runs would not re-run to the same records, and on CPU its saving is within noise
+        (benchmarks/README.md).
       prefill_flash_from: prompt widths P >= this run ``prefill``'s attention as causal flash tiles
         (``blockwise.causal_attention``: online softmax over ``prefill_block``-sized query/key
         blocks, blocks above the diagonal skipped, no [R, K, P, P] scores and no [R, P, P] mask)
         instead of ``attention_impl`` on the dense causal mask, and the sampler prefills such
         prompts chunk by chunk straight into its decode cache layout
         (``prs.models.sampler._prefill_blocks``); None = never. Default 512: the dense scores of
-        a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and layer in f32
-        (issue #29), while the short prompts of the test tasks keep the dense path (committed runs
-        replay bit-exactly, tests/test_reproduce.py). Same numbers to float rounding.
+        a 4,608-token Prefix Sampling re-roll bucket are 162 GiB per 64 rows and layer in f32,
+        while the short prompts of the test tasks keep the dense path (committed runs
+        replay bit-exactly, tests/experiments/test_reproduce.py). Same numbers to float rounding.
       prefill_block: queries / keys per flash tile of the prefill (above); the sampler's prefill
         chunk. A [rows, K, b, b] f32 tile is live at a time (64 rows, K = 32, b = 256: 512 MiB).
     """
@@ -293,9 +291,8 @@ def dense(x: jax.Array, w: jax.Array, *, dtype: Any = None, preferred_element_ty
 
     Same numbers as ``x @ w``; the flattening is for speed. With a 3-D ``x`` [R, T, I] the
     weight gradient contracts two axes (r, t), and XLA:CPU lowers it with a strided transposing
-    copy of the [R, T, O] cotangent fused into the elementwise producer (measured on the 10m
-    preset, R=8, T=256: the SwiGLU block's backward 207 ms -> 87 ms CPU time flattened,
-    ``benchmarks/bench_update.py``); flat, the dot contracts one axis and needs no copy."""
+    copy of the [R, T, O] cotangent fused into the elementwise producer; flat, the dot contracts
+    one axis and needs no copy (timings: ``benchmarks/bench_update.py``, benchmarks/README.md)."""
     dt = x.dtype if dtype is None else dtype
     lead = x.shape[:-1]
     y = explicit.matmul(x.reshape(-1, x.shape[-1]).astype(dt), w.astype(dt), preferred_element_type=preferred_element_type)
@@ -492,9 +489,8 @@ def _attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Arr
 
     Plain autodiff of the einsum form keeps the scores, the unnormalised exponentials and the
     probabilities (three [R, K, T, S] f32 buffers per layer) and transposes [R, K, T, S] tensors for
-    the key/value gradients (measured on the 10m preset: attention was ~40% of the update's op time
-    for ~12% of its FLOPs). Same forward arithmetic; gradients equal autodiff's to float rounding
-    (``tests/test_scale.py``).
+    the key/value gradients (benchmarks/README.md profiles the update). Same forward arithmetic;
+    gradients equal autodiff's to float rounding (``tests/models/test_qwen3_gradients.py``).
 
     q: [R, T, K, H]; k, v: [R, S, Kv, H]; mask: [R, T, S] bool (True = may attend). -> [R, T, K·H].
     Fully masked query rows give a uniform average (finite), never NaN.
@@ -558,7 +554,7 @@ def _decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     Same equation; written as broadcast-multiply-reduce so that XLA reads each cache slot once in
     place. The ``einsum`` form contracts k/v with batch axes (r, kv) that are not leading in the
     cache layout, and XLA:CPU then copies the layer's whole cache into [R, Kv, S, H] every decode
-    step (28% of the 10m sampler's time, ``benchmarks/bench_sampler.py``).
+    step (``benchmarks/bench_sampler.py`` times it).
     q: [R, 1, K, H]; k, v: [R, S, Kv, H]; mask: [R, 1, S] -> [R, 1, K·H].
     """
     R, _, K, H = q.shape
@@ -606,12 +602,11 @@ def decode_weights(params: Params, cfg: ModelConfig) -> Params:
     the same input joined: ``qkv`` = [W_q | W_k | W_v] [D, (K + 2 Kv) H] and ``gate_up`` =
     [W_gate | W_up] [D, 2F]; ``head`` = W_lm [D, V] in ``cfg.dtype``.
 
-    Built once per sampler call, outside its decode loop: a layer ``scan`` over the stacks inside the
-    loop copies every layer's weights out of the stack at every step (8-10% of the 10m sampler's op
-    time), and a joined projection is one matmul per step instead of three (two). Same numbers as
-    the stacked layout up to float summation order: column j of x [W_a | W_b] is x W_a or x W_b
-    column j (only the matmul kernel's blocking may change the order of its sum); ``dense`` casts
-    to ``cfg.dtype`` anyway."""
+    Built once per sampler call, outside its decode loop: a layer ``scan`` over the stacks inside
+    the loop copies every layer's weights out of the stack at every step, and a joined projection is
+    one matmul per step instead of three (two). Same numbers as the stacked layout up to float
+    summation order: column j of x [W_a | W_b] is x W_a or x W_b column j (only the matmul kernel's
+    blocking may change the order of its sum); ``dense`` casts to ``cfg.dtype`` anyway."""
     def layer(l):
         lp = {n: (w[l].astype(cfg.dtype) if n in MATMUL_WEIGHTS else w[l]) for n, w in params["layers"].items()}
         lp["qkv"] = jnp.concatenate([lp.pop("q_proj"), lp.pop("k_proj"), lp.pop("v_proj")], axis=1)
@@ -740,7 +735,7 @@ def extend(params: Params, cache: Cache, tokens: jax.Array, positions: jax.Array
 
     def layer(carry, xs):
         # The whole cache rides in the carry and is written by scatter, so XLA updates it in
-        # place; scanning it as xs/ys instead copies all L layers every call (measured ~5x slower).
+        # place; scanning it as xs/ys instead copies all L layers every call.
         h, ck_all, cv_all = carry  # [L, R, S, Kv, H]
         lp, l = xs
 

@@ -92,9 +92,9 @@ class SamplerConfig:
         segment attends only the first ``A`` cache slots, ``A`` the smallest bucket (or ``P + T``)
         that holds every slot the segment can fill (``_segments``); one compiled body per segment,
         all in the same jit. None (the default) = attend all ``S = P + T`` slots at every step
-        (one segment). Off by default because it measured slower at the 10m shape (P=16, T=64:
-        3.4-3.6 vs 2.0-2.1 CPU-s per call; XLA:CPU fuses the multi-block attention worse than the
-        single-block one, see #20's note); it is meant for T >> P, where attention dominates.
+        (one segment). Off by default: XLA:CPU fuses the multi-block attention worse than the
+        single-block one, so at short T it is slower (benchmarks/README.md); it is meant for
+        T >> P, where attention dominates.
       row_chunk: ``sample`` runs R rows as ceil(R / row_chunk) calls of ``row_chunk`` rows each
         (the last padded with dummy rows), so the KV cache of only ``row_chunk`` rows is live;
         the output equals one call over all rows (per-row keys; tested). None = one call.
@@ -102,11 +102,10 @@ class SamplerConfig:
         over equal row ranges (each with its own cache buffers), which XLA:CPU's thunk executor
         runs concurrently on its threads; the matmuls still see all rows (``decode_token``).
         Must divide the rows of a call; > 1 needs a single device (no ``mesh``). Same tokens;
-        the log-probs move by float rounding (<= 1.4e-6 measured: XLA fuses the attention
-        differently). Default 1 (the program of one part is that of before, so committed runs
-        replay bit-exactly, tests/test_reproduce.py); 2 measured 3-6% less CPU at the 10m shape
-        (R=64) and lets the two cores share the attention, see #20's section in
-        benchmarks/README.md. None = 2 on a single device for an even R >= 8, else 1.
+        the log-probs move by float rounding (XLA fuses the attention differently). Default 1
+        (the one-part program, so committed runs replay bit-exactly,
+        tests/experiments/test_reproduce.py); 2 lets two cores share the attention
+        (benchmarks/README.md). None = 2 on a single device for an even R >= 8, else 1.
       prefill_group: G; rows ``g·G .. g·G + G − 1`` of a call hold the same input (a GRPO group's
         N rollouts of one prompt, or a Prefix Sampling re-roll group's prompt + replayed prefix):
         the prefill runs on the first row of each group only (R / G rows) and its KV cache and
@@ -122,9 +121,7 @@ class SamplerConfig:
         each layer's weights sliced from the [L, ...] stacks where the step uses them, the same
         numbers up to the joined matmuls' float summation order). On XLA:CPU ``training`` saves no
         memory: the compiler hoists the loop-invariant slices out of the decode loop as copies
-        (Qwen3-4B re-roll call, 8 fake devices, 64 rows: the same +0.82 GiB of temporaries per layer
-        as ``joined``, +0.25 GiB in all; a loop-dependent slice index was worse, 1.0-1.2 GiB per
-        layer; benchmarks/README.md); whether a GPU/TPU compiler keeps the slices in place is
+        (benchmarks/README.md); whether a GPU/TPU compiler keeps the slices in place is
         unmeasured. Default ``joined`` (committed runs replay bit-exactly).
     """
 
@@ -336,8 +333,8 @@ def split_cache(cache: Cache, bounds: tuple[int, ...], mesh, *, bits: bool = Fal
 
     In the decode loop every (layer, block) is its own loop-carried buffer, written in place by a
     one-slot scatter, and a segment attends whole blocks (no slicing: a slice of a loop-carried
-    cache is a copy on XLA:CPU, measured). With the stacked layout the layer scan sliced (copied)
-    every layer's cache out of the carry at every step (21% of the 10m sampler's op time, #20).
+    cache is a copy on XLA:CPU). With the stacked layout the layer scan would slice (copy) every
+    layer's cache out of the carry at every step.
     The layouts make both attention contractions reductions over a non-minor axis, vectorised
     along the minor one (``_block_attention``). ``bits``: a 16-bit float cache held as its
     unsigned-integer bits (``_bits_dtype``; the decode loop of ``sample_jit`` / ``_resume_jit``)."""
@@ -366,9 +363,7 @@ def _block_attention(q: jax.Array, ks, vs, pos: jax.Array, bounds, cfg: ModelCon
     exactly 0 (slot 0, in block 0, is always attendable). With one block this is exactly
     ``_decode_attention`` up to float summation order. Both contractions reduce a non-minor axis
     (H for q·k with slots minor, S for p·v with H minor), so XLA:CPU vectorises them along the
-    minor axis and reads the cache in place. Isolated (R=64, S=80, Kv=4, G=2, H=32, CPU time per
-    layer-step): 0.71 ms for the broadcast-reduce over the minor H on [R, S, Kv, H] (which also
-    re-evaluated RoPE(q) per slot), 0.54 ms for batched-matmul einsums on [R, Kv, S, H], 0.40 ms here.
+    minor axis and reads the cache in place (the alternatives' timings: benchmarks/README.md).
     q: [R, 1, K, H]; pos [R]: a query attends slots <= pos -> [R, 1, K·H]."""
     R, _, K, H = q.shape
     Kv = ks[0].shape[1]
@@ -406,7 +401,7 @@ def decode_token(w: dict, parts: tuple, tok, pos, active, *, bounds: tuple[int, 
     XLA:CPU runs on one thread per op, run per part as independent ops, which its thunk executor
     runs concurrently on its threads (``_row_parts``). Attention is row-wise (each row reduces only
     its own slots), so the parts change the numbers only through XLA's different fusion of the
-    attention (float rounding: <= 1.4e-6 in log-probs measured; the same tokens, tested).
+    attention (float rounding; the same tokens, tested).
     tok, pos, active: [R] -> (float32 logits [R, V], cache as a tuple over parts)."""
     nb = len(bounds) - 1  # blocks attended
     R = tok.shape[0]
@@ -486,8 +481,8 @@ def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
     """How many row parts the decode step's cache writes and attention run in (``decode_token``):
     ``scfg.row_parts``; None = 2 on a single device for an even R >= 8, else 1.
 
-    Why 2 (#20, benchmarks/README.md): XLA:CPU runs each attention reduce and cache scatter on
-    one thread, ~45% of a 10m decode step; as two independent ops they run on both threads."""
+    Why 2 (benchmarks/README.md): XLA:CPU runs each attention reduce and cache scatter on one
+    thread; as two independent ops they run on both threads."""
     single = mesh is None and explicit.explicit_mesh() is None
     if scfg.row_parts is None:
         return 2 if single and R % 2 == 0 and R >= 8 else 1
@@ -501,7 +496,7 @@ def _row_parts(R: int, mesh, scfg: SamplerConfig) -> int:
 def _split_parts(cache: Cache, bounds: tuple[int, ...], mesh, parts: int) -> tuple:
     """``split_cache`` of each of ``parts`` equal row ranges: a tuple over parts; a 16-bit cache as
     its bits (``_bits_dtype``: XLA:CPU runs a bf16 scatter as an f32 one on a converted copy of the
-    whole block, +2× the cache per layer in the decode loop, measured; on integers it does not)."""
+    whole block, +2× the cache per layer in the decode loop; on integers it does not)."""
     R = cache["k"].shape[1]
     n = R // parts
     if parts == 1:
@@ -560,8 +555,7 @@ def _bits_dtype(dtype):
     ``_prefill_blocks`` keeps a 16-bit cache as these bits while it writes and reads it chunk by
     chunk (bitcasts: free): XLA:CPU normalises a bf16 dynamic-update-slice / dynamic-slice to f32
     by converting the *whole* operand, an f32 copy of the layer's cache per chunk, and hoists the
-    loop-invariant one out of the key-block loop (measured: +2.1 GiB per layer at Qwen3-4B's 64
-    rows × 8,704 slots per device); on integers it does not. Same bits, same numbers."""
+    loop-invariant one out of the key-block loop; on integers it does not. Same bits, same numbers."""
     return jnp.uint16 if jnp.dtype(dtype).itemsize == 2 and jnp.issubdtype(dtype, jnp.floating) else dtype
 
 

@@ -27,7 +27,7 @@ decode attention split over rows only), annotations that are the plain ops witho
 Auto axes; the trainer's host glue runs on host copies of the rollouts. ``axis_types="auto"``
 builds an ``AxisType.Auto`` mesh (the compiler propagates shardings from the annotated inputs,
 outputs and the per-layer activation constraints). Both give the 1-device numbers
-(``tests/test_explicit_axes.py``, ``tests/test_scale.py``).
+(``tests/parallel/test_explicit_axes.py``, ``tests/rl/test_trainer_scale.py``).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def make_mesh(devices: Sequence[jax.Device] | None = None, *, data: int = -1, fs
       devices: the devices; default ``jax.devices()``.
       data, fsdp, tensor: axis sizes; exactly one may be ``-1`` ("the rest"). The product must equal
         the device count.
-      model_parallel: former name of ``tensor`` (kept for callers of the old ``(data, model)`` mesh).
+      model_parallel: another name of ``tensor`` (for callers that build a ``(data, model)`` mesh).
       axis_types: ``"explicit"`` (default; see the module docstring) or ``"auto"``.
     """
     devices = list(jax.devices() if devices is None else devices)

@@ -9,8 +9,8 @@ into a ``prs.models.sampler.Rollout``:
     ro = engine.append_and_resume(ro, obs, obs_lengths, key=k2, scfg=scfg)  # multi-turn
     engine.close()
 
-Contract of ``generate`` (every engine, tested in tests/test_rollout_engine.py and, for vLLM,
-tests/test_vllm_engine.py):
+Contract of ``generate`` (every engine, tested in tests/rollout/test_engine.py and, for vLLM,
+tests/rollout/test_vllm_engine.py):
   * input row r is ``prompts[r, :prompt_lengths[r]]`` followed by the replayed prefix
     ``prefixes[r, :prefix_lengths[r]]`` (Prefix Sampling: the prefix is *input*, not policy output
     of this call); ``join_prefix`` builds these rows.

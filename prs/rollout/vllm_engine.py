@@ -8,7 +8,7 @@
     (``tie_embeddings=True``) is written with ``lm_head.weight = embed_tokens.weight``, and every
     weight push sends both. (vLLM's in-place reload of a tied Qwen3 skips the LM head, logging
     ``ParallelLMHead: Failed to load weights``, and its outputs are then silently wrong; the untied
-    copy computes the same logits, ``Eᵀ h``, and reloads correctly. tests/test_vllm_engine.py
+    copy computes the same logits, ``Eᵀ h``, and reloads correctly. tests/rollout/test_vllm_engine.py
     checks both.)
   * **Weights.** ``update_params`` converts the prs tree to HF names (``hf.to_hf_state_dict``:
     transposed kernels, one tensor per layer) and pushes it in place with

@@ -1,6 +1,6 @@
 """A many-seed simulator of GRPO-family training with Prefix Sampling on a synthetic learner.
 
-The synthetic learner (issue #9). A population of M tasks; task m is a chain of L steps; the policy
+The synthetic learner. A population of M tasks; task m is a chain of L steps; the policy
 has one logit per task and step, theta [M, L], and step l of task m succeeds with probability
 q_ml = sigmoid(theta_ml). A rollout executes the steps in order and stops at the first failed
 decision; it succeeds (reward 1) iff every step succeeds:
@@ -46,23 +46,22 @@ on next to its original group (`reroll="add"`) or replaces it (`"replace"`); gro
 implicit (all-0/all-1 groups get A = 0). `reroll_prefix=False` re-rolls the same groups from scratch,
 the control that tells the prefix's effect from that of sampling more rollouts.
 
-Shared parameters and the learning rate (`shared_dim`, issue #16). With independent logits every
-task has its own parameters and the objective mean_m P_m rises monotonically towards theta = +inf:
-a larger step is never punished, so 2x lr simply wins (measured: it beat PS and the no-prefix
-control). A language model is the opposite case: every task moves the same weights. With
-shared_dim = D > 0 the logits are theta_ml = theta0_ml + u_ml . w with D shared parameters w and
-fixed random features u_ml ~ N(0, I_D / D) (|u_ml|^2 ~ 1: the task's own step moves its logit as
-much as with independent logits at the same lr). A step on task m then moves every other task's
-logit by lr (u_m'l' . u_ml) g_ml, a random +-lr g / sqrt(D) each: interference. With M L > 2 D the
-features cannot make every logit large at once, so the optimum of mean_m P_m is finite, and SGD
-with the finite-sample gradient noise of N rollouts per group settles at a distance from it that
-grows with lr (the stationary variance of constant-step SGD is proportional to lr). That is the
-noise-limited regime: 2x lr moves faster at first and plateaus lower and noisier, and a re-roll
-whose gradient is averaged with its group's (`reroll_combine="mean"`) buys less noise, not a
-larger step. The features use their own key, so the task population and the sampling keys of a
-seed are those of D = 0.
+Shared parameters and the learning rate (`shared_dim`). With independent logits every task has its
+own parameters and the objective mean_m P_m rises monotonically towards theta = +inf: a larger step
+is never punished, so a larger lr simply wins. A language model is the opposite case: every task
+moves the same weights. With shared_dim = D > 0 the logits are theta_ml = theta0_ml + u_ml . w with
+D shared parameters w and fixed random features u_ml ~ N(0, I_D / D) (|u_ml|^2 ~ 1: the task's own
+step moves its logit as much as with independent logits at the same lr). A step on task m then moves
+every other task's logit by lr (u_m'l' . u_ml) g_ml, a random +-lr g / sqrt(D) each: interference.
+With M L > 2 D the features cannot make every logit large at once, so the optimum of mean_m P_m is
+finite, and SGD with the finite-sample gradient noise of N rollouts per group settles at a distance
+from it that grows with lr (the stationary variance of constant-step SGD is proportional to lr).
+That is the noise-limited regime: 2x lr moves faster at first and plateaus lower and noisier, and a
+re-roll whose gradient is averaged with its group's (`reroll_combine="mean"`) buys less noise, not a
+larger step. The features use their own key, so the task population and the sampling keys of a seed
+are those of D = 0.
 
-Where the hard step sits (``SimParams.crux``, issue #16). With ``crux = "none"`` a task's
+Where the hard step sits (``SimParams.crux``). With ``crux = "none"`` a task's
 difficulty is spread evenly (or Dirichlet-shared) over its steps. ``"early"`` / ``"late"`` /
 ``"uniform"`` put a share ``crux_share`` of log P0_m on ONE step (index 0, index L-1, or a uniform
 random index per task) and spread the rest evenly over the other L-1 steps, so prod_l q_ml = P0_m
@@ -148,7 +147,7 @@ class SimConfig:
       reroll_prefix: False re-rolls the same groups from scratch (no prefix): the control that
         separates the prefix's effect from that of sampling more rollouts for skewed groups.
       reroll_combine: with reroll="add", how a re-rolled group's gradient joins its original
-        group's: "sum" (g_orig + g_re: twice the step for a steered task; the old behaviour) or
+        group's: "sum" (g_orig + g_re: twice the step for a steered task) or
         "mean" ((g_orig + g_re) / 2: the same step size, half the noise; the honest comparison with
         a baseline whose step size is not doubled for skewed tasks).
       shared_dim: 0 = every (task, step) has its own logit (independent tasks). D > 0 = the logits
@@ -415,7 +414,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
 
     def logits(theta0, w, feats):
         if D == 0:
-            return w  # w [M, L]: the independent logits themselves (started at theta0), as before
+            return w  # w [M, L]: the independent logits themselves (started at theta0)
         return theta0 + jnp.einsum("mld,d->ml", feats, w)  # [M, L]
 
     def prefixed(cut, hard):

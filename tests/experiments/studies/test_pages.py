@@ -1,0 +1,37 @@
+"""results/ by study (``experiments.studies.pages``): the committed index and page heads are what the code
+writes, every study has its folder and page, and results/ holds records and pages, not scripts."""
+import pathlib
+
+from experiments.studies import pages
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+RESULTS = REPO / "results"
+
+
+def test_committed_pages_are_what_the_writer_writes():
+    stale = [str(p.relative_to(REPO)) for p, text in pages.render(RESULTS).items() if p.read_text() != text]
+    assert stale == [], f"run python -m experiments.studies.pages: {stale}"
+
+
+def test_every_study_has_a_folder_and_the_index_names_it():
+    index = (RESULTS / "README.md").read_text()
+    for s in pages.STUDIES:
+        assert (RESULTS / s.folder / "README.md").is_file(), s.folder
+        assert f"]({s.folder}/README.md)" in index
+
+
+def test_results_holds_no_scripts_and_no_loose_figures():
+    assert sorted(p.name for p in RESULTS.glob("*.png")) == []
+    scripts = [str(p.relative_to(RESULTS)) for ext in ("*.sh", "*.py") for p in RESULTS.rglob(ext)
+               if "/code-" not in str(p)]
+    assert scripts == []
+
+
+def test_page_keeps_the_record_below_the_head(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "a.png").write_bytes(b"")
+    study = pages.Study("x", "T", "Q?", "cmd", "V.")
+    first = pages.page(study, tmp_path / "x", "# old record\nkept\n")
+    assert first.startswith(pages.BEGIN) and first.endswith("# old record\nkept\n") and "[a.png](a.png)" in first
+    again = pages.page(pages.Study("x", "T2", "Q?", "cmd", "V2."), tmp_path / "x", first)
+    assert "V2." in again and "V." not in again.replace("V2.", "") and again.endswith("# old record\nkept\n")
