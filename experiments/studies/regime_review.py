@@ -83,10 +83,17 @@ def final_pass(d: pathlib.Path) -> float:
     return float(ev[-1]["eval/pass_at_1"]) if ev else float("nan")
 
 
+def surface_features(problems) -> np.ndarray:
+    """What the guesser sees of a question [B, 4]: its length, first term, last term (the multiplier of
+    the late variants) and last addend."""
+    t, n = np.asarray(problems.terms), np.asarray(problems.n_terms)
+    rows = np.arange(t.shape[0])
+    return np.stack([n, t[:, 0], t[rows, n - 1], t[rows, n - 2]], axis=1)
+
+
 def guesser(variant: str, runs: pathlib.Path = RUNS) -> float | None:
     """The surface guesser's pass rate on the variant's arith task (None for repair): the task is
     rebuilt from the baseline's recorded ``config.json`` (task name and params)."""
-    from experiments.mechanism import _surface
     from prs.tasks import make_problems
     from prs.tasks.mechanism import guesser_rate
     from prs.tasks.registry import make_task
@@ -99,7 +106,7 @@ def guesser(variant: str, runs: pathlib.Path = RUNS) -> float | None:
     task = make_task("arith", **task_cfg.get("params", {}))
     fit = make_problems(task.cfg, seed=1, count=20000, split="all")
     test = make_problems(task.cfg, seed=2, count=4000, split="all")
-    return guesser_rate(fit, test, _surface, lambda p: np.asarray(p.answer)[:, None])
+    return guesser_rate(fit, test, surface_features, lambda p: np.asarray(p.answer)[:, None])
 
 
 def review(runs: pathlib.Path = RUNS) -> dict:
