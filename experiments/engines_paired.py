@@ -144,6 +144,40 @@ def figure(summary: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def _ci(c: dict, fmt: str = "+.3f") -> str:
+    lo = "" if math.isnan(c["lo"]) else f" [{c['lo']:{fmt}}, {c['hi']:{fmt}}]"
+    return f"{c['value']:{fmt}}{lo}"
+
+
+def markdown(summary: dict) -> str:
+    """The page's tables: held-out pass@1 per run and eval step, the paired statistics with their CIs,
+    and the per-engine means of the mismatch, throughput and weight-push time (over the paired runs)."""
+    steps = summary["eval_steps"]
+    lines = ["| run | " + " | ".join(f"step {t}" for t in steps) + " | gain |", "|---" * (len(steps) + 2) + "|"]
+    for e in ENGINES:
+        for s, row in zip(summary["seeds"], summary["curves"][e]):
+            lines.append(f"| {e}-s{s} | " + " | ".join(f"{v:.3f}" for v in row) + f" | {row[-1] - row[0]:+.3f} |")
+    st = summary.get("stats")
+    if st:
+        n = st["n_pairs"]
+        lines += ["", f"| {n} paired seeds, mean [95% CI] | gain step 0 -> 20 | final pass@1 |", "|---|---|---|"]
+        for e in ENGINES:
+            lines.append(f"| {e} | {_ci(st['gain'][e])} | {_ci(st['final'][e], '.3f')} |")
+        lines.append(f"| vLLM - jax (paired) | {_ci(st['diff_gain'])} | {_ci(st['diff_final'])} |")
+    m = summary["means"]
+
+    def f(v, fmt):
+        return "n/a" if v is None else f"{v:{fmt}}"
+
+    lines += ["", "| engine (mean over runs) | mean abs delta logp | KL k1 | KL k3 | tokens/s (steps 1-19) "
+              "| sampling s/step | weight push s |", "|---|---|---|---|---|---|---|"]
+    for e in ENGINES:
+        lines.append(f"| {e} | {f(m[e]['rollout/logp_abs_diff'], '.2e')} | {f(m[e]['rollout/kl_k1'], '.1e')} | "
+                     f"{f(m[e]['rollout/kl_k3'], '.1e')} | {f(m[e]['tokens_per_s'], '.0f')} | "
+                     f"{f(m[e]['time_sample_mean'], '.2f')} | {f(m[e]['rollout/sync_s'], '.3f')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("root", nargs="?", default=str(pathlib.Path(__file__).resolve().parents[1] / "results/engines/paired"))
@@ -163,6 +197,7 @@ def main(argv=None) -> None:
             d = st[f"diff_{k}"]
             print(f"{k:5s} vllm-jax {d['value']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
         print(json.dumps(summary["verdict"]))
+    print(markdown(summary))
 
 
 if __name__ == "__main__":

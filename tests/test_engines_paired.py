@@ -77,3 +77,5 @@ def test_summarize_pairs_seeds_and_averages_the_logged_means(tmp_path):
     assert s["means"]["jax"]["rollout/sync_s"] is None
     ep.figure(s, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
+    md = ep.markdown(s)
+    assert "| vllm-s1 | 0.400 | 0.450 | 0.500 | +0.100 |" in md and "| jax | n/a |" in md
