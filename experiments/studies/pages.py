@@ -109,14 +109,14 @@ STUDIES = (
           "task.params.demo_hard_error_rate=0.55 +task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 "
           "sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base --problems 128 "
           "--out results/mechanism/calib/deep_e12_e0.05_h0.55_ramp50_c3\n"
-          "E=12 H=0.55 SEED=0 STEPS=20 TAG=-ramp50 experiments/mechanism_pilot.sh +task.params.warm_start_ramp=50 "
+          "E=12 H=0.55 SEED=0 STEPS=40 TAG=-ramp50 experiments/mechanism_pilot.sh +task.params.warm_start_ramp=50 "
           "sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1",
           "Not yet tested: no PS arm has run. The long chain (E = 12) now has a warm start calibrated on the "
           "additions (a length ramp: additions 0.945, hard step 0.163 against a 0.3 target, base pass 0.084, 47% of "
           "groups at 1/8-2/8), and its positive control works on the mechanism metric: teacher-forced hard-step "
-          "accuracy after 20 steps 0.347 vs 0.122 and 0.456 vs 0.369, oracle vs baseline (2 seeds, no CI), though "
-          "in one seed the oracle, replacing 15.5 of 16 groups per step, cost the additions (held-out pass@1 "
-          "0.109 -> 0.002). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
+          "accuracy after 40 steps 0.552 vs 0.167 and 0.755 vs 0.572, oracle vs baseline (2 seeds, no CI), though "
+          "in one seed the oracle, replacing 15.7 of 16 groups per step, cost the additions (held-out pass@1 "
+          "0.109 -> 0.010). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
           "recovery task's warm start is still uncalibrated (base pass 0.09 against 0.7-0.9)."),
 )
 
