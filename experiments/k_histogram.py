@@ -58,7 +58,7 @@ def markdown(rep: dict) -> str:
         f"- base pass rate (training problems): **{h['pass_rate']:.3f}**; held-out pass@1 (step-0 eval, "
         f"{rep['eval_episodes']} episodes): {rep['eval_pass_at_1']:.3f}",
         *([f"- first-attempt step accuracy (arith): additions {_fmt(rep['step_accuracy']['add'])}, hard step "
-           f"{_fmt(rep['step_accuracy']['hard'])} (chance 0.1 mod 10)"] if rep.get("step_accuracy") else []),
+           f"{_fmt(rep['step_accuracy']['hard'])} (chance 1/{rep.get('modulus', 10)})"] if rep.get("step_accuracy") else []),
         f"- mean generated tokens per rollout: {rep['gen_tokens_per_rollout']:.1f}; sampling "
         f"{rep['time_sample_s_per_call']:.2f} s per call of {rep['tasks_per_call']} x {n} rollouts; eval "
         f"{rep['time_eval_s']:.2f} s",
@@ -88,8 +88,17 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         cfg = validate(compose("config", overrides=overrides))
     task, model_cfg, rl, _, run_cfg = build(cfg)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else pathlib.Path("runs/base")
+    from prs.rl.provenance import code_state
+
+    provenance = code_state()  # the commit, tree state and machine the record was made on
+    sft_log: list[str] = []
+
+    def log_sft(msg):  # the warm start's lines (cycles, attempts, losses) go into the record too
+        sft_log.append(str(msg))
+        log(msg)
+
     t0 = time.perf_counter()
-    params = base_params(task, model_cfg, run_cfg, base_dir, log=log)
+    params = base_params(task, model_cfg, run_cfg, base_dir, log=log_sft)
     t_sft = time.perf_counter() - t0
     n, b = rl.group_size, rl.tasks_per_step
     tr = Trainer(task, model_cfg, rl, ps.PrefixConfig(mode="baseline", n=n), seed=run_cfg.seed)
@@ -115,6 +124,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
     t_eval = time.perf_counter() - t1
     return {
         "name": cfg.name, "overrides": list(overrides), "task": dataclasses_repr(task),
+        "modulus": getattr(getattr(task, "cfg", None), "modulus", None),
         "histogram": histogram(k, n),
         "step_pass_rates": [float(x.sum() / (n * b)) for x in ks],  # per drawn step (as its train metric)
         "eval_pass_at_1": ev["eval/pass_at_1"],
@@ -127,6 +137,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         # the first call compiles; the median is the steady-state cost of one step's sampling
         "time_sample_s_per_call": float(np.median(times[1:] if len(times) > 1 else times)),
         "time_eval_s": t_eval,
+        "sft_log": sft_log, "provenance": provenance,
     }
 
 

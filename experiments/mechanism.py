@@ -97,6 +97,20 @@ def _build(overrides: list[str]):
     return build(cfg)
 
 
+def _hydra_value(v) -> str:
+    return "null" if v is None else json.dumps(v) if isinstance(v, (bool, list)) else str(v)
+
+
+def run_overrides(cfg: dict) -> list[str]:
+    """Hydra overrides that rebuild a deep-task run's task and warm start from its ``config.json``:
+    every task parameter and every ``sft`` field (the warm start's cache key depends on all of
+    them; with only some, ``base_params`` would build a different warm start instead of loading
+    the run's)."""
+    ov = ["+experiment=mechanism_deep"]
+    ov += [f"++task.params.{k}={_hydra_value(v)}" for k, v in cfg["task"]["params"].items()]
+    return ov + [f"sft.{k}={_hydra_value(v)}" for k, v in cfg["sft"].items()]
+
+
 def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples: int) -> list[dict]:
     import jax
 
@@ -107,9 +121,7 @@ def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples
     jobs = []
     for r in runs:
         d = pathlib.Path(r)
-        cfg = json.loads((d / "config.json").read_text())
-        ov = [f"+experiment=mechanism_deep", f"task.params.easy_steps={cfg['task']['params']['easy_steps']}"]
-        jobs.append((str(d), d, ov + [f"sft.base_dir={cfg['sft']['base_dir']}"]))
+        jobs.append((str(d), d, run_overrides(json.loads((d / "config.json").read_text()))))
     if base is not None:
         jobs.append(("warm start", None, base))
     for name, d, ov in jobs:

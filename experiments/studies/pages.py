@@ -113,11 +113,20 @@ STUDIES = (
           "<= 1.15x on the short one; on a task with injected faults, does easy-side PS raise the recovery rate "
           "over extra rollouts?",
           "python -m experiments.mechanism guesser --out results/mechanism/guesser.json\n"
-          "E=2 H=0.7 SEED=0 STEPS=40 experiments/mechanism_pilot.sh   # oracle vs baseline, then teacher-forced accuracy",
-          "Not yet tested: the tasks, arms and metrics are built and the predictions stated, but the long chain's "
-          "and the recovery task's warm starts did not reach their calibration targets (base pass 0.001 and 0.09 "
-          "against 0.7-0.9), so only the short chain (E = 2) has a pilot: oracle vs baseline hard-step accuracy "
-          "0.538 vs 0.510 and 0.572 vs 0.608 at step 40 (2 seeds), no difference, as predicted there."),
+          "E=2 H=0.7 SEED=0 STEPS=40 experiments/mechanism_pilot.sh   # oracle vs baseline, then teacher-forced accuracy\n"
+          "python -m experiments.k_histogram +experiment=mechanism_deep task.params.easy_steps=12 "
+          "task.params.demo_hard_error_rate=0.55 +task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 "
+          "sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base --problems 128 "
+          "--out results/mechanism/calib/deep_e12_e0.05_h0.55_ramp50_c3\n"
+          "E=12 H=0.55 SEED=0 STEPS=40 TAG=-ramp50 experiments/mechanism_pilot.sh +task.params.warm_start_ramp=50 "
+          "sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1",
+          "Not yet tested: no PS arm has run. The long chain (E = 12) now has a warm start calibrated on the "
+          "additions (a length ramp: additions 0.945, hard step 0.163 against a 0.3 target, base pass 0.084, 47% of "
+          "groups at 1/8-2/8), and its positive control works on the mechanism metric: teacher-forced hard-step "
+          "accuracy after 40 steps 0.552 vs 0.167 and 0.755 vs 0.572, oracle vs baseline (2 seeds, no CI), though "
+          "in one seed the oracle, replacing 15.7 of 16 groups per step, cost the additions (held-out pass@1 "
+          "0.109 -> 0.010). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
+          "recovery task's warm start is still uncalibrated (base pass 0.09 against 0.7-0.9)."),
 )
 
 

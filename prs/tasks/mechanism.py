@@ -289,7 +289,35 @@ class DeepTask(ArithTask):
     name: str = "arith_deep"
     oracle_max_k: int = -1
     fixed_cut: bool = False
+    warm_start_ramp: int = dataclasses.field(default=0, repr=False)  # in warm_start_key when > 0
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if not (isinstance(self.warm_start_ramp, int) and self.warm_start_ramp >= 0):
+            raise ValueError(f"task 'arith_deep': warm_start_ramp must be an int >= 0 (0: off), "
+                             f"got {self.warm_start_ramp!r}")
+        if self.warm_start_ramp and self.cfg.warm_start_min_terms is None:
+            raise ValueError("task 'arith_deep': warm_start_ramp needs warm_start_min_terms (the ramp's shortest chain)")
+
+    def warm_start_longest(self, step: int) -> int:
+        """The longest chain of the warm start's demonstration step ``step`` under the length ramp:
+        ``min(max_terms, warm_start_min_terms + 1 + step // warm_start_ramp)``; ``max_terms`` when off."""
+        if not self.warm_start_ramp:
+            return self.cfg.max_terms
+        return min(self.cfg.max_terms, self.cfg.warm_start_min_terms + 1 + int(step) // self.warm_start_ramp)
+
+    def warm_start_problems(self, *, seed: int, step: int, count: int) -> Problems:
+        """The warm start's problems. With ``warm_start_ramp = R > 0``, a length curriculum (Bengio
+        et al. 2009): ``n`` uniform over ``[warm_start_min_terms, warm_start_longest(step)]``, the
+        longest chain growing by one term every ``R`` steps of the demonstration stream until
+        ``max_terms`` (short chains teach the running sum off the loss plateau before long ones
+        dilute the signal). Same array shapes as ``train_problems``; ``R = 0``: ``ArithTask``'s draw."""
+        if not self.warm_start_ramp:
+            return super().warm_start_problems(seed=seed, step=step, count=count)
+        lo, hi = self.cfg.warm_start_min_terms, self.warm_start_longest(step)
+        weights = tuple(1.0 if n <= hi else 0.0 for n in range(lo, self.cfg.max_terms + 1))
+        wide = dataclasses.replace(self.cfg, min_terms=lo, term_weights=weights)
+        return make_problems(wide, seed=int(seed) * 1_000_003 + int(step), count=count)
 
     @property
     def max_new_tokens(self) -> int:
@@ -304,8 +332,10 @@ class DeepTask(ArithTask):
 
     @property
     def warm_start_key(self):
-        """What the warm start depends on: not the arm options (every arm of a chain length shares one)."""
-        return dataclasses.replace(self, oracle_max_k=-1, fixed_cut=False)
+        """What the warm start depends on: not the arm options (every arm of a chain length shares one);
+        the length ramp when on (off: the key of a task without the option)."""
+        base = dataclasses.replace(self, oracle_max_k=-1, fixed_cut=False)
+        return (base, ("warm_start_ramp", self.warm_start_ramp)) if self.warm_start_ramp else base
 
     @property
     def rollouts_class(self):
@@ -336,7 +366,7 @@ class DeepTask(ArithTask):
 
 
 def _deep(**params) -> DeepTask:
-    own = {"oracle_max_k", "fixed_cut"}
+    own = {"oracle_max_k", "fixed_cut", "warm_start_ramp"}
     known = {"easy_steps", "demo_error_rate", "demo_hard_error_rate", "warm_start_min_terms", "eval_every"} | own
     unknown = sorted(set(params) - known)
     if unknown:

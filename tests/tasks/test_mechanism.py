@@ -8,6 +8,8 @@ mass, a fake forward pass with known probabilities, and the guesser on the old m
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -299,3 +301,28 @@ def test_fixed_cut_puts_every_reroll_just_before_the_hard_step():
     v = fixed.cfg.vocab
     text = v.decode(src[0, : pr.prompt_len[0] + c[0]])
     assert text.split("=")[1].count(",") == 12 and text.endswith(",")
+
+
+def test_warm_start_ramp_grows_the_longest_chain_and_is_off_by_default():
+    ramp = make_task("arith_deep", easy_steps=12, warm_start_ramp=50)
+    # off: exactly ArithTask's draw (uniform over [warm_start_min_terms, max_terms]), same key as before
+    off = DEEP.warm_start_problems(seed=3, step=7, count=64)
+    ref = make_problems(dataclasses.replace(DEEP.cfg, min_terms=3, term_weights=None), seed=3 * 1_000_003 + 7,
+                        count=64)
+    for a, b in zip(off, ref):
+        np.testing.assert_array_equal(a, b)
+    assert "ramp" not in repr(DEEP.warm_start_key)
+    # on: n in [3, 4 + step // 50], capped at 14; the arrays keep train_problems' shapes
+    for step, hi in ((0, 4), (49, 4), (50, 5), (449, 12), (500, 14), (10_000, 14)):
+        pr = ramp.warm_start_problems(seed=3, step=step, count=256)
+        n = np.asarray(pr.n_terms)
+        assert n.min() == 3 and n.max() == hi, (step, n.min(), n.max())
+        assert np.asarray(pr.terms).shape == (256, 14)
+        assert ((np.asarray(pr.hard_step) == n - 1)).all()          # the multiply stays last
+    from prs.rl.runner import _hash
+
+    assert _hash(ramp.warm_start_key) != _hash(DEEP.warm_start_key)
+    assert _hash(make_task("arith_deep", easy_steps=12, warm_start_ramp=50, oracle_max_k=2).warm_start_key) == \
+        _hash(ramp.warm_start_key)
+    with pytest.raises(ValueError, match="warm_start_ramp must be an int >= 0"):
+        make_task("arith_deep", easy_steps=12, warm_start_ramp=-1)
