@@ -510,11 +510,11 @@ class Trainer:
         """Steps 1-5 of the module docstring: the schedule strategy samples (``self.schedule``:
         ``same_step`` or ``next_visit``, controls included), then one skeleton for every schedule
         assembles the batch (advantages, filters, loss mask) and the step's metrics."""
-        pc, n = self.prefix_cfg, self.rl.group_size
+        prefix_cfg, n = self.prefix_cfg, self.rl.group_size
         step = int(state.step)
         keys = self.step_keys(step)
-        sp = self.sampling_params(state.params)  # the sampler's copy of this step's policy
-        s = self.schedule.sample(state, sp, keys, self.rollouts)
+        policy = self.sampling_params(state.params)  # the sampler's copy of this step's policy
+        s = self.schedule.sample(state, policy, keys, self.rollouts)
         t2 = time.perf_counter()
         batch, kept = self.assemble(s.train, s.train_rewards, key=keys.source)
         metrics: dict[str, Any] = {"step": step, **s.metrics, "groups_kept": int(kept.sum())}
@@ -522,7 +522,7 @@ class Trainer:
         metrics.update(schedule.signal_metrics(s.train_rewards, kept, s.rate))
         metrics["k_hist"] = np.bincount(np.asarray(s.k), minlength=n + 1).tolist()
         rho_np, ema_np = np.asarray(s.prefix.rho), np.asarray(s.prefix.ema)
-        for j, kb in enumerate(ps.bucket_ks(pc)):
+        for j, kb in enumerate(ps.bucket_ks(prefix_cfg)):
             in_b = s.steered & (s.steer_bucket == j)
             # count: groups whose k falls in the bucket; steered: the groups steered with this bucket's
             # prefix, over which reroll_pass_rate is averaged (its weight)
