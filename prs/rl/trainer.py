@@ -68,8 +68,8 @@ class RLConfig:
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
       agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
       kl_coef, entropy_coef: no KL and no entropy loss in GRPO++. With ``kl_coef > 0`` the state
-        carries a frozen reference copy of the parameters ``init_state`` was given
-        (``TrainState.ref_params``, sharded like the policy, checkpointed with it) and the update adds ``kl_coef · KL`` (k3, verl ``low_var_kl``) to the loss; the reference
+        keeps a frozen reference copy of the parameters ``init_state`` was given (``TrainState.ref_params``,
+        sharded like the policy) and the loss adds ``kl_coef · KL`` (k3, verl ``low_var_kl``); the reference
         log-probs are computed inside the update, chunked and micro-batched like the policy's.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
       algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
@@ -502,7 +502,6 @@ class Trainer:
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
         added to the per-token log-probs so tests can read the per-token gradient; ``ref_params``:
         the state's KL reference (needed with ``kl_coef > 0``)."""
-        _check_reference(ref_params, self.rl)
         return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset,
                         norm_len=self.width - 1, ref_params=ref_params)[0]
 
