@@ -182,10 +182,10 @@ def coverage_study(sc: Scenario, *, studies: int = 400, n_boot: int = 2000, seed
     """``studies`` simulated studies of ``sc``: per estimator and target, the median / mean estimate,
     the coverage of its interval (with its Monte Carlo SE), the share without an interval and the
     median width. Deterministic in ``seed``."""
-    tr = truths(sc)
+    truth = truths(sc)
     rng = np.random.default_rng([seed, 0xC0FE])
     recs = [estimate_study(sc, *simulate_study(sc, rng), n_boot=n_boot, seed=seed + i) for i in range(studies)]
-    out: dict[str, Any] = {"scenario": dataclasses.asdict(sc), "truths": tr, "studies": studies, "n_boot": n_boot,
+    out: dict[str, Any] = {"scenario": dataclasses.asdict(sc), "truths": truth, "studies": studies, "n_boot": n_boot,
                            "estimators": {}}
     for name, targets in TARGETS.items():
         v = np.array([r[name]["value"] for r in recs])
@@ -193,7 +193,7 @@ def coverage_study(sc: Scenario, *, studies: int = 400, n_boot: int = 2000, seed
         has = np.isfinite(lo) & np.isfinite(hi) | (np.isfinite(lo) & np.isinf(hi))
         fin = np.isfinite(v)
         for tgt in targets:
-            t = tr[tgt]
+            t = truth[tgt]
             cov = float(np.mean(has & (lo <= t) & (t <= hi)))
             out["estimators"][f"{name}:{tgt}"] = {
                 "estimator": name, "target": tgt, "truth": t,
@@ -240,12 +240,13 @@ def coverage_markdown(results: Sequence[dict[str, Any]], *, command: str, commit
               "censoring rule; the seed-mean curves average the noise first, and averaging commutes with a time "
               "compression, so their crossing ratio estimates the planted factor itself.", ""]
     for res in results:
-        sc, tr = res["scenario"], res["truths"]
+        sc, truth = res["scenario"], res["truths"]
         lines += [f"## {sc['name']}: {sc['seeds']} seeds, {sc['episodes']} episodes per evaluation, every {sc['every']} "
                   f"steps to {sc['horizon']}, planted speed-up {sc['speedup']}", "",
                   f"τ = {sc['tau']}, seed spread {sc['seed_sd']} (log sd), y0 = {sc['y0']}, y1 = {sc['y1']}, level = "
-                  f"{100 * sc['fraction']:.0f}% of the gap (true level {tr['level']:.3f}); true restricted speed-up "
-                  f"{tr['restricted']:.3f} (baseline seeds censored at the horizon: {100 * tr['censored_share_base']:.1f}%); "
+                  f"{100 * sc['fraction']:.0f}% of the gap (true level {truth['level']:.3f}); true restricted speed-up "
+                  f"{truth['restricted']:.3f} (baseline seeds censored at the horizon: "
+                  f"{100 * truth['censored_share_base']:.1f}%); "
                   f"{res['studies']} studies, {res['n_boot']} resamples each.", "",
                   "| estimator | target | truth | median estimate | mean estimate | coverage of nominal 95% | no CI | median CI width |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -215,6 +215,16 @@ def _kl(logp, ref_logp, kl_type, kl_clamp=None):
     return kl
 
 
+def check_clip_low(clip_low, *, loss_type: str, name: str = "clip_low") -> None:
+    """One ValueError naming ``name`` unless ``clip_low`` (ε_low) is a number in [0, 1) for
+    ``loss_type="ppo"`` (the lower clip 1 − ε_low stays positive) or a finite number >= 0 for
+    ``"cispo"`` (>= 1: no lower bound). ``policy_loss`` and ``RLConfig`` both check with it."""
+    number = isinstance(clip_low, (int, float)) and not isinstance(clip_low, bool)
+    if not (number and (0 <= clip_low < 1 if loss_type == "ppo" else 0 <= clip_low < float("inf"))):
+        want = "[0, 1)" if loss_type == "ppo" else ">= 0 (>= 1: no lower bound)"
+        raise ValueError(f"{name} must be a number {want} for loss_type={loss_type!r}, got {clip_low!r}")
+
+
 def policy_loss(
     logp: jax.Array,
     old_logp: jax.Array,
@@ -347,10 +357,7 @@ def policy_loss(
             v.check_dtype_kind(name, x, "f")
     if pg_weights is not None:
         v.check_dtype_kind("pg_weights", pg_weights, "biuf")
-    low_ok = 0 <= clip_low < 1 if loss_type == "ppo" else 0 <= clip_low < float("inf")
-    if not (isinstance(clip_low, (int, float)) and low_ok):
-        want = "[0, 1)" if loss_type == "ppo" else ">= 0 (>= 1: no lower bound)"
-        raise ValueError(f"clip_low must be a number {want} for loss_type={loss_type!r}, got {clip_low!r}")
+    check_clip_low(clip_low, loss_type=loss_type)
     if not (isinstance(clip_high, (int, float)) and clip_high >= 0):
         raise ValueError(f"clip_high must be a number >= 0, got {clip_high!r}")
     if dual_clip is not None and not (isinstance(dual_clip, (int, float)) and dual_clip > 1):

@@ -91,29 +91,34 @@ def rollout_correction(
     return sg(w), metrics
 
 
-def high_entropy_mask(entropy: jax.Array, loss_mask: jax.Array, *, rho: float = 0.2) -> jax.Array:
-    """``[R, T]`` bool: the top-``rho`` fraction of scored tokens by entropy ("forking tokens").
+def high_entropy_mask(entropy: jax.Array, loss_mask: jax.Array, *, top_frac: float = 0.2, **renamed) -> jax.Array:
+    """``[R, T]`` bool: the top-``top_frac`` fraction of scored tokens by entropy ("forking tokens").
 
-    ``τ = quantile({Hₜ : mₜ ≠ 0}, 1 − rho)`` (linear interpolation, as ``torch.quantile``), keep
+    ``τ = quantile({Hₜ : mₜ ≠ 0}, 1 − top_frac)`` (linear interpolation, as ``torch.quantile``), keep
     ``m ∧ H >= τ`` (ties kept). Wang et al. 2025, "Beyond the 80/20 Rule", arXiv:2506.01939 (ρ = 0.2);
-    TRL ``get_high_entropy_mask`` with ``top_entropy_quantile = rho`` (``rho = 1`` keeps every token,
-    ``rho = 0`` only the highest-entropy one). The quantile runs over the whole array it is given
+    TRL ``get_high_entropy_mask`` with ``top_entropy_quantile = top_frac`` (``top_frac = 1`` keeps every
+    token, ``top_frac = 0`` only the highest-entropy one). The quantile runs over the whole array it is given
     (under ``jit`` with a sharded batch: the global batch, as TRL gathers across processes; per
     micro-batch if the caller splits the batch). An all-masked batch keeps nothing.
 
     Args:
       entropy: ``[R, T]`` per-token entropy (``token_entropy(logits)``); treated as a constant.
       loss_mask: ``[R, T]``, non-zero on scored tokens.
-      rho: fraction in [0, 1] (static).
+      top_frac: fraction in [0, 1] (static). ``rho=`` is refused with a TypeError naming ``top_frac``
+        (in prs ρ is the prefix fraction).
     """
+    if renamed:
+        key = next(iter(renamed))
+        hint = "; it is now top_frac= (the fraction of scored tokens kept)" if key == "rho" else ""
+        raise TypeError(f"high_entropy_mask() got an unexpected keyword argument {key!r}{hint}")
     v.check_rank("entropy", entropy, 2)
     v.check_dtype_kind("entropy", entropy, "f")
     v.check_dtype_kind("loss_mask", loss_mask, "biuf")
     v.check_same_shape(entropy=entropy, loss_mask=loss_mask)
-    if not (isinstance(rho, (int, float)) and 0 <= rho <= 1):
-        raise ValueError(f"rho must be a number in [0, 1], got {rho!r}")
+    if not (isinstance(top_frac, (int, float)) and 0 <= top_frac <= 1):
+        raise ValueError(f"top_frac must be a number in [0, 1], got {top_frac!r}")
     m = jnp.asarray(loss_mask) != 0  # [R, T]
     h = jnp.where(m, jax.lax.stop_gradient(jnp.asarray(entropy)).astype(jnp.float32), jnp.nan)  # [R, T]
     h = jnp.where(m & ~jnp.isfinite(h), jnp.where(h > 0, 1e30, -1e30), h)  # non-finite scored entropy: ±1e30 ranks it last/first (finite quantile)
-    tau = jnp.nanquantile(h, 1.0 - rho)  # [] (NaN when nothing is scored -> keeps nothing)
+    tau = jnp.nanquantile(h, 1.0 - top_frac)  # [] (NaN when nothing is scored -> keeps nothing)
     return m & (jnp.where(m, h, -jnp.inf) >= tau)

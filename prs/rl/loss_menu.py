@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from prs.core.advantages import group_advantages, whiten_advantages
+from prs.core.losses import check_clip_low
 from prs.core.shaping import drop_truncated, overlong_penalty
 from prs.core.token_weights import IS_MODES, high_entropy_mask, rollout_correction
 from prs.parallel import explicit
@@ -31,10 +32,7 @@ def check_config(rl, *, loss_types, ratio_levels) -> None:
         raise ValueError(f"RLConfig.loss_type={rl.loss_type!r}; choose from {loss_types}")
     if rl.ratio_level not in ratio_levels:
         raise ValueError(f"RLConfig.ratio_level={rl.ratio_level!r}; choose from {ratio_levels}")
-    low_ok = _number(rl.clip_low) and (0 <= rl.clip_low < 1 if rl.loss_type == "ppo" else rl.clip_low >= 0)
-    if not low_ok:
-        want = "[0, 1)" if rl.loss_type == "ppo" else ">= 0 (>= 1: no lower bound)"
-        raise ValueError(f"RLConfig.clip_low={rl.clip_low!r} must be a number {want} for loss_type={rl.loss_type!r}")
+    check_clip_low(rl.clip_low, loss_type=rl.loss_type, name="RLConfig.clip_low")
     if rl.dual_clip is not None:
         if not (_number(rl.dual_clip) and rl.dual_clip > 1):
             raise ValueError(f"RLConfig.dual_clip={rl.dual_clip!r} must be None or a number > 1 (verl: 3.0)")
@@ -118,10 +116,10 @@ def batch_advantages(rl, rewards: jax.Array, loss_mask: jax.Array) -> jax.Array:
 
 
 def entropy_selection(rl, entropy: jax.Array, loss_mask: jax.Array) -> jax.Array:
-    """``[R, T]`` bool ``high_entropy_mask(entropy, loss_mask, rho=rl.top_entropy_quantile)`` over all
+    """``[R, T]`` bool ``high_entropy_mask(entropy, loss_mask, top_frac=rl.top_entropy_quantile)`` over all
     R rows; under an explicit mesh in an ``auto_axes`` region (the quantile sorts along the split
     rows, a ``ShardingTypeError`` otherwise), the result split like the rows."""
-    return explicit.like_rows(lambda e, m: high_entropy_mask(e, m, rho=rl.top_entropy_quantile), entropy, loss_mask)
+    return explicit.like_rows(lambda e, m: high_entropy_mask(e, m, top_frac=rl.top_entropy_quantile), entropy, loss_mask)
 
 
 def pg_weights(rl, old_logp: jax.Array, sampler_logp: jax.Array | None, loss_mask: jax.Array,

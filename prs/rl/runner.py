@@ -52,7 +52,7 @@ from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import multihost, rundir
 from prs.rl.provenance import code_state
 from prs.rl.rundir import RunDirError  # noqa: F401  (re-exported: the run directory cannot be used)
-from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree, supervised_warm_start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,12 +267,12 @@ def _read_metrics(path: pathlib.Path, *, log=print) -> list[dict]:
     return rundir.read_metrics(path, log=log)
 
 
-def _need_bytes(model_cfg: ModelConfig, run_cfg: RunConfig) -> int:
-    """Disk a run needs: params + two Adam moments per checkpoint, ``max_to_keep=2`` plus one being
-    written, and 16 MiB for logs and figures."""
+def _need_bytes(model_cfg: ModelConfig, run_cfg: RunConfig, *, kl_reference: bool = False) -> int:
+    """Disk a run needs: params + two Adam moments (+ the KL reference with ``kl_reference``) per
+    checkpoint, ``max_to_keep=2`` plus one being written, and 16 MiB for logs and figures."""
     shapes = jax.eval_shape(lambda k: init_params(model_cfg, k), jax.random.PRNGKey(0))
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
-    return (3 * 3 * nbytes if run_cfg.ckpt_every else 0) + 16 * 2**20
+    return (3 * (3 + kl_reference) * nbytes if run_cfg.ckpt_every else 0) + 16 * 2**20
 
 
 def _nonfinite(m: dict) -> dict:
@@ -320,7 +320,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     out = pathlib.Path(out_dir).resolve()
     writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
     if writer:
-        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg))
+        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.kl_coef)))
         rundir.check_config(out, config_dict, defaults=config_defaults)
     done = multihost.broadcast_json(_already_complete(out, run_cfg, log) if writer else None)  # process 0 decides
     if done is not None:
@@ -350,8 +350,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             raise RunDirError(f"{out} holds a checkpoint at step {latest}, past steps={run_cfg.steps}: add "
                               f"tag=<name> for a new directory, or delete {out}")
         if latest is not None:
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(state, mesh))
-            state = multihost.host_local(mngr.restore(latest, args=ocp.args.StandardRestore(abstract)), state)
+            state = _restore(mngr, latest, state, mesh, log=log)
             start = int(state.step)
             log(f"[run] resumed from checkpoint at step {start}")
     kept = [m for m in _read_metrics(metrics_path, log=log) if m["step"] < start]
@@ -397,7 +396,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                 last_eval = ev["eval/pass_at_1"]
                 emit({"kind": "eval", "step": s, **ev})
             # ``step`` donates the params/optimiser buffers: keep copies only when a bad step may be skipped
-            backup = jax.tree.map(jax.numpy.copy, state) if run_cfg.on_nonfinite == "skip" else None
+            # (the KL reference is never donated nor updated: shared, not copied)
+            backup = jax.tree.map(jax.numpy.copy, state._replace(ref_params=None))._replace(
+                ref_params=state.ref_params) if run_cfg.on_nonfinite == "skip" else None
             new_state, m = trainer.step(state)
             bad = _nonfinite(m)
             if bad and backup is None:
@@ -418,7 +419,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
-                mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
+                mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(checkpoint_tree(state), mesh)))
             if stop.is_set:
                 raise _interrupt(mngr, state, s + 1, run_cfg, out, mesh)
         ev = trainer.evaluate(state.params, run_cfg.steps)  # overlaps the last checkpoint's write
@@ -453,6 +454,26 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     return summary
 
 
+def _restore(mngr, step: int, fresh: TrainState, mesh, *, log=print) -> TrainState:
+    """The state checkpointed at ``step``, restored into the layout of ``fresh`` (``Trainer.init_state``
+    of the run's starting parameters) through ``checkpoint_tree``: step, parameters, optimiser
+    state, controller, task memory and, with ``kl_coef > 0``, the KL reference. A checkpoint that
+    holds no reference although the run has one (written by a prs whose state lacked it) keeps
+    ``fresh``'s, i.e. the starting parameters, and the log says so."""
+    import orbax.checkpoint as ocp
+
+    like = checkpoint_tree(fresh)
+    if "ref_params" in like:
+        saved = ocp.StandardCheckpointHandler().metadata(pathlib.Path(mngr.directory) / str(step) / "default")
+        if "ref_params" not in saved:
+            log(f"[run] the checkpoint at step {step} holds no KL reference: the reference is the run's "
+                f"starting parameters")
+            del like["ref_params"]
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, multihost.checkpointable(like, mesh))
+    tree = multihost.host_local(mngr.restore(step, args=ocp.args.StandardRestore(abstract)), like)
+    return fresh._replace(**tree)
+
+
 def _interrupt(mngr, state, done: int, run_cfg: RunConfig, out: pathlib.Path, mesh) -> Interrupted:
     """Checkpoints ``state`` after ``done`` steps (unless that step's periodic checkpoint exists) and
     returns the ``Interrupted`` to raise."""
@@ -462,7 +483,7 @@ def _interrupt(mngr, state, done: int, run_cfg: RunConfig, out: pathlib.Path, me
         return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); no checkpoint (ckpt_every=0): "
                            f"a re-run starts again", step=done)
     if mngr.latest_step() != done:
-        mngr.save(done, args=ocp.args.StandardSave(multihost.checkpointable(state, mesh)))
+        mngr.save(done, args=ocp.args.StandardSave(multihost.checkpointable(checkpoint_tree(state), mesh)))
     mngr.wait_until_finished()  # this save, or the periodic one still being written (saves are asynchronous)
     return Interrupted(f"stopped after step {done}/{run_cfg.steps} (Ctrl-C); checkpoint in {out / 'checkpoints'}: "
                        f"re-run the same command to resume", step=done)

@@ -295,7 +295,7 @@ class SameStep:
     def sample(self, state, params, keys: StepKeys, rollouts) -> Sampled:
         """One step's rollouts and re-rolls with the sampler's ``params``; ``state`` gives the step
         and the controller."""
-        rl, pc, task = self.rl, self.prefix_cfg, self.task
+        rl, prefix_cfg, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
         n, b = rl.group_size, rl.tasks_per_step
         t0 = time.perf_counter()
@@ -305,7 +305,7 @@ class SameStep:
         # k counts full successes (reward 1): the same as Σ r for a binary reward, and the pass
         # count when a task trains on a partial-credit reward (fraction of tests, similarity)
         k = jnp.sum(rewards >= 1.0, axis=1).astype(jnp.int32)                  # [B]
-        bucket = ps.assign_buckets(k, pc)                                       # [B]
+        bucket = ps.assign_buckets(k, prefix_cfg)                               # [B]
         cost = {"gen": int(jnp.sum(ep.policy_mask)), "replayed": 0, "env": int(jnp.sum(ep.env_steps))}
         t_sample = time.perf_counter() - t0
 
@@ -316,13 +316,13 @@ class SameStep:
         new_prefix = state.prefix
         replaced = 0
         if sel.size:
-            src = np.asarray(ps.choose_sources(keys.source, rewards, bucket, pc))  # [B]
+            src = np.asarray(ps.choose_sources(keys.source, rewards, bucket, prefix_cfg))  # [B]
             if np.any(src[sel] < 0):  # a steered group always has a source (prefix.choose_sources)
                 bad = sel[src[sel] < 0]
                 raise RuntimeError(f"step {step}: no prefix source for steered groups {bad.tolist()} "
                                    f"(rewards {np.asarray(rewards)[bad].tolist()})")
             src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
-            cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], pc))  # [B] units
+            cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], prefix_cfg))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
             sel = self._selection(sel, keys.reroll)                             # extra_rollouts: a share
         if sel.size:
@@ -342,7 +342,8 @@ class SameStep:
             reroll_rate[sel] = np.mean(r2_np >= 1.0, axis=1)[:g]
             obs_bucket = np.full((b,), -1, np.int32)
             obs_bucket[sel] = bucket_np[sel]
-            new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)), pc)
+            new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)),
+                                   prefix_cfg)
             if rl.reroll == "replace":
                 use = np.asarray(mixed_groups(r2))[:g] if rl.reroll_fallback else np.ones((g,), bool)
                 swap = sel[use]                                                 # groups actually replaced
@@ -425,7 +426,7 @@ class NextVisit:
     def sample(self, state, params, keys: StepKeys, rollouts) -> Sampled:
         """One step's B·N rollouts (steered tasks from their sources' prefixes) with the sampler's
         ``params``; ``state`` gives the step, the controller and the task memory."""
-        rl, pc, task = self.rl, self.prefix_cfg, self.task
+        rl, prefix_cfg, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
         n, b = rl.group_size, rl.tasks_per_step
         R, L = b * n, self.width
@@ -438,7 +439,7 @@ class NextVisit:
 
         # ---- which tasks are steered, from which sources, cut where
         plan = mem.plan[ids]                                                       # [B]
-        direction = np.concatenate([ps.bucket_direction(pc), [0]])[np.where(plan >= 0, plan, -1)]  # [B]
+        direction = np.concatenate([ps.bucket_direction(prefix_cfg), [0]])[np.where(plan >= 0, plan, -1)]  # [B]
         cand = mem.src_valid[ids] & np.where((direction > 0)[:, None], mem.src_success[ids],
                                              ~mem.src_success[ids]) & (direction != 0)[:, None]  # [B, S]
         n_cand = cand.sum(1)                                                       # [B]
@@ -512,7 +513,7 @@ class NextVisit:
         # ---- controller: the prefixed groups' pass rates
         rate = np.where(steered, k / n, np.nan).astype(np.float32)                 # [B]
         obs = np.where(steered, plan, -1).astype(np.int32)
-        new_prefix = ps.update(state.prefix, jnp.asarray(obs), jnp.asarray(np.nan_to_num(rate)), pc) \
+        new_prefix = ps.update(state.prefix, jnp.asarray(obs), jnp.asarray(np.nan_to_num(rate)), prefix_cfg) \
             if steered.any() else state.prefix
 
         # ---- memory update (numpy, fixed shapes)
@@ -522,7 +523,7 @@ class NextVisit:
         succ = rewards >= 1.0
         fresh = ~steered                                                           # [B] unprefixed groups
         over = steered & (((direction > 0) & (k == n)) | ((direction < 0) & (k == 0)))
-        k_bucket = np.asarray(ps.assign_buckets(jnp.asarray(k), pc))               # [B]
+        k_bucket = np.asarray(ps.assign_buckets(jnp.asarray(k), prefix_cfg))       # [B]
         new_plan = np.where(fresh, k_bucket, np.where(over, -1, plan))
         mem.k[ids], mem.plan[ids] = k, new_plan
         mem.visits[ids] += 1

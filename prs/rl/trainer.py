@@ -67,9 +67,9 @@ class RLConfig:
       std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
       clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
       agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
-      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++. With ``kl_coef > 0`` the trainer
-        keeps a frozen reference copy of the parameters ``init_state`` was given (sharded like the
-        policy) and adds ``kl_coef · KL`` (k3, verl ``low_var_kl``) to the loss; the reference
+      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++. With ``kl_coef > 0`` the state
+        keeps a frozen reference copy of the parameters ``init_state`` was given (``TrainState.ref_params``,
+        sharded like the policy) and the loss adds ``kl_coef · KL`` (k3, verl ``low_var_kl``); the reference
         log-probs are computed inside the update, chunked and micro-batched like the policy's.
       lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
       algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
@@ -334,11 +334,25 @@ class Collected(NamedTuple):
 
 
 class TrainState(NamedTuple):
+    """Everything a step reads and a resume needs besides the configuration and the seed; a
+    checkpoint holds it whole (``checkpoint_tree``), so a restored run continues exactly."""
+
     step: jax.Array            # [] int32, the next step to run
     params: Any                # model parameters
     opt_state: Any             # optax state
     prefix: ps.PrefixState     # controller state, [K] per bucket
     memory: Any = None         # next_visit: prs.rl.schedule.TaskMemory ([M] tasks); same_step: None
+    ref_params: Any = None     # kl_coef > 0: the frozen KL reference (the parameters the run started from); else None
+
+
+def checkpoint_tree(state: TrainState) -> dict[str, Any]:
+    """``state`` as orbax saves and restores it: its fields by name, ``ref_params`` left out when
+    there is none (``kl_coef == 0``), so such a checkpoint holds exactly step, parameters,
+    optimiser state, controller and task memory. ``TrainState(**tree)`` is the inverse."""
+    tree = state._asdict()
+    if tree["ref_params"] is None:
+        del tree["ref_params"]
+    return tree
 
 
 class Batch(NamedTuple):
@@ -399,7 +413,6 @@ class Trainer:
         )
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
-        self.ref_params = None  # frozen KL reference (kl_coef > 0), set by init_state
         self._cast = None  # jitted cast to the sampling dtype (sampling_params)
         if mesh is None:
             self._update = jax.jit(update, donate_argnums=(0, 1))
@@ -419,19 +432,19 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def init_state(self, params) -> TrainState:
         """A fresh state at step 0. ``params`` are copied: ``step`` donates the state's buffers.
-        With ``kl_coef > 0`` a second copy becomes the frozen reference policy (a resumed run calls
-        this with the same starting parameters before restoring, so its reference is unchanged)."""
+        With ``kl_coef > 0`` a second copy becomes the frozen reference policy ``ref_params`` (a
+        resumed run restores the one its checkpoint holds)."""
         params = jax.tree.map(jnp.copy, params)
         if self.mesh is None:
             opt_state = self.tx.init(params)
         else:
             params = place(params, self.param_shardings)  # several processes: each places its own slices
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
-        if self.rl.kl_coef:  # the reference policy: the parameters the run starts from, never updated
-            self.ref_params = jax.tree.map(jnp.copy, params)
+        # the reference policy: the parameters the run starts from, never updated
+        ref_params = jax.tree.map(jnp.copy, params) if self.rl.kl_coef else None
         memory = self.schedule.init_memory()  # next_visit: the task memory; same_step: None
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                          prefix=ps.init(self.prefix_cfg), memory=memory)
+                          prefix=ps.init(self.prefix_cfg), memory=memory, ref_params=ref_params)
 
     def step_keys(self, step: int) -> schedule.StepKeys:
         """The step's keys (sample, source choice, re-roll), split from ``fold_in(PRNGKey(seed), step)``."""
@@ -444,22 +457,22 @@ class Trainer:
         batch, metrics = c.batch, c.metrics
         metrics.update(self.rollouts.pop_metrics())  # rollout/*: another engine's mismatch
         t2 = time.perf_counter()
-        params, opt_state, lm = self.update(state.params, state.opt_state, batch)
+        params, opt_state, lm = self.update(state.params, state.opt_state, batch, ref_params=state.ref_params)
         lm = jax.device_get(lm)
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
         return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=c.prefix,
-                          memory=c.memory), metrics
+                          memory=c.memory, ref_params=state.ref_params), metrics
 
-    def update(self, params, opt_state, batch: "Batch"):
+    def update(self, params, opt_state, batch: "Batch", ref_params=None):
         """The jitted optax step on ``batch`` cut to its bucketed longest row (``update_width``);
-        under the trainer's mesh when it has one. Returns (params, opt_state, loss metrics)."""
+        under the trainer's mesh when it has one; ``ref_params``: the state's KL reference (needed
+        with ``kl_coef > 0``). Returns (params, opt_state, loss metrics)."""
         w = update_width(batch.valid, self.width)
         if w < batch.tokens.shape[1]:
             batch = Batch(*(x[:, :w] if x is not None and x.ndim == 2 else x for x in batch))
-        ref = (self.ref_params,) if self.rl.kl_coef else ()
-        if self.rl.kl_coef and self.ref_params is None:
-            raise ValueError("Trainer.update: kl_coef > 0 needs the reference policy; build the state with init_state")
+        _check_reference(ref_params, self.rl)
+        ref = (ref_params,) if self.rl.kl_coef else ()
         if self.mesh is None:
             return self._update(params, opt_state, batch, *ref)
         batch = shard_rows(batch, self._rows)  # rows over the batch axes; each process feeds its own rows
@@ -485,21 +498,22 @@ class Trainer:
             self._cast = jax.jit(cast, out_shardings=out)
         return self._cast(params)
 
-    def loss(self, params, batch: "Batch", logp_offset=None):
+    def loss(self, params, batch: "Batch", logp_offset=None, ref_params=None):
         """The step's loss on ``batch`` (what ``step`` differentiates); ``logp_offset [R, L-1]`` is
-        added to the per-token log-probs so tests can read the per-token gradient."""
+        added to the per-token log-probs so tests can read the per-token gradient; ``ref_params``:
+        the state's KL reference (needed with ``kl_coef > 0``)."""
         return _loss_fn(params, batch, cfg=self.model_cfg, rl=self.rl, logp_offset=logp_offset,
-                        norm_len=self.width - 1, ref_params=self.ref_params)[0]
+                        norm_len=self.width - 1, ref_params=ref_params)[0]
 
     def collect(self, state: TrainState) -> "Collected":
         """Steps 1-5 of the module docstring: the schedule strategy samples (``self.schedule``:
         ``same_step`` or ``next_visit``, controls included), then one skeleton for every schedule
         assembles the batch (advantages, filters, loss mask) and the step's metrics."""
-        pc, n = self.prefix_cfg, self.rl.group_size
+        prefix_cfg, n = self.prefix_cfg, self.rl.group_size
         step = int(state.step)
         keys = self.step_keys(step)
-        sp = self.sampling_params(state.params)  # the sampler's copy of this step's policy
-        s = self.schedule.sample(state, sp, keys, self.rollouts)
+        policy = self.sampling_params(state.params)  # the sampler's copy of this step's policy
+        s = self.schedule.sample(state, policy, keys, self.rollouts)
         t2 = time.perf_counter()
         batch, kept = self.assemble(s.train, s.train_rewards, key=keys.source)
         metrics: dict[str, Any] = {"step": step, **s.metrics, "groups_kept": int(kept.sum())}
@@ -507,7 +521,7 @@ class Trainer:
         metrics.update(schedule.signal_metrics(s.train_rewards, kept, s.rate))
         metrics["k_hist"] = np.bincount(np.asarray(s.k), minlength=n + 1).tolist()
         rho_np, ema_np = np.asarray(s.prefix.rho), np.asarray(s.prefix.ema)
-        for j, kb in enumerate(ps.bucket_ks(pc)):
+        for j, kb in enumerate(ps.bucket_ks(prefix_cfg)):
             in_b = s.steered & (s.steer_bucket == j)
             # count: groups whose k falls in the bucket; steered: the groups steered with this bucket's
             # prefix, over which reroll_pass_rate is averaged (its weight)
@@ -589,10 +603,15 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
     return loss, {**metrics, **w_metrics}
 
 
+def _check_reference(ref_params, rl: RLConfig) -> None:
+    if rl.kl_coef and ref_params is None:
+        raise ValueError(f"RLConfig.kl_coef={rl.kl_coef} needs the reference policy: pass ref_params="
+                         f"state.ref_params (Trainer.init_state sets it)")
+
+
 def _ref_logprobs(ref_params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig):
     """log π_ref(tokens[:, 1:]) [R, L-1] under the frozen reference (chunked head, no gradient)."""
-    if ref_params is None:
-        raise ValueError(f"RLConfig.kl_coef={rl.kl_coef} needs the reference parameters (Trainer.init_state keeps them)")
+    _check_reference(ref_params, rl)
     ref_params = jax.lax.stop_gradient(ref_params)
     hidden = forward_hidden(ref_params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
                             valid=batch.valid[:, :-1])

@@ -44,8 +44,9 @@ failure it sees by ``u;`` with probability ``demo_undo_rate`` (else by setting t
 A supervised warm start on them gives a policy that fails sometimes, more often with more bugs.
 
 The executor is plain Python over immutable ``EnvState`` tuples (host side, deterministic):
-``execute(state, action_ids, cfg) -> (state, obs_ids)``. Multi-turn sampling and
-replay-through-execution live in ``prs.tasks.agent_rollouts``.
+``execute(state, action_ids, cfg) -> (state, obs_ids)``. ``ENVIRONMENT`` gathers the vocabulary and
+these functions into one ``prs.tasks.agent_env.AgentEnv`` (what the task and the multi-turn
+rollouts call); multi-turn sampling and replay-through-execution live in ``prs.tasks.agent_rollouts``.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+
+from prs.tasks.agent_env import MAX_ACTION_TOKENS, AgentEnv, EnvConfig, codec  # noqa: F401  (A, re-exported)
 
 EVAL_SEED = 20_261_130
 
@@ -66,30 +69,6 @@ DIGIT0 = _INDEX["0"]
 EOT, OBS_OPEN, OBS_CLOSE = _INDEX[";"], _INDEX[">"], _INDEX["|"]
 EQ, COMMA, OK, GARBLED, ILLEGAL, PROMPT_END = (_INDEX[c] for c in "=,+?!#")
 TEST, SET, UNDO, EDIT = (_INDEX[c] for c in "tsue")
-MAX_ACTION_TOKENS = 4  # ``s i v ;``
-
-
-def codec(tokens: tuple[str, ...]):
-    """``(encode, decode)`` for a one-character-per-token vocabulary ``tokens`` (this task's and the
-    ``trap`` variant's): ``encode(text) -> list[int]`` raises a ``ValueError`` naming the first
-    character outside the vocabulary; ``decode(ids) -> str`` one naming out-of-range ids."""
-    index = {t: i for i, t in enumerate(tokens)}
-
-    def encode(text: str) -> list[int]:
-        out = []
-        for pos, ch in enumerate(text):
-            if ch not in index:
-                raise ValueError(f"text={text!r}: character {ch!r} at {pos} is not in {''.join(tokens)!r}")
-            out.append(index[ch])
-        return out
-
-    def decode(ids) -> str:
-        arr = np.asarray(ids).reshape(-1)
-        if arr.size and (arr.min() < 0 or arr.max() >= len(tokens)):
-            raise ValueError(f"ids must lie in [0, {len(tokens)}), got min {arr.min()} max {arr.max()}")
-        return "".join(tokens[int(i)] for i in arr)
-
-    return encode, decode
 
 
 encode, decode = codec(TOKENS)
@@ -99,7 +78,7 @@ encode, decode = codec(TOKENS)
 
 
 @dataclasses.dataclass(frozen=True)
-class RepairConfig:
+class RepairConfig(EnvConfig):
     """Static description of the task (hashable).
 
     Attributes:
@@ -131,37 +110,17 @@ class RepairConfig:
     replay: str = "replay"
 
     def __post_init__(self):
-        if not 1 <= self.n_lines <= 10:
-            raise ValueError(f"RepairConfig.n_lines must be in [1, 10], got {self.n_lines}")
+        self._check_shared(min_lines=1, rates=("demo_error_rate", "demo_check_rate", "demo_undo_rate"))
         if not 1 <= self.min_bugs <= self.max_bugs <= self.n_lines:
             raise ValueError(f"RepairConfig needs 1 <= min_bugs <= max_bugs <= n_lines, got "
                              f"min_bugs={self.min_bugs}, max_bugs={self.max_bugs}, n_lines={self.n_lines}")
-        if self.max_turns < 2:
-            raise ValueError(f"RepairConfig.max_turns must be >= 2, got {self.max_turns}")
         if self.report_max < 1:
             raise ValueError(f"RepairConfig.report_max must be >= 1, got {self.report_max}")
-        for name in ("demo_error_rate", "demo_check_rate", "demo_undo_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"RepairConfig.{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.reward not in ("binary", "fraction"):
-            raise ValueError(f"RepairConfig.reward={self.reward!r}; choose 'binary' or 'fraction'")
-        if self.replay not in ("replay", "regenerate"):
-            raise ValueError(f"RepairConfig.replay={self.replay!r}; choose 'replay' or 'regenerate'")
-
-    @property
-    def prompt_width(self) -> int:
-        """P = ``^`` + K digits + ``#``."""
-        return self.n_lines + 2
 
     @property
     def max_obs_tokens(self) -> int:
         """O: ``>`` + report_max × ``i=v`` with ``,`` between + ``|``."""
         return 2 + 4 * self.report_max - 1
-
-    @property
-    def episode_width(self) -> int:
-        """L: the prompt plus ``max_turns`` × (an action and an observation)."""
-        return self.prompt_width + self.max_turns * (MAX_ACTION_TOKENS + self.max_obs_tokens)
 
 
 # ----------------------------------------------------------------------------- problems
@@ -366,46 +325,8 @@ def demo_actions(problems: Problems, index: int, cfg: RepairConfig, rng: np.rand
     return acts
 
 
-def run_actions(prompt_ids, state, actions: list, cfg, *, execute, encode):
-    """Runs ``actions`` (strings or id lists) from ``state`` after the prompt ``prompt_ids`` through an
-    environment's ``execute`` -> (ids, action mask, states after each action); stops at the end of the
-    episode. Shared by this task and its ``trap`` variant (their executors and vocabularies differ)."""
-    ids = [int(t) for t in prompt_ids]
-    mask = [False] * len(ids)
-    states = []
-    for a in actions:
-        a_ids = encode(a) if isinstance(a, str) else [int(t) for t in a]
-        state, obs = execute(state, a_ids, cfg)
-        states.append(state)
-        ids += a_ids + obs
-        mask += [True] * len(a_ids) + [False] * len(obs)
-        if state.done:
-            break
-    return ids, mask, states
-
-
-def pack_episodes(episodes, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """``[(ids, mask), ...]`` -> tokens [B, width] (``PAD``-filled), loss mask [B, width]."""
-    tokens = np.full((len(episodes), width), PAD, np.int32)
-    mask = np.zeros((len(episodes), width), bool)
-    for i, (ids, m) in enumerate(episodes):
-        tokens[i, : len(ids)] = ids
-        mask[i, : len(m)] = m
-    return tokens, mask
-
-
-def render(problems: Problems, index: int, actions: list, cfg: RepairConfig):
-    """Runs ``actions`` (strings or id lists) from the initial state -> (ids, action mask, states
-    after each action). Stops at the end of the episode."""
-    prompt, _ = prompts(Problems(*(np.asarray(x)[index: index + 1] for x in problems)))
-    return run_actions(prompt[0], reset(problems, index), actions, cfg, execute=execute, encode=encode)
-
-
-def demonstrations(problems: Problems, cfg: RepairConfig, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded noisy demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (1 on action
-    tokens only: the prompt and every observation token are 0)."""
-    rng = np.random.default_rng(seed)
-    b = np.asarray(problems.program).shape[0]
-    # host-side data generation, once per SFT batch
-    eps = [render(problems, i, demo_actions(problems, i, cfg, rng), cfg)[:2] for i in range(b)]
-    return pack_episodes(eps, cfg.episode_width)
+ENVIRONMENT = AgentEnv(name=__name__, TOKENS=TOKENS, PAD=PAD, EOS=EOS, EOT=EOT, EVAL_SEED=EVAL_SEED,
+                       make_problems=make_problems, prompts=prompts, reset=reset, execute=execute, verify=verify,
+                       demo_actions=demo_actions, encode=encode, decode=decode)
+render = ENVIRONMENT.render                  # (problems, index, actions, cfg) -> ids, action mask, states
+demonstrations = ENVIRONMENT.demonstrations  # (problems, cfg, *, seed) -> tokens [B, L], loss mask [B, L]

@@ -66,6 +66,9 @@ the visible test with probability ``demo_check_rate``, then submits. A supervise
 imitates these rates (cross-entropy is minimised by the demonstrator's conditional probabilities),
 so the warm start's p_A is ``demo_root_cause_accuracy`` times its own copying accuracy, and its
 surface share ``1 − demo_root_cause_share``; ``experiments/trap_calibrate.py`` measures both.
+
+``ENVIRONMENT`` (a ``prs.tasks.agent_env.AgentEnv``) gathers the vocabulary and the functions above:
+it is what the task (``prs.tasks.trap_task``) and the multi-turn rollouts call.
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ from typing import NamedTuple
 import numpy as np
 
 from prs.tasks import repair as _repair
+from prs.tasks.agent_env import AgentEnv, EnvConfig, codec, take  # noqa: F401  (take: re-exported)
 
 EVAL_SEED = 20_261_218
 
@@ -91,14 +95,14 @@ MAX_ACTION_TOKENS = _repair.MAX_ACTION_TOKENS
 LABELS = ("root_cause", "surface", "neither")
 
 
-encode, decode = _repair.codec(TOKENS)
+encode, decode = codec(TOKENS)
 
 
 # ----------------------------------------------------------------------------- configuration
 
 
 @dataclasses.dataclass(frozen=True)
-class TrapConfig:
+class TrapConfig(EnvConfig):
     """Static description of the task (hashable).
 
     Attributes:
@@ -126,8 +130,8 @@ class TrapConfig:
     demo_check_rate: float = 0.3
 
     def __post_init__(self):
-        if not 2 <= self.n_lines <= 10:
-            raise ValueError(f"TrapConfig.n_lines must be in [2, 10], got {self.n_lines}")
+        self._check_shared(min_lines=2,
+                           rates=("demo_root_cause_share", "demo_root_cause_accuracy", "demo_check_rate"))
         if not 1 <= self.root_lines < self.n_lines:
             raise ValueError(f"TrapConfig.root_lines must be in [1, n_lines - 1 = {self.n_lines - 1}], "
                              f"got {self.root_lines}")
@@ -136,34 +140,15 @@ class TrapConfig:
         if not 0 <= self.healthy_per_test <= self.n_lines - self.root_lines:
             raise ValueError(f"TrapConfig.healthy_per_test must be in [0, n_lines - root_lines = "
                              f"{self.n_lines - self.root_lines}], got {self.healthy_per_test}")
-        if self.max_turns < 2:
-            raise ValueError(f"TrapConfig.max_turns must be >= 2, got {self.max_turns}")
-        if self.reward not in ("binary", "fraction"):
-            raise ValueError(f"TrapConfig.reward={self.reward!r}; choose 'binary' or 'fraction'")
-        if self.replay not in ("replay", "regenerate"):
-            raise ValueError(f"TrapConfig.replay={self.replay!r}; choose 'replay' or 'regenerate'")
-        for name in ("demo_root_cause_share", "demo_root_cause_accuracy", "demo_check_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"TrapConfig.{name} must be in [0, 1], got {getattr(self, name)}")
 
     @property
     def n_tests(self) -> int:
         return self.n_surface + self.n_semantic
 
     @property
-    def prompt_width(self) -> int:
-        """P = ``^`` + K digits + ``#``."""
-        return self.n_lines + 2
-
-    @property
     def max_obs_tokens(self) -> int:
         """O: ``>`` + m × ``i=v`` with ``,`` between + ``|`` (the longest: a ``d;`` report)."""
         return 2 + 4 * self.root_lines - 1
-
-    @property
-    def episode_width(self) -> int:
-        """L: the prompt plus ``max_turns`` × (an action and an observation)."""
-        return self.prompt_width + self.max_turns * (MAX_ACTION_TOKENS + self.max_obs_tokens)
 
     @property
     def is_surface(self) -> np.ndarray:
@@ -232,10 +217,6 @@ def problems_from_strings(program: str, reference: str, cfg: TrapConfig, *, root
     return Problems(program=np.array([[int(c) for c in program]], np.int32),
                     reference=np.array([[int(c) for c in reference]], np.int32), root=root, covers=covers,
                     surface=cfg.is_surface[None, :].copy(), issue=np.array([[int(issue[0]), int(issue[1])]], np.int32))
-
-
-def take(problems: Problems, index) -> Problems:
-    return Problems(*(np.asarray(x)[np.asarray(index)] for x in problems))
 
 
 # ``^`` + program digits + ``#`` -> tokens [B, P], lengths [B]: repair's, since the vocabulary extends
@@ -456,20 +437,11 @@ def demo_actions(problems: Problems, index: int, cfg: TrapConfig, rng: np.random
     return acts
 
 
-def render(problems: Problems, index: int, actions: list, cfg: TrapConfig):
-    """Runs ``actions`` (strings or id lists) from the initial state -> (ids, action mask, states
-    after each action). Stops at the end of the episode."""
-    prompt, _ = prompts(take(problems, [index]))
-    return _repair.run_actions(prompt[0], reset(problems, index), actions, cfg, execute=execute, encode=encode)
-
-
-def demonstrations(problems: Problems, cfg: TrapConfig, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (action tokens only)."""
-    rng = np.random.default_rng(seed)
-    b = np.asarray(problems.program).shape[0]
-    # host-side data generation, once per SFT batch
-    eps = [render(problems, i, demo_actions(problems, i, cfg, rng), cfg)[:2] for i in range(b)]
-    return _repair.pack_episodes(eps, cfg.episode_width)
+ENVIRONMENT = AgentEnv(name=__name__, TOKENS=TOKENS, PAD=PAD, EOS=EOS, EOT=EOT, EVAL_SEED=EVAL_SEED,
+                       make_problems=make_problems, prompts=prompts, reset=reset, execute=execute, verify=verify,
+                       demo_actions=demo_actions, encode=encode, decode=decode, MAX_ACTION_TOKENS=MAX_ACTION_TOKENS)
+render = ENVIRONMENT.render                  # (problems, index, actions, cfg) -> ids, action mask, states
+demonstrations = ENVIRONMENT.demonstrations  # (problems, cfg, *, seed) -> tokens [B, L], loss mask [B, L]
 
 
 def replay_final_states(problems: Problems, tokens: np.ndarray, policy_mask: np.ndarray, group_size: int,

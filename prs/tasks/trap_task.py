@@ -13,19 +13,20 @@ from typing import ClassVar
 import numpy as np
 
 from prs.tasks import trap as env_lib
+from prs.tasks.agent_env import AgentEnv
 from prs.tasks.registry import register_task
-from prs.tasks.repair_task import RepairTask, task_factory
+from prs.tasks.repair_task import AgentTask, task_factory
 from prs.tasks.trap import Problems, TrapConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class TrapTask(RepairTask):
-    """The trap task behind the trainer's task protocol (multi-turn: ``make_rollouts``); the repair
-    task's protocol over the trap environment, plus ``warm_start_key`` and ``episode_metrics``."""
+class TrapTask(AgentTask):
+    """The trap task behind the trainer's task protocol (multi-turn: ``make_rollouts``): the agent
+    tasks' protocol over the trap environment, plus ``warm_start_key`` and ``episode_metrics``."""
 
     cfg: TrapConfig = TrapConfig()
     name: str = "trap"
-    lib: ClassVar = env_lib
+    environment: ClassVar[AgentEnv] = env_lib.ENVIRONMENT
 
     @property
     def warm_start_key(self):

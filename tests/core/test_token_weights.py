@@ -128,32 +128,32 @@ _M = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)
 ])
 def test_high_entropy_mask_trl_numbers(threshold, want):
     """TRL tests/test_grpo_trainer.py get_high_entropy_mask cases (threshold = 1 − top_entropy_quantile)."""
-    got = high_entropy_mask(_E, _M, rho=1.0 - threshold)
+    got = high_entropy_mask(_E, _M, top_frac=1.0 - threshold)
     np.testing.assert_array_equal(np.asarray(got), np.array(want, bool))
 
 
 def test_high_entropy_mask_trl_second_case_and_empty():
     e = np.array([[0.1, 0.2, 0.3, 1.4, 0.5, 0.14], [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]], np.float32)
     m = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0]], bool)
-    np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, m, rho=0.2 + 1e-7)),
+    np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, m, top_frac=0.2 + 1e-7)),
                                   np.array([[0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0]], bool))
-    assert not np.any(np.asarray(high_entropy_mask(e, np.zeros_like(m), rho=0.2)))
+    assert not np.any(np.asarray(high_entropy_mask(e, np.zeros_like(m), top_frac=0.2)))
     # a NaN / +inf entropy on a scored token ranks lowest / highest; the threshold stays finite
     e = np.array([[np.nan, 1, 2, 3, np.inf, 0.5]], np.float32)
-    np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, np.ones((1, 6), bool), rho=0.5)),
+    np.testing.assert_array_equal(np.asarray(high_entropy_mask(e, np.ones((1, 6), bool), top_frac=0.5)),
                                   [[False, False, True, True, True, False]])
 
 
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
-def test_high_entropy_mask_matches_numpy_quantile(seed, rho):
+def test_high_entropy_mask_matches_numpy_quantile(seed, top_frac):
     rng = np.random.default_rng(seed)
     e = rng.uniform(0, 3, (3, 7)).astype(np.float32)
     m = rng.random((3, 7)) < 0.6
     e[~m] = np.nan
-    got = np.asarray(jax.jit(lambda e, m: high_entropy_mask(e, m, rho=rho))(e, m))
+    got = np.asarray(jax.jit(lambda e, m: high_entropy_mask(e, m, top_frac=top_frac))(e, m))
     if m.any():
-        tau = np.quantile(e[m], 1.0 - rho)  # numpy "linear" == torch.quantile's default
+        tau = np.quantile(e[m], 1.0 - top_frac)  # numpy "linear" == torch.quantile's default
         want = m & (np.where(m, e, -np.inf) >= np.float32(tau))
         # float32 vs float64 interpolation may flip a token within 1 ulp of τ only
         assert np.sum(got != want) <= np.sum(np.isclose(e[m], tau, rtol=1e-6))
@@ -163,6 +163,10 @@ def test_high_entropy_mask_matches_numpy_quantile(seed, rho):
     assert not np.any(got & ~m)
 
 
-def test_high_entropy_mask_bad_rho():
-    with pytest.raises(ValueError, match=r"rho must be a number in \[0, 1\]"):
-        high_entropy_mask(_E, _M, rho=1.5)
+def test_high_entropy_mask_bad_top_frac_and_the_old_keyword():
+    with pytest.raises(ValueError, match=r"top_frac must be a number in \[0, 1\], got 1.5"):
+        high_entropy_mask(_E, _M, top_frac=1.5)
+    with pytest.raises(TypeError, match=r"argument 'rho'; it is now top_frac="):
+        high_entropy_mask(_E, _M, rho=0.2)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'tau'$"):
+        high_entropy_mask(_E, _M, tau=0.2)

@@ -22,7 +22,7 @@ from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig
 from prs.rl import rundir, runner
 from prs.rl.runner import NonFiniteError, RunConfig, RunDirError, run
-from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree
 from prs.tasks.registry import make_task
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -196,11 +196,11 @@ def test_skip_drops_the_bad_update_and_trains_on(tmp_path, monkeypatch):
     assert [m.get("skipped", False) for m in train] == [False, False, True] and train[2]["loss/loss"] is None
     # the checkpoints before (2) and after (3) the skipped step hold identical params, optimiser and controller
     trainer = Trainer(TASK, MODEL, RL, PC, seed=4)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                            jax.eval_shape(lambda k: trainer.init_state(init_params(MODEL, k)), jax.random.PRNGKey(0)))
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, checkpoint_tree(
+        jax.eval_shape(lambda k: trainer.init_state(init_params(MODEL, k)), jax.random.PRNGKey(0))))
     with ocp.CheckpointManager(d / "checkpoints") as mngr:
         assert sorted(mngr.all_steps()) == [2, 3]
-        a, b = (mngr.restore(k, args=ocp.args.StandardRestore(abstract)) for k in (2, 3))
+        a, b = (TrainState(**mngr.restore(k, args=ocp.args.StandardRestore(abstract))) for k in (2, 3))
     assert int(a.step) == 2 and int(b.step) == 3
     same = jax.tree.map(lambda x, y: bool(np.array_equal(np.asarray(x), np.asarray(y))),
                         (a.params, a.opt_state, a.prefix), (b.params, b.opt_state, b.prefix))

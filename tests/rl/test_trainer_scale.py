@@ -169,7 +169,7 @@ def test_kl_to_the_frozen_reference_equals_an_independent_computation():
     p1 = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(3), x.shape), p0)
     batch = _batch(np.random.default_rng(4), r=16, width=12)
     tr = T.Trainer(TASK, MODEL, rl, _PC)
-    tr.init_state(p0)  # the reference = the starting parameters
+    state = tr.init_state(p0)  # the reference = the starting parameters
 
     def direct(p, ref):
         lp = lambda q: token_logprobs(M.forward(q, batch.tokens[:, :-1], cfg=MODEL, positions=batch.positions[:, :-1],  # noqa: E731
@@ -178,7 +178,7 @@ def test_kl_to_the_frozen_reference_equals_an_independent_computation():
                            clip_low=rl.clip_low, clip_high=rl.clip_high, ref_logp=lp(ref), kl_coef=0.1,
                            norm_len=tr.width - 1)
 
-    loss = jax.jit(lambda p: T._loss_fn(p, batch, cfg=MODEL, rl=rl, norm_len=tr.width - 1, ref_params=tr.ref_params))
+    loss = jax.jit(lambda p: T._loss_fn(p, batch, cfg=MODEL, rl=rl, norm_len=tr.width - 1, ref_params=state.ref_params))
     (got, gm), (want, wm) = loss(p1), jax.jit(direct)(p1, p0)
     np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
     assert float(gm["kl"]) > 1e-4 and float(gm["kl"]) == pytest.approx(float(wm["kl"]), rel=1e-4)
@@ -198,11 +198,12 @@ def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
     state, m = tr.step(state)  # sampling, rewards, the KL-penalised update (a random policy: few loss tokens)
     assert np.isfinite(m["loss/loss"]) and m["loss/kl"] >= 0.0
     for _ in range(2):  # a batch with loss tokens everywhere moves the policy, never the reference
-        params, opt, lm = tr.update(state.params, state.opt_state, _batch(np.random.default_rng(6), r=16, width=12))
+        params, opt, lm = tr.update(state.params, state.opt_state, _batch(np.random.default_rng(6), r=16, width=12),
+                                    ref_params=state.ref_params)
         state = state._replace(params=params, opt_state=opt)
     assert float(lm["kl"]) > 0.0
     moved = _max_abs(state.params, p0)
-    assert _max_abs(tr.ref_params, p0) == 0.0 and moved > 0.0
+    assert _max_abs(state.ref_params, p0) == 0.0 and moved > 0.0
 
 
 # ----------------------------------------------------------------------------- sampling copy
