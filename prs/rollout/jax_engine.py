@@ -17,9 +17,9 @@ with copies of the first rows and the padding dropped (``prs.parallel.sharding.p
 Multi-turn (``sampler.append_and_resume``): the engine state (``keep_state=True``) is the KV cache
 the sampler hands back (``return_cache``), every row's tokens so far, so a resume runs the model
 over the observation tokens only and then decodes; ``state=None`` re-prefills the conversation.
-A resume hands back a new, wider cache (the old one is dropped). On a mesh the state keeps the padded rows; a resume pads
-the rollout the same way (its padding rows are not resumed) and drops them again. Continuous
-batching keeps no cache (``keep_state`` is refused there).
+A resume hands back a new, wider cache (the old one is dropped). On a mesh the state keeps the
+padded rows; a resume pads the rollout the same way (its padding rows are not resumed) and drops
+them again. Continuous batching keeps no cache (``keep_state`` is refused there).
 """
 from __future__ import annotations
 
