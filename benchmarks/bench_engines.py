@@ -10,7 +10,8 @@ of tokens:
     prefix of C tokens (the source's first C tokens), budget T - C (the shared-budget rule);
   * ``agent``: a second agent turn: after a first turn of T/2 tokens (untimed), O = 8 observation
     tokens are appended to every row and ``append_and_resume`` generates T/2 more (timed; the jax
-    engine re-prefills the whole conversation, vLLM finds its earlier turn in the prefix cache).
+    engine resumes from the KV cache it kept from the first turn, as the agent rollouts do, vLLM
+    finds its earlier turn in the prefix cache).
 tokens/s = generated tokens / wall seconds of one ``generate`` call, the best of ``--repeats``
 after one warm-up call (jax: compile; vLLM: its first-call warm-up). ``sync`` = seconds of
 ``update_params`` with new weights (the jax engine keeps a reference: ~0; vLLM converts the prs tree
@@ -74,10 +75,11 @@ def agent_turn(eng, cfg, a) -> float:
     half = S.SamplerConfig(max_new_tokens=a.new // 2, temperature=1.0, pad_id=0, buckets=(a.prompt, a.prompt + a.new))
     prompts, plen, _, _, _ = workload("fresh", cfg, b=a.groups, n=a.group_size, prompt=a.prompt, new=a.new,
                                       prefix=a.prefix)
-    first = eng.generate(prompts, plen, key=jax.random.key(1), scfg=half)
+    first, state = eng.generate(prompts, plen, key=jax.random.key(1), scfg=half, keep_state=True)
     obs = np.random.default_rng(5).integers(1, cfg.vocab_size, (len(plen), OBS)).astype(np.int32)
     olen = np.full(len(plen), OBS, np.int32)
-    turn = lambda: eng.append_and_resume(first, obs, olen, key=jax.random.key(2), scfg=half)  # noqa: E731
+    turn = lambda: eng.append_and_resume(first, obs, olen, key=jax.random.key(2), scfg=half,  # noqa: E731
+                                         state=state)
     jax.block_until_ready(turn())
     s, ro = timed(turn, a.repeats)
     gen = int(np.asarray(ro.policy_mask).sum()) - int(np.asarray(first.policy_mask).sum())

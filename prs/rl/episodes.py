@@ -6,6 +6,7 @@ re-rollouts from prompt + a replayed prefix. Tasks depend on this module, never 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, NamedTuple, Protocol
@@ -123,7 +124,91 @@ class SamplingSettings:
     engine_options: tuple[tuple[str, Any], ...] = ()
 
 
-class SingleTurnRollouts:
+class EngineClient:
+    """A rollout object's link to its ``prs.rollout.engine.RolloutEngine`` (``SingleTurnRollouts``,
+    ``prs.tasks.agent_rollouts.AgentRollouts``): which weights the engine samples with, and the
+    log-probs the trainer takes from another engine's rollouts.
+
+      * the jax engine takes a reference to the parameters for the calls of one ``engine_for``
+        block only (a sampling-dtype copy of the weights is freed after the step);
+      * another engine (vLLM) is built from the first parameters it samples with (``engine`` is a
+        factory ``params -> engine``) and gets each new policy pushed once (``update_params``, in
+        place; the seconds logged as ``rollout/sync_s``);
+      * another engine's rollouts get the trainer's own log-probs as ``logprobs`` (the update's
+        ``old_logp``, ``trainer_logprobs``) and keep the engine's as ``sampling_logprobs`` (the
+        rollout correction's behaviour policy), the gap logged (``pop_metrics``).
+    """
+
+    def _init_engine(self, engine, *, model_cfg, logits_chunk: int) -> None:
+        """``engine``: a ``RolloutEngine`` or a callable ``params -> engine`` called at the first
+        ``engine_for`` (an engine built from the policy's weights, e.g. vLLM)."""
+        factory = not hasattr(engine, "generate")
+        self.engine = None if factory else engine
+        self._make_engine = engine if factory else None
+        self.model_cfg, self.logits_chunk = model_cfg, logits_chunk
+        self._pushed = None  # the parameters another engine holds (pushed once per new policy)
+        self.mismatch: dict[str, list[float]] = {}  # per call since the last pop_metrics (engine != jax)
+
+    @contextlib.contextmanager
+    def engine_for(self, params):
+        """The engine, sampling with ``params`` for the calls inside the block (class docstring)."""
+        if self.engine is None:
+            self.engine = self._make_engine(params)
+        if self.engine.name == "jax":  # a reference, no copy: held for this block only
+            self.engine.update_params(params)
+            try:
+                yield self.engine
+            finally:
+                self.engine.update_params(None)
+            return
+        if params is not self._pushed:  # a new policy: push it (vLLM: in place, timed)
+            self.engine.update_params(params)
+            self._pushed = params
+            self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
+        yield self.engine
+
+    def trainer_logprobs(self, params, tokens, positions, valid, policy_mask, sampling_logprobs, *,
+                         greedy: bool) -> jax.Array:
+        """The trainer's log π(y) of each policy token of another engine's rollout ``[R, L]`` (0
+        elsewhere), the gap to the engine's ``sampling_logprobs`` recorded (not for greedy calls,
+        where q is a point mass)."""
+        own = _policy_logprobs(params, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(valid),
+                               cfg=self.model_cfg, chunk=self.logits_chunk)
+        own = jnp.where(jnp.asarray(policy_mask), own, 0.0)
+        if not greedy:
+            m = np.asarray(policy_mask)
+            d = (np.asarray(own) - np.asarray(sampling_logprobs))[m]  # log p_trainer - log q_engine
+            for name, v in (("logp_abs_diff", np.abs(d)), ("kl_k1", -d), ("kl_k3", np.expm1(d) - d)):
+                self.mismatch.setdefault(name, []).append(float(v.mean()) if v.size else 0.0)
+        return own
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``rollout/*`` means over the calls since the last pop (another engine than jax): the mean
+        |log p_trainer − log q_engine| per policy token, the engine-vs-trainer KL(q‖p) estimates k1
+        and k3 (on tokens drawn from q), and the weight-sync seconds."""
+        out = {f"rollout/{k}": float(np.mean(v)) for k, v in self.mismatch.items() if v}
+        self.mismatch = {}
+        return out
+
+
+def make_rollout_engine(sampling: SamplingSettings, *, model_cfg, mesh=None, max_model_len: int,
+                        continuous_slots: int | None = None):
+    """The engine ``sampling.engine`` names: the jax engine itself (on ``mesh``, with
+    ``continuous_slots``), or for another engine a factory ``params -> engine`` (built from the
+    first weights it samples with; requests of at most ``max_model_len`` tokens, ``sampling``'s
+    dtype and options). Another engine runs on one process: a mesh or continuous slots are a
+    ValueError naming ``rollout.engine``."""
+    if sampling.engine == "jax":
+        return make_engine("jax", cfg=model_cfg, mesh=mesh, continuous_slots=continuous_slots)
+    if mesh is not None or continuous_slots is not None:
+        raise ValueError(f"RLConfig.rollout_engine={sampling.engine!r} (rollout.engine) runs on one process without a "
+                         "mesh and batches continuously by itself: mesh and continuous_slots must be None "
+                         "(use rollout.engine=jax on a mesh)")
+    return functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=int(max_model_len),
+                             dtype=sampling.engine_dtype, **dict(sampling.engine_options))
+
+
+class SingleTurnRollouts(EngineClient):
     """Sampling and prefix replay for a single-turn task (prompt -> one generated answer).
 
     A re-rollout's input is the task prompt followed by the source's first ``cut`` generated
@@ -155,14 +240,10 @@ class SingleTurnRollouts:
             raise ValueError("RLConfig.prefill_group (sampler.prefill_group) runs on one process: a process's share "
                              "of a call's rows can cut a group")
         self.prefill_group = bool(prefill_group)
-        self.task, self.model_cfg, self.mesh = task, model_cfg, mesh
+        self.task, self.mesh = task, mesh
         self.scfg, self.eval_scfg, self.width = scfg, eval_scfg, int(width)
-        self.reroll_budget, self.logits_chunk = reroll_budget, logits_chunk
-        factory = not hasattr(engine, "generate")
-        self.engine = None if factory else engine
-        self._make_engine = engine if factory else None
-        self._pushed = None  # the parameters another engine holds (pushed once per new policy)
-        self.mismatch: dict[str, list[float]] = {}  # per call since the last pop_metrics (engine != jax)
+        self.reroll_budget = reroll_budget
+        self._init_engine(engine, model_cfg=model_cfg, logits_chunk=logits_chunk)
         if getattr(task, "rewards_jittable", True):
             self._rewards = jax.jit(task.rewards, static_argnames=("group_size",))
         else:
@@ -183,14 +264,8 @@ class SingleTurnRollouts:
         if sampling.continuous_slots is not None and mesh is not None:
             raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
         width = prompt_w + 2 * t_new  # L: fixed training width
-        if sampling.engine != "jax" and (mesh is not None or sampling.continuous_slots is not None):
-            raise ValueError(f"RLConfig.rollout_engine={sampling.engine!r} runs on one process without a mesh and "
-                             "batches continuously by itself: mesh and continuous_slots must be None")
-        if sampling.engine == "jax":
-            engine = make_engine("jax", cfg=model_cfg, mesh=mesh, continuous_slots=sampling.continuous_slots)
-        else:  # built from the first weights it samples with
-            engine = functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=width,
-                                       dtype=sampling.engine_dtype, **dict(sampling.engine_options))
+        engine = make_rollout_engine(sampling, model_cfg=model_cfg, mesh=mesh, max_model_len=width,
+                                     continuous_slots=sampling.continuous_slots)
         return cls(task, engine=engine, model_cfg=model_cfg, scfg=scfg, eval_scfg=eval_scfg, width=width,
                    mesh=mesh, reroll_budget=reroll_budget, logits_chunk=logits_chunk,
                    prefill_group=sampling.prefill_group)
@@ -204,38 +279,14 @@ class SingleTurnRollouts:
         """The engine's rollout of input rows (prompt + replayed prefix). The jax engine (a mesh:
         each process feeds its own rows and all get the whole rollout on the host; continuous
         slots: same tokens) needs nothing more; another engine's rollout gets the trainer's own
-        log-probs as ``logprobs`` (the update's ``old_logp``) and keeps the engine's as
-        ``sampling_logprobs`` (the rollout correction's behaviour policy), the gap logged."""
-        if self.engine is None:
-            self.engine = self._make_engine(params)
-        if self.engine.name == "jax":  # a reference, no copy: held for this call only (a sampling-dtype
-            self.engine.update_params(params)  # copy of the weights is freed after the step, as before)
-            try:
-                return self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
-            finally:
-                self.engine.update_params(None)
-        if params is not self._pushed:  # a new policy: push it (vLLM: in place, timed)
-            self.engine.update_params(params)
-            self._pushed = params
-            self.mismatch.setdefault("sync_s", []).append(float(self.engine.last_sync_s))
-        ro = self.engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
-        own = _policy_logprobs(params, ro.tokens, ro.positions, ro.valid, cfg=self.model_cfg, chunk=self.logits_chunk)
-        own = jnp.where(ro.policy_mask, own, 0.0)
-        if scfg.temperature == 0:  # greedy (evaluation): q is a point mass, nothing to compare
-            return ro.replace(logprobs=own)
-        m = np.asarray(ro.policy_mask)
-        d = (np.asarray(own) - np.asarray(ro.sampling_logprobs))[m]  # log p_trainer - log q_engine
-        for name, v in (("logp_abs_diff", np.abs(d)), ("kl_k1", -d), ("kl_k3", np.expm1(d) - d)):
-            self.mismatch.setdefault(name, []).append(float(v.mean()) if v.size else 0.0)
+        log-probs (``EngineClient``)."""
+        with self.engine_for(params) as engine:
+            ro = engine.generate(rows, rows_len, key=key, scfg=scfg, budget=budget)
+        if engine.name == "jax":
+            return ro
+        own = self.trainer_logprobs(params, ro.tokens, ro.positions, ro.valid, ro.policy_mask, ro.sampling_logprobs,
+                                    greedy=scfg.temperature == 0)
         return ro.replace(logprobs=own)
-
-    def pop_metrics(self) -> dict[str, float]:
-        """``rollout/*`` means over the calls since the last pop (another engine than jax): the mean
-        |log p_trainer − log q_engine| per policy token, the engine-vs-trainer KL(q‖p) estimates k1
-        and k3 (on tokens drawn from q), and the weight-sync seconds."""
-        out = {f"rollout/{k}": float(np.mean(v)) for k, v in self.mismatch.items() if v}
-        self.mismatch = {}
-        return out
 
     def _score(self, problems, ro, group_size: int):
         if multihost.multi_process(self.mesh):  # each process scores its own rows

@@ -149,10 +149,10 @@ class RLConfig:
         skewed groups); ``prs.rl.schedule``.
       lr_scale: multiplies ``lr`` (the ``baseline_lr2`` control: 2).
       rollout_engine: ``jax`` (the jit-compiled sampler, whose log-probs are the trainer's own) or
-        ``vllm`` (``prs.rollout.vllm_engine``, single-turn tasks on one process): its rollouts'
-        ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the
-        behaviour policy of the rollout correction, which then defaults to ``token_truncate``
-        (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
+        ``vllm`` (``prs.rollout.vllm_engine``; single-turn and agent tasks, one process, no mesh):
+        its rollouts' ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs
+        become the behaviour policy of the rollout correction, which then defaults to
+        ``token_truncate`` (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
       rollout_memory_utilization, rollout_tensor_parallel: vLLM's ``gpu_memory_utilization`` (the share
         of each GPU its weights and KV pages may take; None: vLLM's default) and ``tensor_parallel_size``
         (``rollout.gpu_memory_utilization``, ``rollout.tensor_parallel_size``); ``python -m
@@ -392,9 +392,6 @@ class Trainer:
         multihost.multi_process(mesh)  # several processes need a mesh over all of them (ValueError)
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(model_cfg=, sampling=, mesh=)``.
         make = getattr(task, "make_rollouts", None)
-        if rl.rollout_engine != "jax" and make is not None:
-            raise ValueError(f"RLConfig.rollout_engine={rl.rollout_engine!r} serves single-turn tasks; task "
-                             f"{task.name!r} brings its own rollouts (make_rollouts): use 'jax'")
         if make is not None:
             self.rollouts = make(model_cfg=model_cfg, sampling=rl.sampling, mesh=mesh)
         else:

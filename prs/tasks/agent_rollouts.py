@@ -6,9 +6,12 @@ so never in the loss)::
 
     prompt  a_1 o_1  a_2 o_2  …  a_n            (a_n = ``$`` or the last turn of the budget)
 
-One sampler call per turn: ``prs.models.sampler.sample`` for the first action, then
-``append_and_resume`` with the observations of the rows still running (KV cache carried between
-turns). The host executes every action (``prs.tasks.repair.execute``) between calls. Budgets: ``A``
+One rollout-engine call per turn (``prs.rollout.engine.RolloutEngine``, the run's
+``rollout.engine``): ``generate`` for the first action, then ``append_and_resume`` with the
+observations of the rows still running; the engine carries its own state between the turns of a
+call (``keep_state``: the jax engine its KV cache, so a resume runs the model over the new
+observation tokens only; vLLM none, its prefix cache holds the earlier turns). The host executes
+every action (``prs.tasks.repair.execute``) between calls. Budgets: ``A``
 tokens per action (a longer turn is cut by the sampler and answered with an error observation),
 ``max_turns`` policy turns per episode, and the fixed episode width ``L`` (``RepairConfig.episode_width``).
 
@@ -23,7 +26,8 @@ the continuation from there. Two ways to build the model's cache for that contex
   * ``"regenerate"``: the expensive reference: the prompt is prefilled, then every prefix action is
     force-decoded through the model one token per step (the per-token decode work that generating
     it would cost, log-probabilities included), each action executed in the environment right
-    after it, and its observation appended, turn by turn.
+    after it, and its observation appended, turn by turn. It builds the jax engine's KV cache
+    itself (with the policy's parameters), so it runs on the jax engine only.
 
 Both give the same environment states and the same continuation input rows (tested); the cache
 differs only by float rounding, so ``costs`` can compare the step time of the two in one run.
@@ -33,7 +37,11 @@ Cost accounting (``AgentRollouts.costs``, cumulative; ``reset_costs()`` clears i
 generated thanks to replay/forcing), ``tokens_forced`` (prefix tokens decoded one by one in
 ``regenerate`` mode), ``env_steps`` (executions, replayed ones included), ``env_steps_replayed``,
 ``time_env_s``, ``time_rebuild_s`` (rebuilding prefixes: executions + forced decoding),
-``time_sample_s`` (sampler calls). The trainer's step metrics carry the token/step totals too.
+``time_sample_s`` (engine calls). The trainer's step metrics carry the token/step totals too.
+
+With another engine than jax (vLLM) the episodes' ``logprobs`` are the trainer's own forward pass
+over the whole episode and the engine's are kept as ``sampling_logprobs`` (the rollout
+correction's behaviour policy; ``prs.rl.episodes.EngineClient``), the gap in ``pop_metrics``.
 
 The environment is host-side Python; the executor runs once per live row per turn (a loop over
 rows on the host, like any Python environment), the model work is batched over all rows.
@@ -49,10 +57,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.models import qwen3 as model_lib
-from prs.models.sampler import Rollout, SamplerConfig, all_rows_on_host, append_and_resume, sample_all_rows
+from prs.models.sampler import Rollout, SamplerConfig
+from prs.rollout.engine import EngineState, RolloutEngine
 from prs.tasks import repair as env_lib
 from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
-from prs.rl.episodes import Episodes, SamplingSettings
+from prs.rl.episodes import EngineClient, Episodes, SamplingSettings, make_rollout_engine
 
 _COSTS = ("tokens_generated", "tokens_replayed", "tokens_forced", "env_steps", "env_steps_replayed",
           "time_env_s", "time_rebuild_s", "time_sample_s", "calls")
@@ -110,38 +119,40 @@ def _extend_block(params, cache, tokens, start, n, *, cfg):
     return cache
 
 
-class AgentRollouts:
+class AgentRollouts(EngineClient):
     """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
 
     Args:
       env: the task's ``RepairConfig`` (or the config of ``lib``).  mode: ``"replay"`` or ``"regenerate"``
         (see module docstring).
       model_cfg: the policy's ``ModelConfig``.  sampling: the run's ``prs.rl.episodes.SamplingSettings``
-        (temperature, top-k/p, evaluation temperature, ``row_parts``; its token budget and engine do
-        not apply).  mesh: the sampler's mesh (None: one device).
+        (temperature, top-k/p, evaluation temperature, ``row_parts``, the engine, its dtype and
+        options; its token budget does not apply, ``continuous_slots`` must be None).
+        mesh: the jax engine's mesh (None: one device; another engine refuses a mesh).
       lib: the environment module: ``prompts``, ``reset``, ``execute(state, action, env)``,
         ``verify(problems, index, state, reward=)`` and repair's PAD / EOS / ``;`` ids
         (``prs.tasks.repair``, the default, or ``prs.tasks.trap``); ``env`` needs ``prompt_width``,
         ``max_obs_tokens``, ``episode_width`` and ``reward``.
+      logits_chunk: the LM head's time chunk of the trainer's log-probs (another engine than jax).
 
-    Every sampler call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
-    ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
-    Compiles: one sampler shape per turn count (the buffers grow by ``O + A`` per turn) and per
-    row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across steps.
-    The ``regenerate`` path runs unsharded (``mesh`` is used by the sampler calls only).
-    Several processes (``replay`` only): every process holds all R rows on the host, executes every
-    row's actions (the environment is deterministic, so the observations, states and rewards are
-    the same everywhere) and feeds the sampler its own rows; each sampler call is one SPMD program
-    over the global batch and its tokens are gathered to every process
-    (``prs.models.sampler.sample_all_rows``, ``append_and_resume``), so the episodes equal a
-    single-process run's.
+    Every engine call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
+    ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``
+    (another engine's requests are at most ``L`` tokens long).
+    Compiles (jax engine): one sampler shape per turn count (the buffers grow by ``O + A`` per turn)
+    and per row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across
+    steps. The ``regenerate`` path runs unsharded (``mesh`` is used by the engine calls only).
+    Several processes (jax engine, ``replay`` only): every process holds all R rows on the host,
+    executes every row's actions (the environment is deterministic, so the observations, states and
+    rewards are the same everywhere) and the engine feeds the sampler each process's own rows; each
+    call is one SPMD program over the global batch whose rollout every process gets on the host
+    (``prs.rollout.jax_engine``), so the episodes equal a single-process run's.
     """
 
     multi_turn = True  # a re-roll starts after >= 1 replayed turn; fresh rows come from ``rollout``
     token_budget = None  # no per-call token budget: each turn gets A tokens, an episode max_turns turns
 
     def __init__(self, *, env: RepairConfig, model_cfg, sampling: SamplingSettings, mesh=None,
-                 mode: str = "replay", lib=env_lib):
+                 mode: str = "replay", lib=env_lib, logits_chunk: int = 512):
         if mode not in ("replay", "regenerate"):
             raise ValueError(f"AgentRollouts: mode={mode!r}; choose 'replay' or 'regenerate'")
         if (lib.PAD, lib.EOS, lib.EOT, lib.MAX_ACTION_TOKENS) != (PAD, EOS, EOT, MAX_ACTION_TOKENS):
@@ -150,7 +161,14 @@ class AgentRollouts:
         if mode == "regenerate" and jax.process_count() > 1:
             raise ValueError(f"AgentRollouts: mode='regenerate' runs unsharded, on one process only; "
                              f"{jax.process_count()} processes: use mode='replay'")
-        self.model_cfg, self.mesh, self.env, self.mode, self.lib = model_cfg, mesh, env, mode, lib
+        if mode == "regenerate" and sampling.engine != "jax":
+            raise ValueError(f"AgentRollouts: mode='regenerate' (task replay) builds the jax engine's KV cache; "
+                             f"rollout.engine={sampling.engine!r} has none: use replay='replay' or rollout.engine=jax")
+        if sampling.continuous_slots is not None:
+            raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots)={sampling.continuous_slots}: "
+                             "multi-turn agent rollouts carry each row's KV cache between turns, which continuous "
+                             "batching does not keep; use None")
+        self.mesh, self.env, self.mode, self.lib = mesh, env, mode, lib
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
         self.width = env.episode_width                                          # L
         self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=sampling.temperature,
@@ -160,11 +178,9 @@ class AgentRollouts:
         # widths of a rebuilt context (both modes): quarters of L rounded up to 8, so a short prefix
         # is not prefilled (replay) or attended (regenerate) over the whole episode width
         self.head_buckets = tuple(sorted({min(-(-(self.width * q // 4) // 8) * 8, self.width) for q in (1, 2, 3, 4)}))
+        self._init_engine(make_rollout_engine(sampling, model_cfg=model_cfg, mesh=mesh, max_model_len=self.width),
+                          model_cfg=model_cfg, logits_chunk=logits_chunk)
         self.reset_costs()
-
-    def pop_metrics(self) -> dict[str, float]:
-        """Per-step rollout metrics beside ``costs``: none (the jax sampler's log-probs are the policy's)."""
-        return {}
 
     def reset_costs(self) -> None:
         self.costs = {k: 0 for k in _COSTS}
@@ -172,15 +188,16 @@ class AgentRollouts:
             self.costs[k] = 0.0
 
     # ------------------------------------------------------------------ the turn loop
-    def _turns(self, params, ro: Rollout, cache, states: list[EnvState], start: np.ndarray, key, scfg):
+    def _turns(self, engine: RolloutEngine, ro: Rollout, state: EngineState, states: list[EnvState],
+               start: np.ndarray, key, scfg):
         """Executes the last generated turn of every live row, appends the observations and resumes
-        the rows still running, until every episode is done. ``start [R]``: where each row's last
-        turn began. Returns (rollout, states)."""
+        the rows still running (``engine`` carrying its ``state``), until every episode is done.
+        ``start [R]``: where each row's last turn began. Returns (rollout, states)."""
         R = len(states)
         live = np.array([not s.done for s in states])
         t = 0
         while True:
-            toks, lens = all_rows_on_host(ro.tokens), all_rows_on_host(ro.lengths)  # all rows, on every process
+            toks, lens = np.asarray(ro.tokens), np.asarray(ro.lengths)  # all rows (on every process)
             obs = np.full((R, self.O), PAD, np.int32)
             olen = np.zeros((R,), np.int32)
             t0 = time.perf_counter()
@@ -195,28 +212,33 @@ class AgentRollouts:
                 return ro, states
             start, live = lens + olen, olen > 0
             t1 = time.perf_counter()
-            ro, cache = append_and_resume(params, ro, obs, olen, jax.random.fold_in(key, t), cfg=self.model_cfg,
-                                          scfg=scfg, cache=cache, mesh=self.mesh, return_cache=True)
+            ro, state = engine.append_and_resume(ro, obs, olen, key=jax.random.fold_in(key, t), scfg=scfg,
+                                                 state=state, keep_state=True)
             self.costs["time_sample_s"] += time.perf_counter() - t1
             self.costs["calls"] += 1
             t += 1
 
-    def _episodes(self, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
-                  replayed: np.ndarray) -> Episodes:
+    def _episodes(self, params, ro: Rollout, states: list[EnvState], problems: Problems, group_size: int,
+                  replayed: np.ndarray, scfg: SamplerConfig) -> Episodes:
+        """The final rollout [R, L'] -> ``Episodes`` [R, L] with the environment's rewards and turn
+        counts; another engine's episodes get the trainer's log-probs (module docstring)."""
         L = self.width
-        if self.mesh is not None:  # on a mesh (one process or several) the host glue runs on a host copy
-            ro = jax.tree.map(all_rows_on_host, ro)
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
         rewards = np.array([self.lib.verify(problems, r // group_size, s, reward=self.env.reward)
                             for r, s in enumerate(states)], np.float32)
         turns = np.array([s.turns for s in states], np.int32)
-        return Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
-                        valid=_fit(ro.valid, L, False), policy_mask=_fit(ro.policy_mask, L, False),
-                        logprobs=_fit(ro.logprobs, L, 0.0), rewards=jnp.asarray(rewards),
-                        units=jnp.asarray(turns), replayed=jnp.asarray(replayed, jnp.int32),
-                        env_steps=jnp.asarray(turns), sampling_logprobs=_fit(ro.sampling_logprobs, L, 0.0),
-                        truncated=jnp.asarray(ro.truncated, bool))
+        ep = Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
+                      valid=_fit(ro.valid, L, False), policy_mask=_fit(ro.policy_mask, L, False),
+                      logprobs=_fit(ro.logprobs, L, 0.0), rewards=jnp.asarray(rewards),
+                      units=jnp.asarray(turns), replayed=jnp.asarray(replayed, jnp.int32),
+                      env_steps=jnp.asarray(turns), sampling_logprobs=_fit(ro.sampling_logprobs, L, 0.0),
+                      truncated=jnp.asarray(ro.truncated, bool))
+        if self.engine.name == "jax":  # its log-probs are the policy's own
+            return ep
+        own = self.trainer_logprobs(params, ep.tokens, ep.positions, ep.valid, ep.policy_mask, ep.sampling_logprobs,
+                                    greedy=scfg.temperature == 0)
+        return ep._replace(logprobs=own)
 
     # ------------------------------------------------------------------ fresh episodes
     def rollout(self, params, problems: Problems, key, *, group_size: int, evaluation: bool = False,
@@ -228,13 +250,13 @@ class AgentRollouts:
         R = rows.shape[0]
         states = [self.lib.reset(problems, r // group_size) for r in range(R)]
         k0, k1 = jax.random.split(key)
-        t1 = time.perf_counter()
-        ro, cache = sample_all_rows(params, rows, rlen, k0, cfg=self.model_cfg, scfg=scfg, mesh=self.mesh,
-                                    return_cache=True)
-        self.costs["time_sample_s"] += time.perf_counter() - t1
-        self.costs["calls"] += 1
-        ro, states = self._turns(params, ro, cache, states, rlen.astype(np.int64), k1, scfg)
-        ep = self._episodes(ro, states, problems, group_size, np.zeros((R,), np.int32))
+        with self.engine_for(params) as engine:
+            t1 = time.perf_counter()
+            ro, st = engine.generate(rows, rlen, key=k0, scfg=scfg, keep_state=True)
+            self.costs["time_sample_s"] += time.perf_counter() - t1
+            self.costs["calls"] += 1
+            ro, states = self._turns(engine, ro, st, states, rlen.astype(np.int64), k1, scfg)
+        ep = self._episodes(params, ro, states, problems, group_size, np.zeros((R,), np.int32), scfg)
         return (ep, states) if return_states else ep
 
     # ------------------------------------------------------------------ replay-through-execution
@@ -295,20 +317,20 @@ class AgentRollouts:
         replayed = np.array([sum(len(a) for a in acts) for acts in rb["actions"]], np.int32)
         self.costs["tokens_replayed"] += int(replayed.sum())
         self.costs["env_steps"] += int(sum(len(a) for a in rb["actions"]))
-        cache = None
-        if self.mode == "regenerate":
-            cache = self._regenerate(params, problems, rb, W, group_size)
-        self.costs["time_rebuild_s"] += time.perf_counter() - t0
-        ro0 = _context_rollout(head, head_len)
-        states = list(rb["states"])
-        t1 = time.perf_counter()
-        ro, cache = append_and_resume(params, ro0, obs, olen, key, cfg=self.model_cfg, scfg=self.scfg,
-                                      cache=cache, mesh=self.mesh, return_cache=True)
-        self.costs["time_sample_s"] += time.perf_counter() - t1
-        self.costs["calls"] += 1
-        ro, states = self._turns(params, ro, cache, states, (ctx_len).astype(np.int64),
-                                 jax.random.fold_in(key, 1_000), self.scfg)
-        ep = self._episodes(ro, states, problems, group_size, replayed)
+        with self.engine_for(params) as engine:
+            st = None  # replay: the engine reads the rebuilt context (one parallel prefill)
+            if self.mode == "regenerate":  # the jax engine's cache, built by forced decoding
+                st = self._regenerate(params, problems, rb, W, group_size)
+            self.costs["time_rebuild_s"] += time.perf_counter() - t0
+            ro0 = _context_rollout(head, head_len)
+            states = list(rb["states"])
+            t1 = time.perf_counter()
+            ro, st = engine.append_and_resume(ro0, obs, olen, key=key, scfg=self.scfg, state=st, keep_state=True)
+            self.costs["time_sample_s"] += time.perf_counter() - t1
+            self.costs["calls"] += 1
+            ro, states = self._turns(engine, ro, st, states, (ctx_len).astype(np.int64),
+                                     jax.random.fold_in(key, 1_000), self.scfg)
+        ep = self._episodes(params, ro, states, problems, group_size, replayed, self.scfg)
         out = (ep,)
         if return_states:
             out += (states,)
@@ -320,7 +342,8 @@ class AgentRollouts:
     def _regenerate(self, params, problems: Problems, rb: dict, W: int, group_size: int):
         """The ``regenerate`` path: prompt prefill, then turn by turn: force-decode the action one
         token per step, execute it, append its observation (all but the last, which the caller
-        appends when it resumes). Returns the cache [*, R, W, *] of the context minus the last obs."""
+        appends when it resumes). Returns the cache [*, R, W, *] of the context minus the last obs:
+        the jax engine's state for its ``append_and_resume``."""
         cfg = self.model_cfg
         R = len(rb["states"])
         prompt, plen = self.lib.prompts(problems)

@@ -145,6 +145,37 @@ def test_append_and_resume_is_the_samplers(engine, params, inputs):
         np.testing.assert_array_equal(np.asarray(getattr(again, name)), np.asarray(w), err_msg=name)
 
 
+def test_kept_state_is_the_samplers_cache_and_a_mesh_pads_rows_it_does_not_divide(engine, params, inputs,
+                                                                                  eight_devices):
+    """``keep_state``: the jax engine's state is the KV cache ``sampler.sample(return_cache=True)``
+    hands back, and a resume with it is ``sampler.append_and_resume(cache=...)``, bit for bit. On an
+    8-way mesh the 4 rows are padded to 8 (the state keeps the padding rows, the resume pads the
+    rollout again): the same tokens as one device."""
+    from prs.parallel.sharding import make_mesh
+
+    prompts, _ = inputs
+    scfg = S.SamplerConfig(max_new_tokens=4, temperature=1.0, stop_ids=(5,), pad_id=0, buckets=(8,))
+    obs, ol = np.full((4, 2), 9, np.int32), np.array([2, 0, 1, 2])
+    ro, st = engine.generate(prompts, PLEN, key=jax.random.key(8), scfg=scfg, keep_state=True)
+    want_ro, cache = S.sample(params, prompts, PLEN, jax.random.key(8), cfg=CFG, scfg=scfg, return_cache=True)
+    for g, w in zip(jax.tree.leaves((ro, st)), jax.tree.leaves((want_ro, cache))):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    got, st = engine.append_and_resume(ro, obs, ol, key=jax.random.key(9), scfg=scfg, state=st, keep_state=True)
+    want, cache = S.append_and_resume(params, want_ro, obs, ol, jax.random.key(9), cfg=CFG, scfg=scfg, cache=cache,
+                                      return_cache=True)
+    for g, w in zip(jax.tree.leaves((got, st)), jax.tree.leaves((want, cache))):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+    meng = JaxEngine(CFG, mesh=make_mesh(eight_devices, data=8))
+    meng.update_params(params)
+    r, s = meng.generate(prompts, PLEN, key=jax.random.key(8), scfg=scfg, keep_state=True)
+    assert s["k"].shape[1] == 8 and np.asarray(r.tokens).shape[0] == 4  # the state keeps the 4 padding rows
+    r, s = meng.append_and_resume(r, obs, ol, key=jax.random.key(9), scfg=scfg, state=s, keep_state=True)
+    for name in ("tokens", "policy_mask", "lengths", "finished", "stop_token"):
+        np.testing.assert_array_equal(np.asarray(getattr(r, name)), np.asarray(getattr(got, name)), err_msg=name)
+    np.testing.assert_allclose(np.asarray(r.logprobs), np.asarray(got.logprobs), atol=1e-5)
+
+
 def test_bad_engine_and_missing_params():
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'; choose from"):
         make_engine("sglang", cfg=CFG)

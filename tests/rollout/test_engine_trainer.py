@@ -76,11 +76,14 @@ def test_another_engine_gets_the_trainers_old_logp_and_logs_the_gap():
     assert tr.rollouts.engine.pushes == 2
 
 
-def test_vllm_engine_refuses_a_mesh_and_agent_tasks():
+def test_vllm_engine_refuses_continuous_slots_and_a_mesh():
     pc = ps.PrefixConfig(mode="baseline", n=8)
     rl = dataclasses.replace(RL, rollout_engine="vllm", continuous_slots=4)
-    with pytest.raises(ValueError, match="mesh and continuous_slots must be None"):
+    with pytest.raises(ValueError, match=r"\(rollout.engine\).*mesh and continuous_slots must be None"):
         Trainer(TASK, MODEL, rl, pc, seed=0)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    with pytest.raises(ValueError, match=r"\(rollout.engine\).*use rollout.engine=jax on a mesh"):
+        Trainer(TASK, MODEL, dataclasses.replace(RL, rollout_engine="vllm"), pc, seed=0, mesh=mesh)
 
 
 def test_vllm_options_are_config_keys_checked_and_reach_the_engine(monkeypatch):
