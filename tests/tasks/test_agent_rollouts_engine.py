@@ -40,15 +40,15 @@ def _model(task):
 def _scfg(task):
     """The sampler configuration of one agent turn, written from the environment's constants."""
     env = task.cfg
-    return S.SamplerConfig(max_new_tokens=task.lib.MAX_ACTION_TOKENS, eos_id=task.lib.EOS,
-                           stop_ids=(task.lib.EOT,), pad_id=task.lib.PAD,
+    return S.SamplerConfig(max_new_tokens=task.environment.MAX_ACTION_TOKENS, eos_id=task.environment.EOS,
+                           stop_ids=(task.environment.EOT,), pad_id=task.environment.PAD,
                            buckets=(env.prompt_width, env.episode_width))
 
 
 def _turn_loop(task, params, ro, cache, states, start, key, scfg):
     """The sampler's multi-turn loop with the KV cache carried: execute each live row's last turn,
     append the observations, resume the rows still running."""
-    lib, env, cfg = task.lib, task.cfg, _model(task)
+    lib, env, cfg = task.environment, task.cfg, _model(task)
     R_ = len(states)
     live = np.array([not s.done for s in states])
     t = 0
@@ -68,9 +68,9 @@ def _turn_loop(task, params, ro, cache, states, start, key, scfg):
 
 
 def _reference_fresh(task, params, problems, key, n, scfg):
-    prompt, plen = task.lib.prompts(problems)
+    prompt, plen = task.environment.prompts(problems)
     rows, rlen = np.repeat(prompt, n, axis=0), np.repeat(plen, n)
-    states = [task.lib.reset(problems, r // n) for r in range(rows.shape[0])]
+    states = [task.environment.reset(problems, r // n) for r in range(rows.shape[0])]
     k0, k1 = jax.random.split(key)
     ro, cache = S.sample(params, rows, rlen, k0, cfg=_model(task), scfg=scfg, return_cache=True)
     return _turn_loop(task, params, ro, cache, states, rlen.astype(np.int64), k1, scfg)
@@ -82,7 +82,7 @@ def _same(ep: Episodes, ro, states, task, problems, n, replayed=None):
     for name in ("tokens", "policy_mask", "valid", "positions", "logprobs", "sampling_logprobs"):
         want = np.asarray(getattr(ro, name))[:, :L]
         np.testing.assert_array_equal(np.asarray(getattr(ep, name))[:, :want.shape[1]], want, err_msg=name)
-    want_r = [task.lib.verify(problems, r // n, s, reward=task.cfg.reward) for r, s in enumerate(states)]
+    want_r = [task.environment.verify(problems, r // n, s, reward=task.cfg.reward) for r, s in enumerate(states)]
     np.testing.assert_array_equal(np.asarray(ep.rewards), np.asarray(want_r, np.float32))
     np.testing.assert_array_equal(np.asarray(ep.units), [s.turns for s in states])
     if replayed is not None:
@@ -95,7 +95,7 @@ def _source(task, problems):
     turns = np.array([len(action_spans(m)) for m in mask], np.int32)
     z = np.zeros((tok.shape[0],), np.int32)
     return Episodes(tokens=tok, positions=np.broadcast_to(np.arange(tok.shape[1]), tok.shape),
-                    valid=tok != task.lib.PAD, policy_mask=mask, logprobs=np.zeros(tok.shape, np.float32),
+                    valid=tok != task.environment.PAD, policy_mask=mask, logprobs=np.zeros(tok.shape, np.float32),
                     rewards=z.astype(np.float32), units=turns, replayed=z, env_steps=turns,
                     sampling_logprobs=np.zeros(tok.shape, np.float32), truncated=z.astype(bool)), turns
 
@@ -140,7 +140,7 @@ def test_jax_engine_agent_episodes_equal_the_samplers_turn_loop_bit_for_bit(task
                        positions=jnp.asarray(np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)),
                        prompt_lengths=jnp.asarray(pre["head_len"]), lengths=jnp.asarray(pre["head_len"]),
                        finished=jnp.ones((R_,), bool), truncated=jnp.zeros((R_,), bool),
-                       stop_token=jnp.full((R_,), task.lib.EOT, jnp.int32))
+                       stop_token=jnp.full((R_,), task.environment.EOT, jnp.int32))
     ro, cache = S.append_and_resume(params, ctx_ro, pre["obs"], pre["obs_len"], key, cfg=model, scfg=scfg,
                                     return_cache=True)
     ro, want_states = _turn_loop(task, params, ro, cache, list(rb["states"]),
