@@ -125,7 +125,7 @@ class AgentRollouts:
         ``max_obs_tokens``, ``episode_width`` and ``reward``.
 
     Every sampler call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
-    ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
+    ``RLConfig.rollout.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``.
     Compiles: one sampler shape per turn count (the buffers grow by ``O + A`` per turn) and per
     row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across steps.
     The ``regenerate`` path runs unsharded (``mesh`` is used by the sampler calls only).
