@@ -346,7 +346,8 @@ class SameStep:
         steered[sel] = True
         metrics = {
             "pass_rate": float(jnp.mean(rewards >= 1.0)),
-            "pass_rate_train": float(np.mean(np.asarray(train_rewards)[: b if rl.schedule.reroll == "replace" else b + sel.size] >= 1.0)),
+            "pass_rate_train": float(np.mean(
+                np.asarray(train_rewards)[: b if rl.schedule.reroll == "replace" else b + sel.size] >= 1.0)),
             "reward_mean": float(jnp.mean(rewards)),
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             "groups_rerolled": int(sel.size),
@@ -391,7 +392,8 @@ class NextVisit:
     def pool(self):
         """The M pool problems (``task.train_problems`` at ``POOL_STEP``, seeded by ``pool_seed``)."""
         if self._pool is None:
-            self._pool = self.task.train_problems(seed=self.rl.schedule.pool_seed, step=POOL_STEP, count=self.rl.schedule.pool_size)
+            sc = self.rl.schedule
+            self._pool = self.task.train_problems(seed=sc.pool_seed, step=POOL_STEP, count=sc.pool_size)
         return self._pool
 
     def init_memory(self) -> TaskMemory:

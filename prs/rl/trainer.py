@@ -120,11 +120,12 @@ class Trainer:
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.schedule = schedule.make_schedule(task, rl, prefix, seed=self.seed, width=self.width)
+        opt = rl.optim
         self.tx = optax.chain(
-            optax.clip_by_global_norm(rl.optim.grad_clip),
-            optax.adamw(optax.linear_schedule(0.0, rl.optim.lr * rl.optim.lr_scale, max(rl.optim.warmup_steps, 1)) if rl.optim.warmup_steps
-                        else rl.optim.lr * rl.optim.lr_scale,
-                        b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay),
+            optax.clip_by_global_norm(opt.grad_clip),
+            optax.adamw(optax.linear_schedule(0.0, opt.lr * opt.lr_scale, max(opt.warmup_steps, 1)) if opt.warmup_steps
+                        else opt.lr * opt.lr_scale,
+                        b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay),
         )
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
