@@ -27,7 +27,7 @@ for v in variants:  # attention_impl "blockwise_r{rows}_q{q_blocks}_k{k_blocks}"
 cfg0 = M.ModelConfig.preset(size); params = M.init_params(cfg0, jax.random.key(0))
 rl = RLConfig()
 b = B.make_batch(cfg0, params, R, T)
-tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip), optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay))
+tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip), optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
 batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()})
 opt = tx.init(params)
 
@@ -36,7 +36,7 @@ def torch_step(cfg, params, b, rl):
     """The torch eager update of ``bench_update.torch_update`` as a callable (warmed up)."""
     import torch
     model = C.hf_model(cfg, params).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=rl.lr, betas=(rl.b1, rl.b2), eps=1e-8, weight_decay=rl.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=rl.optim.lr, betas=(rl.optim.b1, rl.optim.b2), eps=1e-8, weight_decay=rl.optim.weight_decay)
     t = {k: torch.from_numpy(np.asarray(v)) for k, v in b.items()}
     tokens = t["tokens"].long()
 
@@ -49,10 +49,10 @@ def torch_step(cfg, params, b, rl):
         old = torch.where(m, t["old_logp"][:, 1:], torch.zeros_like(logp))
         a = torch.where(m, t["advantages"][:, None].expand_as(lp), torch.zeros_like(lp))
         ratio = torch.exp(torch.clamp(lp - old, -20.0, 20.0))
-        pg = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - rl.clip_low, 1 + rl.clip_high))
+        pg = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - rl.loss.clip_low, 1 + rl.loss.clip_high))
         loss = torch.where(m, pg, torch.zeros_like(pg)).sum() / tokens.shape[0]
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.optim.grad_clip)
         opt.step()
         return loss
 

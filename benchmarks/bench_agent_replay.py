@@ -31,6 +31,7 @@ from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.tasks.registry import make_task
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.config import EvalConfig, OptimConfig
 
 
 def model_cfg(task) -> ModelConfig:
@@ -54,8 +55,7 @@ def base_params(task, mc, out: pathlib.Path, *, steps: int, batch: int, lr: floa
 
 
 def run_one(task, mc, params, method: str, seed: int, args) -> dict:
-    rl = RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval_count=args.eval_count, eval_samples=2,
-                  lr=args.lr)
+    rl = RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval=EvalConfig(count=args.eval_count, samples=2), optim=OptimConfig(lr=args.lr))
     tr = Trainer(task, mc, rl, ps.PrefixConfig(mode=method, n=args.n), seed=seed)
     state = tr.init_state(params)
     evals, steps = [], []
@@ -95,7 +95,7 @@ def time_modes(task_name, params_task_kw, mc, params, args) -> dict:
     trs, box = {}, {}
     for mode in modes:
         task = make_task(task_name, **{**params_task_kw, "replay": mode})
-        rl = RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval_count=8, eval_samples=2)
+        rl = RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval=EvalConfig(count=8, samples=2))
         trs[mode] = Trainer(task, mc, rl, ps.PrefixConfig(mode="ps_fix", n=args.n), seed=123)
         _timed_reroll(trs[mode], box)
     state0 = trs["replay"].init_state(params)
@@ -144,7 +144,7 @@ def time_reroll_scaling(args) -> dict:
             task = make_task("repair", replay=mode)
             mc = ModelConfig.preset("tiny", vocab_size=task.vocab_size, **kw)
             params = init_params(mc, jax.random.PRNGKey(0))
-            tr = Trainer(task, mc, RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval_count=8),
+            tr = Trainer(task, mc, RLConfig(tasks_per_step=args.tasks, group_size=args.n, eval=EvalConfig(count=8)),
                          ps.PrefixConfig(mode="ps_fix", n=args.n), seed=0)
             probs = task.train_problems(seed=5, step=0, count=args.tasks)
             tok, mask = task.demonstrations(probs, seed=1)

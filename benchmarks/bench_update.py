@@ -59,8 +59,8 @@ def make_batch(cfg, params, rows, length, seed=0):
 
 
 def prs_update(cfg, params, b, rl, repeats):
-    tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip),
-                     optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay))
+    tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip),
+                     optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
     upd = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx))
     batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()})
     opt = tx.init(params)
@@ -75,8 +75,8 @@ def torch_update(cfg, params, b, rl, repeats):
     import torch
 
     model = C.hf_model(cfg, params).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=rl.lr, betas=(rl.b1, rl.b2), eps=1e-8,
-                            weight_decay=rl.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=rl.optim.lr, betas=(rl.optim.b1, rl.optim.b2), eps=1e-8,
+                            weight_decay=rl.optim.weight_decay)
     t = {k: torch.from_numpy(np.asarray(v)) for k, v in b.items()}
     tokens = t["tokens"].long()
 
@@ -89,7 +89,7 @@ def torch_update(cfg, params, b, rl, repeats):
         old = torch.where(m, t["old_logp"][:, 1:], torch.zeros_like(logp))
         a = torch.where(m, t["advantages"][:, None].expand_as(lp), torch.zeros_like(lp))
         ratio = torch.exp(torch.clamp(lp - old, -20.0, 20.0))
-        pg = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - rl.clip_low, 1 + rl.clip_high))
+        pg = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - rl.loss.clip_low, 1 + rl.loss.clip_high))
         pg = torch.where(m, pg, torch.zeros_like(pg))
         n_seq = torch.clamp((mf.sum(1) > 0).float().sum(), min=1.0)
         return pg.sum() / n_seq  # seq-mean-token-sum
@@ -98,7 +98,7 @@ def torch_update(cfg, params, b, rl, repeats):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.optim.grad_clip)
         opt.step()
         return loss
 

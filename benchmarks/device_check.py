@@ -382,8 +382,8 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
         return {"status": "skipped", "reason": f"cudnn needs a CUDA GPU (backend {backend})"}
     cfg = model_cfg(ps.model, attention_impl=impl)
     rl = RLConfig(micro_batches=ps.micro_batches, logits_chunk=ps.logits_chunk)
-    tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip),
-                     optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay))
+    tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip),
+                     optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
     R, P, T = ps.rows, ps.prompt, ps.budget
     W = P + 2 * T
     params = load_params(wd, cfg)

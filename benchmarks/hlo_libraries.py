@@ -11,7 +11,7 @@ from prs.models import qwen3 as M
 from prs.rl.trainer import Batch, RLConfig, _update_fn
 cfg = M.ModelConfig.preset("tiny"); params = M.init_params(cfg, jax.random.key(0)); rl = RLConfig()
 b = B.make_batch(cfg, params, 8, 64)
-tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip), optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay))
+tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip), optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
 batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()}); opt = tx.init(params)
 OFF = 'LIBRARY_FUSION_TYPE_INVALID'
 for name, o in [("default", {}), ("use_onednn", {'xla_cpu_use_onednn': True}), ("use_xnnpack=0", {'xla_cpu_use_xnnpack': False}),

@@ -4,7 +4,7 @@
     python benchmarks/plan_compiled.py grpo_ps_qwen3_4b_h200x8 --layers 2 4
 
 For each preset (in its own subprocess with as many fake CPU devices as the preset's mesh) the
-sampler's fresh and Prefix Sampling re-roll calls (of ``sampler.row_chunk`` rows when set) and the update are compiled at the real widths on
+sampler's fresh and Prefix Sampling re-roll calls (of ``rollout.row_chunk`` rows when set) and the update are compiled at the real widths on
 abstract inputs with the layer count cut to L₁ and L₂, extended linearly to the real depth
 (``prs.plan_compiled``), and printed beside the planner's lines (per device, GiB):
 
@@ -47,7 +47,7 @@ def one(preset: str, layers=(2, 4), programs=("fresh", "reroll", "update")) -> d
             fn = lambda c: PC.update_memory(c, rl, rows=rows, width=P + 2 * T, mesh=mesh)  # noqa: E731
             planned = p.update_total
         else:
-            fn = lambda c, prog=prog: PC.sampler_memory(c, rows=rl.row_chunk or rows, prompt_len=P, max_new_tokens=T,  # noqa: E731
+            fn = lambda c, prog=prog: PC.sampler_memory(c, rows=rl.rollout.row_chunk or rows, prompt_len=P, max_new_tokens=T,  # noqa: E731
                                                         mesh=mesh, reroll=prog == "reroll")
             planned = PL.plan_run(cfg, rl, prompt_len=P, max_new_tokens=T, device_gib=s["device_gib"],
                                   prefix_rerolls=prog == "reroll", **sz).sampling_total

@@ -175,7 +175,7 @@ def torch_profile(cfg, params, b, rl, top):
     from torch.profiler import ProfilerActivity, profile
 
     model = C.hf_model(cfg, params).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=rl.lr, betas=(rl.b1, rl.b2), eps=1e-8, weight_decay=rl.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=rl.optim.lr, betas=(rl.optim.b1, rl.optim.b2), eps=1e-8, weight_decay=rl.optim.weight_decay)
     t = {k: torch.from_numpy(__import__("numpy").asarray(v)) for k, v in b.items()}
     tokens = t["tokens"].long()
 
@@ -185,7 +185,7 @@ def torch_profile(cfg, params, b, rl, top):
         logp = torch.log_softmax(logits, -1).gather(-1, tokens[:, 1:, None])[..., 0]
         loss = (logp * t["advantages"][:, None]).sum() / tokens.shape[0]  # cost of the loss is negligible
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), rl.optim.grad_clip)
         opt.step()
 
     step()
@@ -207,7 +207,8 @@ def main():
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--traces", type=int, default=3, help="traced calls; per-op minimum over them")
     ap.add_argument("--dump-hlo", default=None, help="write the compiled HLO text here")
-    ap.add_argument("--set", nargs="*", default=[], help="ModelConfig / RLConfig overrides key=value (python literals)")
+    ap.add_argument("--set", nargs="*", default=[], help="ModelConfig / RLConfig overrides key=value (python literals); a part's field "
+                    "as part.field, e.g. loss.clip_high=0.3")
     a = ap.parse_args()
     import ast
     over = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in a.set)}
@@ -220,10 +221,16 @@ def main():
     mfields = {f.name for f in __import__("dataclasses").fields(M.ModelConfig)}
     cfg = M.ModelConfig.preset(a.size, scan_unroll=cfg.n_layers if a.unroll == "full" else int(a.unroll),
                                **{k: v for k, v in over.items() if k in mfields})
-    rl = RLConfig(**{k: v for k, v in over.items() if k not in mfields})
+    from prs.rl.config import PARTS
+    parts: dict = {}
+    for k, v in over.items():
+        if "." in k:
+            parts.setdefault(k.split(".")[0], {})[k.split(".", 1)[1]] = v
+    rl = RLConfig(**{k: v for k, v in over.items() if k not in mfields and "." not in k},
+                  **{part: PARTS[part](**kw) for part, kw in parts.items()})
     b = B.make_batch(cfg, params, a.rows, a.len)
-    tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip),
-                     optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay))
+    tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip),
+                     optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
     batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()})
     opt = tx.init(params)
     compiled = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile()

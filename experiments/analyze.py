@@ -20,7 +20,7 @@ bucket) and writes into ``--out`` (default ``RUN_ROOT/analysis``):
 With several run roots the tables above come from the first one; the **decisive experiment**
 (issue #16; ``experiments.studies.decisive``) is computed for every root and every task variant in it
 (variants and arms are read from each run's config: task name + tag + params, ``method.name`` and
-``method.schedule``): every arm against its schedule's baseline (steps, generated tokens and
+``schedule.kind``): every arm against its schedule's baseline (steps, generated tokens and
 wall-clock to 50% / 80% of the baseline's gap, AUC, equal-step difference, the old metric, all with
 paired bootstrap CIs), the head-to-head of PS against reroll_noprefix / extra_rollouts (token-matched)
 / baseline_lr2 / ps_ada_hard, and the verdict computed by the rules in that module. It is written to

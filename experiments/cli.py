@@ -72,6 +72,8 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    from experiments.config import moved_key
+
     keys, free = _schema_keys()
     groups = _groups(conf)
     parser = OverridesParser.create()
@@ -94,6 +96,10 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
         key = ov.key_or_group
         if key.startswith(("hydra.", "hydra/")) or key == "hydra":
             continue
+        moved = moved_key(key.lstrip("+~"))
+        if moved is not None:
+            raise UsageError(f"{arg}: {key.lstrip('+~')} is now {moved} (the config's nodes mirror "
+                             "prs.rl.config.RLConfig)")
         if key in groups:
             if key == "experiment" and not ov.is_add():
                 raise UsageError(f"{arg}: an experiment is added to the defaults, write +{arg} "

@@ -128,7 +128,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         "histogram": histogram(k, n),
         "step_pass_rates": [float(x.sum() / (n * b)) for x in ks],  # per drawn step (as its train metric)
         "eval_pass_at_1": ev["eval/pass_at_1"],
-        "eval_episodes": rl.eval_count * rl.eval_samples,
+        "eval_episodes": rl.eval.count * rl.eval.samples,
         "step_accuracy": ({kind: (c / w if w else None) for kind, (c, w) in steps.items()}
                           if isinstance(task, ArithTask) else None),
         "steps_written": {kind: w for kind, (_, w) in steps.items()},

@@ -23,8 +23,7 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
-from experiments.config import validate
-from experiments.schema import to_kwargs
+from experiments.config import rl_config, validate
 
 CONF = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
 
@@ -62,7 +61,6 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
 
     from prs.models.qwen3 import ModelConfig
     from prs.plan import mem_fraction
-    from prs.rl.trainer import RLConfig
 
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = validate(compose("config", overrides=["sft.base_dir=/tmp/prs-plan", *overrides]))
@@ -71,10 +69,8 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
         if key in over:
             over[key] = getattr(jnp, over[key])
     model_cfg = ModelConfig.preset(cfg.model.preset, **over)
-    rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
-                  **to_kwargs(cfg.rollout, RLConfig),
-                  **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
-    budget = rl.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
+    rl = rl_config(cfg)
+    budget = rl.rollout.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
     devices = int(devices or cfg.mesh.devices or 8)
     platform = cfg.mesh.platform or "gpu"
     sizes = {"data": cfg.mesh.data, "fsdp": cfg.mesh.fsdp, "tensor": cfg.mesh.tensor}
@@ -138,8 +134,8 @@ def vllm_plan(s: dict, p, flags: dict):
     rl = s["rl"]
     if "vllm_memory_utilization" in flags:
         util = float(flags["vllm_memory_utilization"])
-    elif rl.rollout_memory_utilization is not None:  # rollout.gpu_memory_utilization
-        util = float(rl.rollout_memory_utilization)
+    elif rl.rollout.gpu_memory_utilization is not None:  # rollout.gpu_memory_utilization
+        util = float(rl.rollout.gpu_memory_utilization)
     elif platform == "tpu":
         util = round(0.95 - p.update_total / (gib * GIB), 2)
     else:
@@ -151,7 +147,7 @@ def vllm_plan(s: dict, p, flags: dict):
         return plan_vllm(s["model_cfg"], rows=rl.tasks_per_step * rl.group_size, prompt_len=s["prompt_len"],
                          max_new_tokens=s["budget"], devices=s["devices"], device_gib=gib, jax_plan=p,
                          jax_fraction=frac, memory_utilization=util, platform=platform,
-                         tensor_parallel=int(flags.get("vllm_tensor_parallel", rl.rollout_tensor_parallel)),
+                         tensor_parallel=int(flags.get("vllm_tensor_parallel", rl.rollout.tensor_parallel_size)),
                          sleep_mode=sleep in ("true", "1"), prefix_rerolls=s["rerolls"])
     except ValueError as e:
         raise SystemExit(f"prs.plan: {e}") from None

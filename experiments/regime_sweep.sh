@@ -12,8 +12,8 @@ STEPS=${STEPS:-40}
 SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}
 ARMS=${ARMS:-"baseline=method=baseline
 ps_ada=method=ps_ada
-baseline_nv=method=baseline,method.schedule=next_visit
-ps_ada_nv=method=ps_ada,method.schedule=next_visit,method.cut_spread=true,method.sources=all
+baseline_nv=method=baseline,schedule.kind=next_visit
+ps_ada_nv=method=ps_ada,schedule.kind=next_visit,schedule.cut_spread=true,schedule.sources=all
 reroll_noprefix=method=reroll_noprefix
 extra_rollouts=method=extra_rollouts
 baseline_lr2=method=baseline_lr2

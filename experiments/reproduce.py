@@ -41,7 +41,7 @@ def rerun(run_dir, out_dir) -> list[dict]:
     """Trains the run recorded in ``run_dir`` again into ``out_dir``; returns its records."""
     from omegaconf import OmegaConf
 
-    from experiments.config import validate
+    from experiments.config import upgrade, validate
     from experiments.train import build
     from prs.rl.runner import run
 
@@ -49,7 +49,7 @@ def rerun(run_dir, out_dir) -> list[dict]:
     summary = json.loads((run_dir / "summary.json").read_text())
     if not summary.get("config"):
         raise ValueError(f"{run_dir}/summary.json records no config; it cannot be re-run")
-    config = dict(summary["config"])
+    config = upgrade(summary["config"])  # a record of the earlier flat layout, in today's
     config["sft"] = {**config["sft"], "base_dir": str(out_dir / "base")}
     config["logging"] = {**config["logging"], "wandb_mode": "disabled", "progress": False}
     cfg = validate(OmegaConf.create(config))

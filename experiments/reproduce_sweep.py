@@ -70,13 +70,13 @@ def rerun_into(run_dir: pathlib.Path, out: pathlib.Path, base_dir: pathlib.Path)
     """Trains the run recorded in ``run_dir`` into ``out`` (resuming, or reusing a finished one)."""
     from omegaconf import OmegaConf
 
-    from experiments.config import validate
+    from experiments.config import upgrade, validate
     from experiments.train import build
     from prs.rl.runner import run
 
     if (out / "summary.json").exists():
         return out
-    config = dict(json.loads((run_dir / "summary.json").read_text())["config"])
+    config = upgrade(json.loads((run_dir / "summary.json").read_text())["config"])  # earlier layouts: today's
     config["sft"] = {**config["sft"], "base_dir": str(base_dir)}
     config["logging"] = {**config["logging"], "wandb_mode": "disabled", "progress": False}
     task, model_cfg, rl, prefix, run_cfg = build(validate(OmegaConf.create(config)))

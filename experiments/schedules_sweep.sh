@@ -20,14 +20,14 @@ for item in "ps_ada next_visit x 0" "ps_ada next_visit x 1" "ps_ada next_visit x
     seed=$4
     name="arith-$1-$2-s$seed"
     extra=""
-    if [ "$3" = spread ]; then name="arith-$1_spread_all-$2-s$seed"; extra="method.cut_spread=true method.sources=all"; fi
+    if [ "$3" = spread ]; then name="arith-$1_spread_all-$2-s$seed"; extra="schedule.cut_spread=true schedule.sources=all"; fi
     out="$WT/runs/sched/$name"
     if [ -f "$out/summary.json" ]; then echo "skip $name"; continue; fi
     mkdir -p "$out"
     [ -f "$out/provenance.json" ] || echo "{\"commit\": \"$SHA\", \"dirty\": false, \"code\": \"git archive $SHA\", \"started\": \"$(date -u +%FT%TZ)\"}" > "$out/provenance.json"
     echo "run $name $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"
-    PYTHONPATH=$CODE $PY -m experiments.train method=$1 method.schedule=$2 seed=$seed steps=60 ckpt_every=20 \
-      algo.pool_size=128 logging.wandb_mode=disabled logging.progress=false sft.base_dir=$WT/runs/base \
+    PYTHONPATH=$CODE $PY -m experiments.train method=$1 schedule.kind=$2 seed=$seed steps=60 ckpt_every=20 \
+      schedule.pool_size=128 logging.wandb_mode=disabled logging.progress=false sft.base_dir=$WT/runs/base \
       $extra name=$name hydra.run.dir=$out >> "$out/log.txt" 2>&1 || echo "FAILED $name"
   }
 done

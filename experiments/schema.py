@@ -1,7 +1,7 @@
 """Hydra schema nodes derived from the library's own dataclasses, so each field is declared once.
 
-``node("OptimCfg", (RLConfig, ["lr", ...]))`` is a dataclass whose fields are ``RLConfig``'s fields of
-those names, with ``RLConfig``'s types and defaults; ``{"count": "eval_count"}`` renames a field
+``node("OptimCfg", (OptimConfig, ["lr", ...]))`` is a dataclass whose fields are ``OptimConfig``'s fields
+of those names, with ``OptimConfig``'s types and defaults; ``{"every": "eval_every"}`` renames a field
 (node key -> library field). ``to_kwargs`` maps a filled node back to the library's keyword
 arguments. Types OmegaConf cannot check (``float | tuple``) become ``Any``; the library's own
 ``__post_init__`` still validates the value. ``prs`` never imports this module (nor Hydra).

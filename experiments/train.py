@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from experiments import cli
-from experiments.config import TrainCfg, validate
+from experiments.config import TrainCfg, rl_config, upgrade, validate
 from experiments.schema import to_kwargs
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,6 @@ def build(cfg: TrainCfg):
     from prs.models.qwen3 import ModelConfig
     from prs.rl.runner import RunConfig
     from prs.tasks.registry import make_task
-    from prs.rl.trainer import RLConfig
 
     task = make_task(cfg.task.name, **dict(cfg.task.params))
     overrides = dict(cfg.model.overrides)
@@ -55,9 +54,7 @@ def build(cfg: TrainCfg):
         overrides.setdefault("vocab_size", task.vocab_size)
         model_cfg = ModelConfig.preset(cfg.model.preset, **overrides)
     # Every node field maps back to the library field it was derived from (experiments.schema).
-    rl = RLConfig(**to_kwargs(cfg.algo, RLConfig), **to_kwargs(cfg.optim, RLConfig), **to_kwargs(cfg.sampler, RLConfig),
-                  **to_kwargs(cfg.rollout, RLConfig),
-                  **to_kwargs(cfg.method, RLConfig), **to_kwargs(cfg.eval, RLConfig))
+    rl = rl_config(cfg)
     prefix = ps.PrefixConfig(n=cfg.algo.group_size, **to_kwargs(cfg.method, ps.PrefixConfig))
     run_cfg = RunConfig(**to_kwargs(cfg, RunConfig), **to_kwargs(cfg.eval, RunConfig), **to_kwargs(cfg.sft, RunConfig),
                         **to_kwargs(cfg.logging, RunConfig), init_checkpoint=cfg.model.checkpoint)
@@ -138,19 +135,19 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
     config_dict = dataclasses.asdict(cfg)
     defaults = dataclasses.asdict(TrainCfg())  # a key a recorded run lacks (a field added since) counts as its default
-    rundir.check_config(out_dir, config_dict, defaults=defaults, write=False)  # every process: a different configuration is refused
+    rundir.check_config(out_dir, config_dict, defaults=defaults, write=False, upgrade=upgrade)  # every process: a different configuration is refused
     files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cache = compile_cache(cfg.compile_cache)  # before the first compile (conf/config.yaml: compile_cache)
     if jax.process_index() == 0:  # one writer in a multi-host run
         _attach_file_logs(files)
         rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
-        rundir.check_config(out_dir, config_dict, defaults=defaults)
+        rundir.check_config(out_dir, config_dict, defaults=defaults, upgrade=upgrade)
         record_config(dcfg, out_dir)
     log.info("run %s -> %s (compilation cache: %s)", cfg.name, out_dir, cache or "off")
     mesh = build_mesh(cfg)
     summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict,
-                  config_defaults=defaults, mesh=mesh, log=log.info)
+                  config_defaults=defaults, config_upgrade=upgrade, mesh=mesh, log=log.info)
     return summary["eval_final"]
 
 

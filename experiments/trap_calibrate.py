@@ -60,7 +60,7 @@ def main(argv=None) -> list[dict]:
         tr = Trainer(task, model_cfg, rl, ps.PrefixConfig(mode="baseline", n=rl.group_size), seed=0)
         t1 = time.perf_counter()
         ev = tr.evaluate(params, 0)
-        n = rl.eval_count * rl.eval_samples
+        n = rl.eval.count * rl.eval.samples
         att = ev["eval/root_attempt_rate"] * n
         lo, hi = wilson(ev["eval/p_root"] * att, att)
         pa = ev["eval/p_root"]

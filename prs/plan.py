@@ -29,7 +29,7 @@ Bs = data · fsdp, r = R / Bs / M rows per micro-batch, W = the update width −
                       budget for fresh rollouts, prompt + 2·budget for a Prefix Sampling re-roll,
                       whose rows, prompt + replayed prefix, fall in the prompt + budget bucket; R =
                       B·N there too: ``schedule.SameStep`` pads a re-roll to B groups unless
-                      ``sampler.reroll_group_buckets``)
+                      ``rollout.reroll_group_buckets``)
       f32 transients  C_KT · KV cache
       parameters      P·|sampling_dtype| / t (the trainer's sampling copy, the program's argument)
       decode copy     C_DW · (the layers' matmul weights + the tied head)·|dtype| / t (``qwen3.decode_weights``)
@@ -276,14 +276,14 @@ def plan_run(model_cfg: ModelConfig, rl, *, prompt_len: int, max_new_tokens: int
     ``mem_fraction · device_gib`` (what JAX gets: ``mem_fraction()``)."""
     if not (isinstance(mem_fraction, (int, float)) and 0 < mem_fraction <= 1):
         raise ValueError(f"plan_run: mem_fraction must be a number in (0, 1], got {mem_fraction!r}")
-    rows = rl.tasks_per_step * rl.group_size * (2 if rl.reroll == "append" else 1)
+    rows = rl.tasks_per_step * rl.group_size * (2 if rl.schedule.reroll == "append" else 1)
     slots = sampler_cache_slots(prompt_len, max_new_tokens, prefix_rerolls=prefix_rerolls)
-    sample_rows = min(rows, rl.row_chunk) if getattr(rl, "row_chunk", None) else None  # one call's rows
+    sample_rows = min(rows, rl.rollout.row_chunk) if rl.rollout.row_chunk else None  # one call's rows
     return plan(model_cfg, rows=rows, width=prompt_len + 2 * max_new_tokens, prompt_len=prompt_len, cache_slots=slots,
                 sample_rows=sample_rows, mem_fraction=mem_fraction,
                 max_new_tokens=max_new_tokens, micro_batches=rl.micro_batches, logits_chunk=rl.logits_chunk,
-                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.kl_coef),
-                sampling_bytes=None if rl.sampling_dtype == "param" else _bytes(rl.sampling_dtype))
+                data=data, fsdp=fsdp, tensor=tensor, device_gib=device_gib, kl_reference=bool(rl.loss.kl_coef),
+                sampling_bytes=None if rl.rollout.sampling_dtype == "param" else _bytes(rl.rollout.sampling_dtype))
 
 
 # ----------------------------------------------------------------------------- the vLLM rollout engine

@@ -104,8 +104,8 @@ def update_memory(cfg: ModelConfig, rl, *, rows: int, width: int, mesh, norm_len
     from prs.parallel import sharding as shd
     from prs.rl import trainer as TR
 
-    tx = optax.chain(optax.clip_by_global_norm(rl.grad_clip), optax.adamw(rl.lr, b1=rl.b1, b2=rl.b2,
-                                                                            weight_decay=rl.weight_decay))
+    tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip), optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2,
+                                                                            weight_decay=rl.optim.weight_decay))
     shapes = cfg.param_shapes()
     psh = shd.param_shardings(cfg, mesh)
     osh = shd.opt_state_shardings(tx, shapes, psh, mesh)
@@ -114,11 +114,11 @@ def update_memory(cfg: ModelConfig, rl, *, rows: int, width: int, mesh, norm_len
     s = lambda dt, nd=2: jax.ShapeDtypeStruct((rows, width) if nd == 2 else (rows,), dt,  # noqa: E731
                                               sharding=shd.data_sharding(mesh, nd))
     batch = TR.Batch(s(jnp.int32), s(jnp.int32), s(jnp.bool_), s(jnp.bool_), s(jnp.float32), s(jnp.float32, 1),
-                     sampler_logp=s(jnp.float32) if rl.rollout_correction else None)
+                     sampler_logp=s(jnp.float32) if rl.loss.rollout_correction else None)
     rows_sh = jax.tree.map(lambda x: x.sharding, batch)
-    ref = (params,) if rl.kl_coef else ()
+    ref = (params,) if rl.loss.kl_coef else ()
     fn = jax.jit(functools.partial(TR._update_fn, cfg=cfg, rl=rl, tx=tx, norm_len=norm_len or width - 1),
-                 donate_argnums=(0, 1), in_shardings=(psh, osh, rows_sh, *((psh,) if rl.kl_coef else ())),
+                 donate_argnums=(0, 1), in_shardings=(psh, osh, rows_sh, *((psh,) if rl.loss.kl_coef else ())),
                  out_shardings=(psh, osh, shd.replicated(mesh)))
     with jax.set_mesh(mesh):
         return _compile(fn, params, opt, batch, *ref)

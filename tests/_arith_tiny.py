@@ -4,12 +4,13 @@ import functools
 
 from prs.models.qwen3 import ModelConfig
 from prs.rl.trainer import RLConfig, supervised_warm_start
+from prs.rl.config import EvalConfig
 from prs.tasks.registry import make_task
 
 TASK = make_task("arith", min_terms=2, max_terms=4)
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            head_dim=8, d_ff=64)
-RL = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+RL = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1))
 
 
 @functools.lru_cache(maxsize=None)

@@ -73,7 +73,7 @@ def test_planner_kv_cache_is_the_samplers_cache_of_a_fresh_and_a_reroll_call(rer
 
     task = make_task("arith", min_terms=2, max_terms=4)
     cfg = ModelConfig.preset("tiny", vocab_size=task.vocab_size)
-    rl = T.RLConfig(tasks_per_step=2, group_size=4, eval_count=2)
+    rl = T.RLConfig(tasks_per_step=2, group_size=4, eval=T.EvalConfig(count=2))
     tr = T.Trainer(task, cfg, rl, ps.PrefixConfig(n=4))
     scfg = tr.rollouts.scfg
     prompt, plen = task.prompts(task.train_problems(seed=0, step=0, count=2))

@@ -28,7 +28,7 @@ def test_planner_is_within_15_percent_of_the_compiled_reroll_call_and_update_on_
     s = setup
     cfg, rl, T, P = s["model_cfg"], s["rl"], s["budget"], s["prompt_len"]
     rows = rl.tasks_per_step * rl.group_size
-    reroll = PC.extrapolated(lambda c: PC.sampler_memory(c, rows=rl.row_chunk or rows, prompt_len=P, max_new_tokens=T,
+    reroll = PC.extrapolated(lambda c: PC.sampler_memory(c, rows=rl.rollout.row_chunk or rows, prompt_len=P, max_new_tokens=T,
                                                          mesh=s["mesh"], reroll=True), cfg)["full"]
     update = PC.extrapolated(lambda c: PC.update_memory(c, rl, rows=rows, width=P + 2 * T, mesh=s["mesh"]), cfg)["full"]
     p = s["plan"](True)

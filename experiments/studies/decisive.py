@@ -455,7 +455,7 @@ MECHANISM_SERIES = {"density": "pq_trained", "survival": "groups_kept"}
 
 
 def group_arms(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """{arm: runs}: label ``arm_label(method.name, method.schedule)``; runs of one label whose method
+    """{arm: runs}: label ``arm_label(method.name, schedule.kind)``; runs of one label whose method
     configs differ in other fields (``cut_spread``, ``sources``, ``extra_share``, ...) are split, the
     label extended by ``[key=value,...]`` of the fields that differ (never pooled)."""
     lab: dict[str, dict[str, list[Run]]] = {}
@@ -477,7 +477,7 @@ def group_arms(runs: Sequence[Run]) -> dict[str, list[Run]]:
 def lm_arms(runs: Sequence[Run], *, time_clip: float | None = 5.0) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
     """Runs of one task variant -> (steps [E], {arm: {"seeds", "y", "cost", "density", "survival", "runs"}}).
 
-    Arms from each run's config (``method.name`` and ``method.schedule``, via ``Run.method`` and
+    Arms from each run's config (``method.name`` and ``schedule.kind``, via ``Run.method`` and
     ``Run.schedule``); runs without a train line are left out; a seed appearing twice in one arm is an
     error (two runs would claim the same pairing).
     """

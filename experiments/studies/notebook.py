@@ -27,11 +27,12 @@ def make_tiny_runs(out_dir, *, methods: Sequence[str] = ("baseline", "ps_ada"), 
     from prs.rl.runner import RunConfig, base_params, run
     from prs.tasks.registry import make_task
     from prs.rl.trainer import RLConfig
+    from prs.rl.config import EvalConfig
 
     tk = make_task(task, min_terms=2, max_terms=4)
     model = ModelConfig.preset("tiny", vocab_size=tk.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                                head_dim=8, d_ff=64)
-    rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=32, eval_samples=1)  # eval rows = train rows: one sampler compile
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=32, samples=1))  # eval rows = train rows: one sampler compile
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dirs = [out / f"{task}-{m}-s{s}" for m in methods for s in seeds]

@@ -195,6 +195,8 @@ def load_trap_run(path) -> TrapRun | None:
     train = sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["step"])
     evals = sorted((r for r in records if r.get("kind") == "eval"), key=lambda r: r["step"])
     algo, params = cfg.get("algo") or {}, (cfg.get("task") or {}).get("params") or {}
+    # the nested layout's loss / schedule nodes; a record of the flat layout kept these keys in algo / method
+    loss, sched = {**algo, **(cfg.get("loss") or {})}, {**algo, **(cfg.get("method") or {}), **(cfg.get("schedule") or {})}
     b = int(algo.get("tasks_per_step", 0)) or math.nan
     commits, dirty = _provenance(path)
     return TrapRun(
@@ -207,12 +209,12 @@ def load_trap_run(path) -> TrapRun | None:
         contrast=np.array([_nan(r.get("groups_mixed")) / b for r in train], float),
         tokens_generated=np.array([_nan(r.get("tokens_generated")) for r in train], float),
         tokens_sampled=np.array([_nan(r.get("tokens_sampled", r.get("tokens_generated"))) for r in train], float),
-        settings={"group_size": int(algo.get("group_size", 8)), "estimator": str(algo.get("estimator", "rloo")),
+        settings={"group_size": int(algo.get("group_size", 8)), "estimator": str(loss.get("estimator", "rloo")),
                   "tasks_per_step": algo.get("tasks_per_step"), "n_surface": int(params.get("n_surface", 7)),
                   "n_semantic": int(params.get("n_semantic", 3)), "steps": cfg.get("steps"),
                   "eval_every": (cfg.get("eval") or {}).get("every"), "eval_count": (cfg.get("eval") or {}).get("count"),
-                  "eval_samples": (cfg.get("eval") or {}).get("samples"), "pool_size": algo.get("pool_size"),
-                  "model": _model_desc(cfg.get("model") or {}), "schedule": (cfg.get("method") or {}).get("schedule")},
+                  "eval_samples": (cfg.get("eval") or {}).get("samples"), "pool_size": sched.get("pool_size"),
+                  "model": _model_desc(cfg.get("model") or {}), "schedule": sched.get("kind", sched.get("schedule"))},
         problems=tuple(base.problems) + tuple(p for p in problems if p not in base.problems))
 
 

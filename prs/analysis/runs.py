@@ -209,7 +209,8 @@ def load_run(path) -> Run:
         if name_method.endswith("-" + sch):
             name_method, name_schedule = name_method[: -len(sch) - 1], sch
     method = (config.get("method") or {}).get("name", name_method)
-    schedule = str((config.get("method") or {}).get("schedule") or name_schedule or "same_step")
+    schedule = str((config.get("schedule") or {}).get("kind")  # the nested layout; the flat one kept it in method
+                   or (config.get("method") or {}).get("schedule") or name_schedule or "same_step")
     task_params = dict((config.get("task") or {}).get("params") or {})
     task = (config.get("task") or {}).get("name", from_name["task"]) + str(config.get("tag") or "")
     seed = int(config.get("seed", from_name["seed"]))

@@ -19,7 +19,7 @@ from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import forward_hidden
 from prs.models.sampler import Rollout, SamplerConfig
 from prs.rl import multihost
-from prs.rollout.engine import RolloutEngine
+from prs.rollout.engine import ENGINES, RolloutEngine
 from prs.rollout.registry import make_engine
 
 
@@ -92,21 +92,62 @@ class Rollouts(Protocol):
         """Per-step rollout metrics since the last call (``rollout/*``)."""
 
 
+SAMPLING_DTYPES = ("param", "bfloat16", "float16", "float32")
+
+
+def _count(x) -> bool:
+    """An int >= 1 (not a bool)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
+
+
 @dataclasses.dataclass(frozen=True)
-class SamplingSettings:
-    """The run's sampling choices that every rollout object reads (``RLConfig``'s sampler fields).
+class RolloutConfig:
+    """How rollouts are sampled and by which engine (``RLConfig.rollout``; the ``rollout`` config node).
+
+    Every rollout object (``SingleTurnRollouts``, ``prs.tasks.agent_rollouts.AgentRollouts``) reads
+    this; tunix keeps the same split (``RolloutConfig`` beside the learner's ``GRPOConfig``).
 
     Attributes:
-      temperature, top_k, top_p: training rollouts' sampling (evaluation: ``eval_temperature``,
-        no truncation).
-      max_new_tokens: tokens per single-turn response; None: the task's own budget.
-      row_chunk, row_parts, attend_buckets: ``prs.models.sampler.SamplerConfig``'s.
-      prefill_group: prefill each group's rows once (``SamplerConfig.prefill_group`` = the group size).
-      continuous_slots: continuous batching over this many slots (one device), or None.
-      engine: the rollout engine's name (``prs.rollout.engine.ENGINES``).
-      engine_dtype: the dtype name another engine than jax runs in (``bfloat16`` or ``float32``).
-      engine_options: (name, value) pairs passed to another engine's constructor (vLLM's ``LLM``
-        keywords such as ``gpu_memory_utilization``, ``tensor_parallel_size``).
+      temperature, top_k, top_p: sampling of training rollouts. The update's ``old_logp`` is the raw
+        policy's log-probability p (temperature 1), so samples from an adjusted distribution q need
+        the importance weight p/q: values other than 1 / 0 / 1 are accepted only together with a
+        ``LossConfig.rollout_correction`` (``RLConfig`` checks the pair).
+      eval_temperature: temperature of the held-out evaluation's samples (no top-k / top-p).
+      max_new_tokens: tokens per single-turn response (and per re-rollout response, see
+        ``ScheduleConfig.reroll_budget``); None: the task's own budget.
+      row_chunk: sample the R rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``: only
+        that many rows' KV cache is live; tokens identical to one call, per-row key streams); None: one call.
+      row_parts: ``SamplerConfig.row_parts`` (the decode step's cache writes and attention in this many
+        concurrent row parts; 1: one, the program committed runs replay; None: 2 on a single device
+        for an even R >= 8). Same tokens; log-probs move by float rounding.
+      attend_buckets: ``SamplerConfig.attend_buckets`` (the decode loop in segments, each attending only
+        the cache slots it can have filled, the smallest of these lengths that holds them); None: every
+        step attends the whole cache. Same tokens; log-probs move by float rounding. Not with
+        ``continuous_slots``.
+      prefill_group: each group's N rows (one prompt, or one prompt + replayed prefix) prefilled once and
+        the cache copied to its rows (``SamplerConfig.prefill_group = N``; fresh and re-roll calls and
+        evaluation); same tokens, log-probs move by float rounding. The jax engine, without
+        ``continuous_slots``.
+      continuous_slots: continuous batching over this many decode slots
+        (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
+        row; same tokens as static sampling, per-row key streams); None: static batches.
+      reroll_group_buckets: a re-roll call (and a control's extra groups, an agent's next-visit
+        continuations) samples the g steered groups padded to the smallest power of two >= g (at most
+        B) instead of to all B groups: about g/B of the call's work, one compile per bucket
+        (``prs.rl.schedule.reroll_groups``); the first g groups' tokens are the unbucketed call's.
+      sampling_dtype: ``param`` (the sampler runs on the training parameters) or a dtype name
+        (``bfloat16``, ``float16``, ``float32``) for a sampling copy cast from them at every step.
+        A bf16 copy halves the sampler's weights next to fp32 masters; its log-probabilities (the
+        update's ``old_logp``) are then those of the bf16 policy, so the PPO ratio starts near, not
+        exactly at, 1 (the usual trainer/rollout-engine mismatch).
+      engine: ``jax`` (the jit-compiled sampler, whose log-probs are the trainer's own) or ``vllm``
+        (``prs.rollout.vllm_engine``; single-turn and agent tasks, one process, no mesh): its rollouts'
+        ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the behaviour policy
+        of the rollout correction, which then defaults to ``token_truncate`` (TIS); the mismatch is
+        logged (``rollout/*``).
+      gpu_memory_utilization, tensor_parallel_size: vLLM's ``LLM`` keywords (the share of each GPU its
+        weights and KV pages may take, None: vLLM's default; its tensor parallelism); ``python -m
+        experiments.plan ... rollout=vllm`` plans with them. Only with ``engine="vllm"``.
     """
 
     temperature: float = 1.0
@@ -119,9 +160,75 @@ class SamplingSettings:
     attend_buckets: tuple[int, ...] | None = None
     prefill_group: bool = False
     continuous_slots: int | None = None
+    reroll_group_buckets: bool = False
+    sampling_dtype: str = "param"
     engine: str = "jax"
-    engine_dtype: str = "float32"
-    engine_options: tuple[tuple[str, Any], ...] = ()
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"RolloutConfig.engine={self.engine!r} (rollout.engine); choose from {ENGINES}")
+        mu, tp = self.gpu_memory_utilization, self.tensor_parallel_size
+        if mu is not None and (isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1):
+            raise ValueError(f"RolloutConfig.gpu_memory_utilization (rollout.gpu_memory_utilization) must be None or "
+                             f"a number in (0, 1], got {mu!r}")
+        if not _count(tp):
+            raise ValueError(f"RolloutConfig.tensor_parallel_size (rollout.tensor_parallel_size) must be an int >= 1, "
+                             f"got {tp!r}")
+        if self.engine == "jax" and (mu is not None or tp != 1):
+            raise ValueError("RolloutConfig.gpu_memory_utilization / tensor_parallel_size (rollout.gpu_memory_"
+                             "utilization, rollout.tensor_parallel_size) are vLLM's: they need rollout.engine=vllm "
+                             "(the jax engine shards by the run's mesh)")
+        if self.sampling_dtype not in SAMPLING_DTYPES:
+            raise ValueError(f"RolloutConfig.sampling_dtype={self.sampling_dtype!r} (rollout.sampling_dtype); "
+                             f"choose from {SAMPLING_DTYPES}")
+        if self.row_chunk is not None and (isinstance(self.row_chunk, bool) or int(self.row_chunk) < 1):
+            raise ValueError(f"RolloutConfig.row_chunk (rollout.row_chunk) must be None or an integer >= 1, "
+                             f"got {self.row_chunk}")
+        if self.row_parts is not None and not (_count(self.row_parts)):
+            raise ValueError(f"RolloutConfig.row_parts (rollout.row_parts) must be None or an integer >= 1, "
+                             f"got {self.row_parts!r}")
+        if self.attend_buckets is not None:
+            ab = self.attend_buckets
+            if (isinstance(ab, (str, bytes)) or not hasattr(ab, "__iter__") or not len(ab)
+                    or any(not _count(b) for b in ab)):
+                raise ValueError(f"RolloutConfig.attend_buckets (rollout.attend_buckets) must be None or a non-empty "
+                                 f"list of integers >= 1, got {ab!r}")
+            object.__setattr__(self, "attend_buckets", tuple(sorted({int(b) for b in ab})))
+            if self.continuous_slots is not None:
+                raise ValueError("RolloutConfig.attend_buckets (rollout.attend_buckets) needs continuous_slots=None "
+                                 "(continuous batching's rows start at different steps)")
+        if self.continuous_slots is not None and not _count(self.continuous_slots):
+            raise ValueError(f"RolloutConfig.continuous_slots (rollout.continuous_slots) must be None or an integer "
+                             f">= 1, got {self.continuous_slots}")
+        if not isinstance(self.prefill_group, bool):
+            raise ValueError(f"RolloutConfig.prefill_group (rollout.prefill_group) must be true or false, "
+                             f"got {self.prefill_group!r}")
+        if self.prefill_group and (self.continuous_slots is not None or self.engine != "jax"):
+            raise ValueError("RolloutConfig.prefill_group (rollout.prefill_group) needs rollout.engine=jax and "
+                             "continuous_slots=None (vLLM's prefix cache shares a group's prefill by itself)")
+        if not isinstance(self.reroll_group_buckets, bool):
+            raise ValueError(f"RolloutConfig.reroll_group_buckets (rollout.reroll_group_buckets) must be true or "
+                             f"false, got {self.reroll_group_buckets!r}")
+
+    @property
+    def engine_options(self) -> tuple[tuple[str, Any], ...]:
+        """(name, value) pairs for another engine's constructor (vLLM's ``LLM`` keywords) set here."""
+        out = []
+        if self.gpu_memory_utilization is not None:
+            out.append(("gpu_memory_utilization", float(self.gpu_memory_utilization)))
+        if self.tensor_parallel_size != 1:
+            out.append(("tensor_parallel_size", int(self.tensor_parallel_size)))
+        return tuple(out)
+
+    @property
+    def engine_dtype(self) -> str:
+        """The dtype name another engine than jax runs in: ``bfloat16`` for a bf16 sampling copy, else ``float32``."""
+        return "bfloat16" if self.sampling_dtype == "bfloat16" else "float32"
+
+
+SamplingSettings = RolloutConfig  # the name of the rollout objects' ``sampling=`` argument
 
 
 class EngineClient:
@@ -201,7 +308,7 @@ def make_rollout_engine(sampling: SamplingSettings, *, model_cfg, mesh=None, max
     if sampling.engine == "jax":
         return make_engine("jax", cfg=model_cfg, mesh=mesh, continuous_slots=continuous_slots)
     if mesh is not None or continuous_slots is not None:
-        raise ValueError(f"RLConfig.rollout_engine={sampling.engine!r} (rollout.engine) runs on one process without a "
+        raise ValueError(f"RolloutConfig.engine={sampling.engine!r} (rollout.engine) runs on one process without a "
                          "mesh and batches continuously by itself: mesh and continuous_slots must be None "
                          "(use rollout.engine=jax on a mesh)")
     return functools.partial(_engine_from_params, sampling.engine, cfg=model_cfg, max_model_len=int(max_model_len),
@@ -228,7 +335,7 @@ class SingleTurnRollouts(EngineClient):
       mesh: the mesh several processes score their own rows over (None: one process).
       reroll_budget: ``shared`` or ``extra`` (above).  logits_chunk: the LM head's time chunk.
 
-    ``from_settings`` builds one from a task and ``SamplingSettings``.
+    ``from_settings`` builds one from a task and a ``RolloutConfig``.
     """
 
     multi_turn = False  # a re-roll row may have cut 0 (a fresh row in the same call)
@@ -237,7 +344,7 @@ class SingleTurnRollouts(EngineClient):
                  width: int, mesh=None, reroll_budget: str = "shared", logits_chunk: int = 512,
                  prefill_group: bool = False):
         if prefill_group and multihost.multi_process(mesh):
-            raise ValueError("RLConfig.prefill_group (sampler.prefill_group) runs on one process: a process's share "
+            raise ValueError("RLConfig.rollout.prefill_group (rollout.prefill_group) runs on one process: a process's share "
                              "of a call's rows can cut a group")
         self.prefill_group = bool(prefill_group)
         self.task, self.mesh = task, mesh
@@ -250,7 +357,7 @@ class SingleTurnRollouts(EngineClient):
             self._rewards = task.rewards
 
     @classmethod
-    def from_settings(cls, task: Any, sampling: SamplingSettings, *, model_cfg, mesh=None,
+    def from_settings(cls, task: Any, sampling: RolloutConfig, *, model_cfg, mesh=None,
                       reroll_budget: str = "shared", logits_chunk: int = 512) -> "SingleTurnRollouts":
         """The task's sampler configurations (prompt-width buckets, stop and pad ids, budget T =
         ``sampling.max_new_tokens`` or the task's), width ``L = P + 2T``, and the named engine."""
@@ -262,7 +369,7 @@ class SingleTurnRollouts(EngineClient):
                              row_parts=sampling.row_parts, attend_buckets=sampling.attend_buckets)
         eval_scfg = dataclasses.replace(scfg, temperature=sampling.eval_temperature, top_k=0, top_p=1.0)
         if sampling.continuous_slots is not None and mesh is not None:
-            raise ValueError("RLConfig.continuous_slots (sampler.continuous_slots) needs mesh=None (single device)")
+            raise ValueError("RLConfig.rollout.continuous_slots (rollout.continuous_slots) needs mesh=None (single device)")
         width = prompt_w + 2 * t_new  # L: fixed training width
         engine = make_rollout_engine(sampling, model_cfg=model_cfg, mesh=mesh, max_model_len=width,
                                      continuous_slots=sampling.continuous_slots)
@@ -327,7 +434,7 @@ class SingleTurnRollouts(EngineClient):
 
 def _engine_from_params(name: str, params, *, cfg, max_model_len: int, dtype: str, **options) -> RolloutEngine:
     """Another engine than jax, built holding ``params`` (vLLM writes them as its first checkpoint);
-    ``options``: the engine's further constructor keywords (``SamplingSettings.engine_options``)."""
+    ``options``: the engine's further constructor keywords (``RolloutConfig.engine_options``)."""
     return make_engine(name, cfg=cfg, params=params, max_model_len=max_model_len, dtype=dtype, **options)
 
 

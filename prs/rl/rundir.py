@@ -99,14 +99,17 @@ def recorded_config(out: pathlib.Path) -> dict | None:
 
 
 def check_config(out: pathlib.Path, config: dict | None, *, defaults: dict | None = None, ignore=RESUME_FREE,
-                 write: bool = True) -> None:
+                 write: bool = True, upgrade=None) -> None:
     """Raises ``RunDirError`` naming the differing keys if ``out`` holds a run of another configuration
-    (``config_diff``: a key the record lacks compares as its value in ``defaults``); otherwise
+    (``config_diff``: a key the record lacks compares as its value in ``defaults``; ``upgrade``: a
+    function mapping a record of an earlier config layout to today's, applied first); otherwise
     records ``config`` in ``out/config.json`` (the first time; ``write=False``: only the check, e.g.
     on every process of a multi-host job before one of them writes)."""
     if config is None:
         return
     old = recorded_config(out)
+    if old is not None and upgrade is not None:
+        old = upgrade(old)
     if old is not None:
         diff = config_diff(old, config, defaults=defaults, ignore=ignore)
         if diff:

@@ -311,17 +311,19 @@ def _check_length(out: pathlib.Path, run_cfg: RunConfig, log) -> None:
 
 
 def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
-        *, config_dict: dict | None = None, config_defaults: dict | None = None, mesh=None, log=print) -> dict:
+        *, config_dict: dict | None = None, config_defaults: dict | None = None, config_upgrade=None, mesh=None,
+        log=print) -> dict:
     """Runs (or resumes) one training run into ``out_dir``; returns the summary dict. ``config_dict``
     is recorded in ``out_dir/config.json`` and a resumed run must match it (``rundir.check_config``;
-    ``config_defaults``: the schema's defaults, for keys the record lacks)."""
+    ``config_defaults``: the schema's defaults, for keys the record lacks; ``config_upgrade``: maps a
+    record of an earlier layout to ``config_dict``'s)."""
     import orbax.checkpoint as ocp
 
     out = pathlib.Path(out_dir).resolve()
     writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
     if writer:
-        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.kl_coef)))
-        rundir.check_config(out, config_dict, defaults=config_defaults)
+        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.loss.kl_coef)))
+        rundir.check_config(out, config_dict, defaults=config_defaults, upgrade=config_upgrade)
     done = multihost.broadcast_json(_already_complete(out, run_cfg, log) if writer else None)  # process 0 decides
     if done is not None:
         log(f"[run] already complete (step {run_cfg.steps}): final held-out pass@1 {done['eval_final']:.3f} "

@@ -1,6 +1,6 @@
 """When Prefix Sampling steers a group: ``same_step`` (re-roll after seeing k, in the same step) or
 ``next_visit`` (over a finite task pool, at the task's next visit, from its stored sources), and the
-controls that isolate the prefix (``RLConfig.control``).
+controls that isolate the prefix (``RLConfig.schedule.control``).
 
 Each schedule is a strategy object (``make_schedule``: ``SameStep`` or ``NextVisit``, the controls
 inside): ``sample(state, params, keys, rollouts)`` draws the step's rollouts through the task's
@@ -9,9 +9,9 @@ pass rates, the new controller state and task memory, its own metrics); ``prs.rl
 assembles the batch and the common metrics from it for every schedule. Nothing is written to the
 trainer: the task memory and the next-visit sources are return values.
 
-``next_visit`` (``RLConfig.schedule="next_visit"``):
+``next_visit`` (``RLConfig.schedule.kind="next_visit"``):
 
-* **Pool.** Training draws from a finite pool of M = ``RLConfig.pool_size`` problems
+* **Pool.** Training draws from a finite pool of M = ``RLConfig.schedule.pool_size`` problems
   (``task.train_problems(seed=pool_seed, step=POOL_STEP, count=M)``; a problem's id is its index in
   the pool). Epoch e visits the pool in the order ``default_rng([seed, e, 0x9E57]).permutation(M)``;
   step s takes positions s·B … s·B + B − 1 of that endless stream (M must be a multiple of B, so an
@@ -55,7 +55,7 @@ task's ``episode_metrics`` of the step's fresh rollouts (next_visit agent: all B
 single-turn: the unsteered groups). In next_visit ``pass_rate`` includes the prefixed groups (it is
 what was trained on); ``pass_rate_unsteered`` leaves them out.
 
-Controls (``RLConfig.control``, methods ``reroll_noprefix`` and ``extra_rollouts`` in
+Controls (``RLConfig.schedule.control``, methods ``reroll_noprefix`` and ``extra_rollouts`` in
 ``conf/method/``; ``baseline_lr2`` is ``mode=baseline`` with ``lr_scale=2``):
 
 * ``reroll_noprefix``: ``same_step``: the groups PS would re-roll are re-rolled exactly as PS would
@@ -109,7 +109,7 @@ class TaskMemory(NamedTuple):
 
 
 def source_slots(rl, n: int) -> int:
-    return 2 if rl.sources == "one" else n
+    return 2 if rl.schedule.sources == "one" else n
 
 
 def init_memory(pool_size: int, slots: int, width: int) -> TaskMemory:
@@ -119,31 +119,6 @@ def init_memory(pool_size: int, slots: int, width: int) -> TaskMemory:
                       src_mask=jnp.zeros((m, s, l), bool), src_units=jnp.zeros((m, s), jnp.int32),
                       src_success=jnp.zeros((m, s), bool), src_valid=jnp.zeros((m, s), bool),
                       src_id=jnp.full((m, s), -1, jnp.int32))
-
-
-def validate(rl) -> None:
-    """The schedule fields of ``RLConfig`` (called from its ``__post_init__``)."""
-    if rl.schedule not in SCHEDULES:
-        raise ValueError(f"RLConfig.schedule={rl.schedule!r}; choose from {SCHEDULES}")
-    if rl.sources not in SOURCES:
-        raise ValueError(f"RLConfig.sources={rl.sources!r}; choose from {SOURCES}")
-    if rl.control not in CONTROLS:
-        raise ValueError(f"RLConfig.control={rl.control!r}; choose from {CONTROLS}")
-    if not 0.0 <= rl.extra_share <= 1.0:
-        raise ValueError(f"RLConfig.extra_share={rl.extra_share} must lie in [0, 1]")
-    if not rl.lr_scale > 0:
-        raise ValueError(f"RLConfig.lr_scale={rl.lr_scale} must be > 0")
-    if rl.schedule == "next_visit":
-        if rl.pool_size < rl.tasks_per_step or rl.pool_size % rl.tasks_per_step:
-            raise ValueError(f"RLConfig.pool_size={rl.pool_size} must be a positive multiple of tasks_per_step="
-                             f"{rl.tasks_per_step} for schedule='next_visit' (an epoch is pool_size/tasks_per_step steps)")
-        if rl.reroll != "replace" and rl.control != "extra_rollouts":
-            raise ValueError("RLConfig.reroll='append' with schedule='next_visit': next_visit adds no rollouts "
-                             "(allowed: reroll='replace'; 'append' only with control='extra_rollouts')")
-        if rl.algorithm != "grpo":
-            raise ValueError(f"RLConfig.algorithm={rl.algorithm!r} with schedule='next_visit'; allowed: 'grpo'")
-    if rl.control == "extra_rollouts" and rl.reroll != "append":
-        raise ValueError("RLConfig.control='extra_rollouts' appends its extra groups: it needs reroll='append'")
 
 
 def pool_ids(seed: int, step: int, count: int, pool_size: int) -> np.ndarray:
@@ -227,8 +202,8 @@ class Sampled:
 
 
 def make_schedule(task, rl, prefix_cfg: ps.PrefixConfig, *, seed: int, width: int):
-    """The schedule strategy of ``rl.schedule``: ``SameStep`` or ``NextVisit`` (controls included)."""
-    cls = {"same_step": SameStep, "next_visit": NextVisit}[rl.schedule]
+    """The schedule strategy of ``rl.schedule.kind``: ``SameStep`` or ``NextVisit`` (controls included)."""
+    cls = {"same_step": SameStep, "next_visit": NextVisit}[rl.schedule.kind]
     return cls(task, rl, prefix_cfg, seed=seed, width=width)
 
 
@@ -281,14 +256,14 @@ class SameStep:
     def _selection(self, sel: np.ndarray, key) -> np.ndarray:
         """``extra_rollouts``: a seeded share ``extra_share`` of the skewed groups ``sel``; else ``sel``."""
         rl = self.rl
-        if rl.control != "extra_rollouts" or not sel.size:
+        if rl.schedule.control != "extra_rollouts" or not sel.size:
             return sel
         u = np.asarray(jax.random.uniform(jax.random.fold_in(key, 17), (rl.tasks_per_step,)))  # [B]
-        return sel[u[sel] < rl.extra_share]
+        return sel[u[sel] < rl.schedule.extra_share]
 
     def _reroll(self, rollouts, params, problems, source: Episodes, cut, key, *, group_size: int) -> Episodes:
         """The re-roll: from the source prefix, or from scratch for the controls."""
-        if self.rl.control in ("reroll_noprefix", "extra_rollouts"):
+        if self.rl.schedule.control in ("reroll_noprefix", "extra_rollouts"):
             return rollouts.rollout(params, problems, key, group_size=group_size)
         return rollouts.reroll(params, problems, source, cut, key, group_size=group_size)
 
@@ -327,7 +302,7 @@ class SameStep:
             sel = self._selection(sel, keys.reroll)                             # extra_rollouts: a share
         if sel.size:
             g = sel.size
-            pick = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)     # [Gb] groups: a few shapes;
+            pick = reroll_groups(sel, b, bucketed=rl.rollout.reroll_group_buckets)     # [Gb] groups: a few shapes;
             t1 = time.perf_counter()                                            # the padding copies are dropped
             ep2 = self._reroll(rollouts, params, task.take(problems, pick), take_rows(ep, src_row[pick]),
                                cut[pick], keys.reroll, group_size=n)            # [Gb*N, L]
@@ -344,8 +319,8 @@ class SameStep:
             obs_bucket[sel] = bucket_np[sel]
             new_prefix = ps.update(state.prefix, jnp.asarray(obs_bucket), jnp.asarray(np.nan_to_num(reroll_rate)),
                                    prefix_cfg)
-            if rl.reroll == "replace":
-                use = np.asarray(mixed_groups(r2))[:g] if rl.reroll_fallback else np.ones((g,), bool)
+            if rl.schedule.reroll == "replace":
+                use = np.asarray(mixed_groups(r2))[:g] if rl.schedule.reroll_fallback else np.ones((g,), bool)
                 swap = sel[use]                                                 # groups actually replaced
                 from_group = np.arange(b)                                       # [B] row source per group:
                 from_group[swap] = b + np.nonzero(use)[0]                       # >= b means ep2's group - b
@@ -361,7 +336,7 @@ class SameStep:
                 train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
                 train_rewards = jnp.concatenate([rewards, r2])
                 replaced = g
-        if rl.reroll == "append" and train_rewards.shape[0] == b:
+        if rl.schedule.reroll == "append" and train_rewards.shape[0] == b:
             # no re-roll this step: pad with empty groups so that the update sees one shape
             # (zeros put from the host: an eager jnp.zeros_like compiles a broadcast per shape the first
             # time a step takes this branch; the concatenation is the re-roll branch's program)
@@ -372,7 +347,8 @@ class SameStep:
         steered[sel] = True
         metrics = {
             "pass_rate": float(jnp.mean(rewards >= 1.0)),
-            "pass_rate_train": float(np.mean(np.asarray(train_rewards)[: b if rl.reroll == "replace" else b + sel.size] >= 1.0)),
+            "pass_rate_train": float(np.mean(
+                np.asarray(train_rewards)[: b if rl.schedule.reroll == "replace" else b + sel.size] >= 1.0)),
             "reward_mean": float(jnp.mean(rewards)),
             "groups_mixed": int(jnp.sum(mixed_groups(rewards))),
             "groups_rerolled": int(sel.size),
@@ -417,11 +393,12 @@ class NextVisit:
     def pool(self):
         """The M pool problems (``task.train_problems`` at ``POOL_STEP``, seeded by ``pool_seed``)."""
         if self._pool is None:
-            self._pool = self.task.train_problems(seed=self.rl.pool_seed, step=POOL_STEP, count=self.rl.pool_size)
+            sc = self.rl.schedule
+            self._pool = self.task.train_problems(seed=sc.pool_seed, step=POOL_STEP, count=sc.pool_size)
         return self._pool
 
     def init_memory(self) -> TaskMemory:
-        return init_memory(self.rl.pool_size, source_slots(self.rl, self.rl.group_size), self.width)
+        return init_memory(self.rl.schedule.pool_size, source_slots(self.rl, self.rl.group_size), self.width)
 
     def sample(self, state, params, keys: StepKeys, rollouts) -> Sampled:
         """One step's B·N rollouts (steered tasks from their sources' prefixes) with the sampler's
@@ -432,7 +409,7 @@ class NextVisit:
         R, L = b * n, self.width
         k_sample, k_src, k_reroll = keys
         mem = TaskMemory(*(np.array(x) for x in jax.device_get(state.memory)))  # host copies, mutable
-        ids = pool_ids(self.seed, step, b, rl.pool_size)                           # [B]
+        ids = pool_ids(self.seed, step, b, rl.schedule.pool_size)                           # [B]
         problems = task.take(self.pool, ids)
         rows_g = np.repeat(np.arange(b), n)                                        # [R] group of each row
         t0 = time.perf_counter()
@@ -446,9 +423,9 @@ class NextVisit:
         order = np.argsort(~cand, axis=1, kind="stable")                           # candidates first
         pick = order[np.arange(b)[:, None], np.arange(n)[None, :] % np.maximum(n_cand, 1)[:, None]]  # [B, N] slot
         units = np.take_along_axis(mem.src_units[ids], pick, axis=1)               # [B, N]
-        cut = steer_cuts(state.prefix.rho, plan, units, spread=rl.cut_spread)       # [B, N]
+        cut = steer_cuts(state.prefix.rho, plan, units, spread=rl.schedule.cut_spread)       # [B, N]
         planned = (plan >= 0) & (n_cand > 0) & (cut > 0).all(1)                    # [B] tasks PS steers
-        steered = planned & (rl.control == "none")                                 # [B] get a prefix
+        steered = planned & (rl.schedule.control == "none")                                 # [B] get a prefix
         cut = np.where(steered[:, None], cut, 0)                                   # [B, N]
         src_tok = mem.src_tokens[ids[:, None], pick]                               # [B, N, L]
         src_msk = mem.src_mask[ids[:, None], pick]
@@ -473,7 +450,7 @@ class NextVisit:
             fresh_ep = ep                                                            # all B tasks, no prefix
             if steered.any():
                 sel = np.nonzero(steered)[0]
-                padg = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)       # [Gb] groups
+                padg = reroll_groups(sel, b, bucketed=rl.rollout.reroll_group_buckets)       # [Gb] groups
                 prow = (padg[:, None] * n + np.arange(n)[None, :]).reshape(-1)       # [Gb*N] rows
                 ep2 = rollouts.reroll(params, task.take(problems, rows_g[prow]),
                                       _episodes_rows(src_tok.reshape(R, L)[prow], src_msk.reshape(R, L)[prow], L),
@@ -489,12 +466,12 @@ class NextVisit:
         train, train_rewards = ep, rewards
         extra = np.zeros((b,), bool)
         gen = int(np.asarray(ep.policy_mask).sum())
-        if rl.control == "extra_rollouts":
+        if rl.schedule.control == "extra_rollouts":
             u = np.asarray(jax.random.uniform(jax.random.fold_in(k_reroll, 17), (b,)))
-            extra = planned & (u < rl.extra_share)                                 # [B]
+            extra = planned & (u < rl.schedule.extra_share)                                 # [B]
             if extra.any():
                 sel = np.nonzero(extra)[0]
-                padg = reroll_groups(sel, b, bucketed=rl.reroll_group_buckets)
+                padg = reroll_groups(sel, b, bucketed=rl.rollout.reroll_group_buckets)
                 ep3 = _pad_groups(rollouts.rollout(params, task.take(problems, padg), k_reroll, group_size=n), R)
                 live = np.repeat(np.arange(b) < sel.size, n)                         # [R] padding off
                 ep3 = ep3._replace(policy_mask=ep3.policy_mask & jnp.asarray(live)[:, None])
@@ -528,7 +505,7 @@ class NextVisit:
         mem.k[ids], mem.plan[ids] = k, new_plan
         mem.visits[ids] += 1
         gid = (step * R + np.arange(R)).reshape(b, n).astype(np.int32)            # global rollout ids
-        if rl.sources == "one":
+        if rl.schedule.sources == "one":
             u = np.asarray(jax.random.uniform(k_src, (b, n)))
             s_row = np.argmax(np.where(succ, u, -1.0), axis=1)                     # a success (if any)
             f_row = np.argmax(np.where(~succ, u, -1.0), axis=1)                    # a failure (if any)
@@ -549,7 +526,7 @@ class NextVisit:
         sources = {"step": step, "ids": ids, "steered": steered, "source_ids": used_ids, "cut": cut,
                    "generated": np.asarray(ep.policy_mask).sum(1)}
         metrics: dict[str, Any] = {
-            "epoch": step * b // rl.pool_size,
+            "epoch": step * b // rl.schedule.pool_size,
             "pass_rate": float(np.mean(rewards >= 1.0)),
             "pass_rate_train": float(np.mean(rewards >= 1.0)),
             "pass_rate_unsteered": float(np.mean(rewards[~steered] >= 1.0)) if (~steered).any() else None,

@@ -46,282 +46,11 @@ from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.parallel.sharding import place, shard_rows
 from prs.rl import multihost, schedule
-from prs.rl.episodes import Episodes, SamplingSettings, SingleTurnRollouts
+from prs.rl.config import (ALGORITHMS, REROLL_BUDGETS, REROLL_MODES, EvalConfig, LossConfig, OptimConfig,  # noqa: F401
+                           RLConfig, ScheduleConfig)
+from prs.rl.episodes import SAMPLING_DTYPES, Episodes, RolloutConfig, SingleTurnRollouts  # noqa: F401
 from prs.rollout.engine import ENGINES
 from prs.rewards.verifiers import cap_successes_per_task
-
-REROLL_MODES = ("replace", "append")
-REROLL_BUDGETS = ("shared", "extra")
-ALGORITHMS = ("grpo", "rft")
-SAMPLING_DTYPES = ("param", "bfloat16", "float16", "float32")
-
-
-@dataclasses.dataclass(frozen=True)
-class RLConfig:
-    """Hyper-parameters of the RL loop (the defaults are the GRPO++ recipe at N = 8).
-
-    Attributes:
-      tasks_per_step: B, problems per step.        group_size: N, rollouts per problem.
-      estimator: advantage estimator, one of ``prs.core.advantages.ESTIMATORS`` (``grpo``, ``dr_grpo``,
-        ``rloo``, ``rloo_std``, ``reinforce_pp``, ``reinforce_pp_baseline``).
-      std_ddof: ddof of the GRPO std.              drop_no_contrast: mask groups with zero reward std.
-      clip_low, clip_high: PPO ratio clip (DAPO's 0.2 / 0.28).
-      agg: loss aggregation (``prs.core.losses.AGG_MODES``); GRPO++ uses seq-mean-token-sum.
-      kl_coef, entropy_coef: no KL and no entropy loss in GRPO++. With ``kl_coef > 0`` the state
-        keeps a frozen reference copy of the parameters ``init_state`` was given (``TrainState.ref_params``,
-        sharded like the policy) and the loss adds ``kl_coef · KL`` (k3, verl ``low_var_kl``); the reference
-        log-probs are computed inside the update, chunked and micro-batched like the policy's.
-      lr, b1, b2, weight_decay, grad_clip, warmup_steps: AdamW with linear warm-up.
-      algorithm: ``grpo`` (the clipped policy gradient above) or ``rft``: SWE-Gym's rejection-
-        sampling fine-tuning, i.e. token-mean cross-entropy on successful rollouts only, at most
-        ``rft_cap`` per task chosen at random (``prs.rewards.verifiers.cap_successes_per_task``; Pan et
-        al. 2025, arXiv:2412.21139). RFT runs without Prefix Sampling (``mode="baseline"``).
-      reroll: ``replace`` or ``append`` re-rolled groups.
-      reroll_fallback: with ``replace``, keep the original group when its re-rolled group has no
-        reward contrast (all N continuations succeed or all fail). A prefix often decides the
-        outcome for the whole group, and swapping a mixed group for a degenerate one would *remove*
-        signal (measured on arith: kept groups fell from 6.4 to 3.1 per step without it). The
-        controller still sees the re-rolled group's pass rate either way.
-      reroll_budget: ``shared`` (default): a single-turn re-roll's whole response, replayed prefix +
-        continuation, gets the rollouts' budget ``max_new_tokens``, as in the agent task where the
-        prefix's turns count against the turn budget; ``extra``: the continuation gets the full
-        budget on top of the prefix (re-rolls then have more room than the baseline's rollouts).
-      temperature, top_k, top_p: sampling of training rollouts. The update's ``old_logp`` is the raw
-        policy's log-probability p (temperature 1), so samples from an adjusted distribution q need
-        the importance weight p/q: values other than 1 / 0 / 1 are accepted only together with a
-        ``rollout_correction`` (which applies exp(logprobs - sampling_logprobs), truncated or masked),
-        and raise a ValueError otherwise (evaluation has its own ``eval_temperature``).
-      max_new_tokens: generation budget per rollout (and per re-rollout response, see
-        ``reroll_budget``).
-      row_chunk: sample the R rollout rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``:
-        only that many rows' KV cache is live; tokens identical to one call, per-row key streams);
-        ``None``: one call.
-      row_parts: ``SamplerConfig.row_parts`` (the decode step's cache writes and attention in this
-        many concurrent row parts; 1: one, the program committed runs replay; ``None``: 2 on a
-        single device for an even R >= 8). Same tokens; log-probs move by float rounding.
-      attend_buckets: ``SamplerConfig.attend_buckets`` (the decode loop in segments, each attending
-        only the cache slots it can have filled, the smallest of these lengths that holds them);
-        ``None``: every step attends the whole cache. Same tokens; log-probs move by float rounding.
-        Not with ``continuous_slots``.
-      prefill_group: each group's N rows (one prompt, or one prompt + replayed prefix) prefilled once and
-        the cache copied to its rows (``SamplerConfig.prefill_group = N``, fresh and re-roll calls and
-        evaluation); same tokens, log-probs move by float rounding. The jax engine on one process,
-        without ``continuous_slots``.
-      continuous_slots: sample with continuous batching over this many decode slots
-        (``prs.models.continuous.sample_continuous``: a slot whose row stops takes the next pending
-        row; same tokens as static sampling, per-row key streams); ``None``: static batches.
-      eval_count, eval_samples, eval_temperature: held-out pass@1 = mean reward over
-        ``eval_count`` fixed problems × ``eval_samples`` samples.
-      loss_type, ratio_level, dual_clip: ``prs.policy_loss`` options: ``"ppo"``/``"cispo"``,
-        ``"token"``/``"sequence"`` (GSPO), dual-clip constant (verl's vanilla loss: 3.0) or None.
-      rollout_correction, rollout_is_min, rollout_is_max: importance weights exp(logprobs −
-        sampling_logprobs) on the PG term (``prs.core.token_weights.rollout_correction``; TRL's mode
-        names ``token_truncate`` (TIS), ``token_mask`` (IcePop with min 0.5, max 5), ``sequence_truncate``,
-        ``sequence_mask`` (MIS)), or None.
-      top_entropy_quantile: train the PG term on the top-ρ entropy tokens only (1.0 = all; paper 0.2);
-        the cut-off is the whole update batch's, also with ``micro_batches > 1``.
-      whiten_advantages: whiten the advantages over the batch (token-weighted, verl ``masked_whiten``).
-      overlong_cache, overlong_factor, overlong_filter: DAPO's soft overlong penalty over the last
-        ``overlong_cache`` tokens of the budget ``max_new_tokens`` (0 = off; a response counts its replayed
-        prefix under ``reroll_budget="shared"``) and overlong filtering of truncated rollouts.
-      micro_batches: M; the update's rows are split into M micro-batches visited by a ``lax.scan``
-        that sums their gradients. Each micro-batch loss divides by the *whole* batch's count
-        (``global_norm``), so the summed gradient equals the full-batch one for every ``agg``.
-        R must be a multiple of M (times the mesh's batch shards).
-      sampling_dtype: ``param`` (the sampler runs on the training parameters) or a dtype name
-        (``bfloat16``, ``float16``, ``float32``) for a sampling copy cast from them at every step.
-        A bf16 copy halves the sampler's weights next to fp32 masters; its log-probabilities (the
-        update's ``old_logp``) are then those of the bf16 policy, so the PPO ratio starts near,
-        not exactly at, 1 (the usual trainer/rollout-engine mismatch).
-      logits_chunk: time steps per block of the chunked LM head (``prs.models.lm_head``): the
-        update never holds more than [R/M, logits_chunk, V] logits. A width <= logits_chunk runs
-        unchunked.
-      schedule: ``same_step`` (re-roll skewed groups in the step that saw them, as above) or
-        ``next_visit`` (a finite pool of ``pool_size`` tasks drawn at ``pool_seed``, revisited over
-        epochs; a skewed task's next visit starts all N rollouts from its stored sources' prefixes,
-        no extra rollouts; ``prs.rl.schedule``).
-      cut_spread: the N continuations of a steered group use N cuts spread evenly over
-        [ρ_b/2, min(1, 3ρ_b/2)] of the source (next_visit).
-      sources: ``one`` (one success and one failure kept per task) or ``all`` (continuation i
-        uses the i-th of all the group's successes / failures) (next_visit).
-      control: ``none``, ``reroll_noprefix`` (steer the same groups with an empty prefix) or
-        ``extra_rollouts`` (append N from-scratch rollouts for a share ``extra_share`` of the
-        skewed groups); ``prs.rl.schedule``.
-      lr_scale: multiplies ``lr`` (the ``baseline_lr2`` control: 2).
-      rollout_engine: ``jax`` (the jit-compiled sampler, whose log-probs are the trainer's own) or
-        ``vllm`` (``prs.rollout.vllm_engine``; single-turn and agent tasks, one process, no mesh):
-        its rollouts' ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs
-        become the behaviour policy of the rollout correction, which then defaults to
-        ``token_truncate`` (TIS); the mismatch is logged (``rollout/*``, ``prs.rl.episodes``).
-      rollout_memory_utilization, rollout_tensor_parallel: vLLM's ``gpu_memory_utilization`` (the share
-        of each GPU its weights and KV pages may take; None: vLLM's default) and ``tensor_parallel_size``
-        (``rollout.gpu_memory_utilization``, ``rollout.tensor_parallel_size``); ``python -m
-        experiments.plan ... rollout=vllm`` plans with them. Only with ``rollout_engine="vllm"``.
-      reroll_group_buckets: a re-roll call (and a control's extra groups, an agent's next-visit
-        continuations) samples the g steered groups padded to the smallest power of two >= g (at
-        most B) instead of to all B groups: about g/B of the call's work, one compile per bucket
-        (``prs.rl.schedule.reroll_groups``); the first g groups' tokens are the unbucketed call's.
-    """
-
-    tasks_per_step: int = 16
-    group_size: int = 8
-    estimator: str = "rloo"
-    std_ddof: int = 1
-    drop_no_contrast: bool = True
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    agg: str = "seq-mean-token-sum"
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    lr: float = 3e-4
-    b1: float = 0.9
-    b2: float = 0.99
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    warmup_steps: int = 0
-    reroll: str = "replace"
-    reroll_fallback: bool = True
-    reroll_budget: str = "shared"
-    algorithm: str = "grpo"
-    rft_cap: int = 2
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    max_new_tokens: int | None = None
-    row_chunk: int | None = None
-    row_parts: int | None = 1
-    attend_buckets: tuple[int, ...] | None = None
-    continuous_slots: int | None = None
-    eval_count: int = 256
-    eval_samples: int = 2
-    eval_temperature: float = 1.0
-    loss_type: str = "ppo"
-    ratio_level: str = "token"
-    dual_clip: float | None = None
-    rollout_correction: str | None = None
-    rollout_is_min: float | None = None
-    rollout_is_max: float = 2.0
-    top_entropy_quantile: float = 1.0
-    whiten_advantages: bool = False
-    overlong_cache: int = 0
-    overlong_factor: float = 1.0
-    overlong_filter: bool = False
-    micro_batches: int = 1
-    logits_chunk: int = 512
-    sampling_dtype: str = "param"
-    schedule: str = "same_step"
-    pool_size: int = 256
-    pool_seed: int = 0
-    cut_spread: bool = False
-    sources: str = "one"
-    control: str = "none"
-    extra_share: float = 0.5
-    lr_scale: float = 1.0
-    rollout_engine: str = "jax"
-    rollout_memory_utilization: float | None = None
-    rollout_tensor_parallel: int = 1
-    reroll_group_buckets: bool = False
-    prefill_group: bool = False
-
-    def __post_init__(self):
-        if self.rollout_engine not in ENGINES:
-            raise ValueError(f"RLConfig.rollout_engine={self.rollout_engine!r} (rollout.engine); choose from {ENGINES}")
-        mu, tp = self.rollout_memory_utilization, self.rollout_tensor_parallel
-        if mu is not None and (isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1):
-            raise ValueError(f"RLConfig.rollout_memory_utilization (rollout.gpu_memory_utilization) must be None or "
-                             f"a number in (0, 1], got {mu!r}")
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-            raise ValueError(f"RLConfig.rollout_tensor_parallel (rollout.tensor_parallel_size) must be an int >= 1, "
-                             f"got {tp!r}")
-        if self.rollout_engine == "jax" and (mu is not None or tp != 1):
-            raise ValueError("RLConfig.rollout_memory_utilization / rollout_tensor_parallel (rollout.gpu_memory_"
-                             "utilization, rollout.tensor_parallel_size) are vLLM's: they need rollout.engine=vllm "
-                             "(the jax engine shards by the run's mesh)")
-        if self.rollout_engine != "jax" and self.rollout_correction is None:  # another engine's log-probs: TIS
-            object.__setattr__(self, "rollout_correction", "token_truncate")
-        if not (isinstance(self.micro_batches, int) and self.micro_batches >= 1):
-            raise ValueError(f"RLConfig.micro_batches must be an int >= 1, got {self.micro_batches!r}")
-        if self.sampling_dtype not in SAMPLING_DTYPES:
-            raise ValueError(f"RLConfig.sampling_dtype={self.sampling_dtype!r}; choose from {SAMPLING_DTYPES}")
-        if not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 1):
-            raise ValueError(f"RLConfig.logits_chunk must be an int >= 1, got {self.logits_chunk!r}")
-        if self.group_size < 2:
-            raise ValueError(f"RLConfig.group_size (N) must be >= 2, got {self.group_size}")
-        if self.tasks_per_step < 1:
-            raise ValueError(f"RLConfig.tasks_per_step must be >= 1, got {self.tasks_per_step}")
-        if self.row_chunk is not None and (isinstance(self.row_chunk, bool) or int(self.row_chunk) < 1):
-            raise ValueError(f"RLConfig.row_chunk (sampler.row_chunk) must be None or an integer >= 1, got {self.row_chunk}")
-        if self.row_parts is not None and (isinstance(self.row_parts, bool) or not isinstance(self.row_parts, int)
-                                           or self.row_parts < 1):
-            raise ValueError(f"RLConfig.row_parts (sampler.row_parts) must be None or an integer >= 1, got {self.row_parts!r}")
-        if self.attend_buckets is not None:
-            ab = self.attend_buckets
-            if (isinstance(ab, (str, bytes)) or not hasattr(ab, "__iter__") or not len(ab)
-                    or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in ab)):
-                raise ValueError(f"RLConfig.attend_buckets (sampler.attend_buckets) must be None or a non-empty list of "
-                                 f"integers >= 1, got {ab!r}")
-            object.__setattr__(self, "attend_buckets", tuple(sorted({int(b) for b in ab})))
-            if self.continuous_slots is not None:
-                raise ValueError("RLConfig.attend_buckets (sampler.attend_buckets) needs continuous_slots=None "
-                                 "(continuous batching's rows start at different steps)")
-        if self.continuous_slots is not None and (isinstance(self.continuous_slots, bool)
-                                                  or not isinstance(self.continuous_slots, int) or self.continuous_slots < 1):
-            raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots) must be None or an integer >= 1, "
-                             f"got {self.continuous_slots}")
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(f"RLConfig.estimator={self.estimator!r}; choose from {ESTIMATORS}")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"RLConfig.algorithm={self.algorithm!r}; choose from {ALGORITHMS}")
-        if self.rft_cap < 1:
-            raise ValueError(f"RLConfig.rft_cap must be >= 1, got {self.rft_cap}")
-        if self.reroll not in REROLL_MODES:
-            raise ValueError(f"RLConfig.reroll={self.reroll!r}; choose from {REROLL_MODES}")
-        if self.reroll_budget not in REROLL_BUDGETS:
-            raise ValueError(f"RLConfig.reroll_budget={self.reroll_budget!r}; choose from {REROLL_BUDGETS}")
-        if not self.kl_coef >= 0.0:
-            raise ValueError(f"RLConfig.kl_coef={self.kl_coef} must be >= 0 (the KL penalty to the frozen "
-                             "reference policy, i.e. the parameters the run started from)")
-        if (self.temperature, self.top_k, self.top_p) != (1.0, 0, 1.0) and self.rollout_correction is None:
-            raise ValueError(f"RLConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}: "
-                             "without a rollout_correction training samples from the raw policy only (allowed: "
-                             "temperature=1.0, top_k=0, top_p=1.0); set rollout_correction (e.g. token_truncate) "
-                             "to train on an adjusted sampler with importance weights p/q")
-        if not isinstance(self.prefill_group, bool):
-            raise ValueError(f"RLConfig.prefill_group (sampler.prefill_group) must be true or false, got {self.prefill_group!r}")
-        if self.prefill_group and (self.continuous_slots is not None or self.rollout_engine != "jax"):
-            raise ValueError("RLConfig.prefill_group (sampler.prefill_group) needs rollout.engine=jax and "
-                             "continuous_slots=None (vLLM's prefix cache shares a group's prefill by itself)")
-        if not isinstance(self.reroll_group_buckets, bool):
-            raise ValueError(f"RLConfig.reroll_group_buckets (sampler.reroll_group_buckets) must be true or false, "
-                             f"got {self.reroll_group_buckets!r}")
-        if not self.lr > 0:
-            raise ValueError(f"RLConfig.lr must be > 0, got {self.lr}")
-        if self.eval_count < 1 or self.eval_samples < 1:
-            raise ValueError(f"RLConfig.eval_count={self.eval_count} and eval_samples={self.eval_samples} must be >= 1")
-        loss_menu.check_config(self, loss_types=LOSS_TYPES, ratio_levels=RATIO_LEVELS)
-        schedule.validate(self)
-
-    @property
-    def engine_options(self) -> tuple[tuple[str, Any], ...]:
-        """The rollout engine's construction options (vLLM's ``LLM`` keywords) set by this config."""
-        out = []
-        if self.rollout_memory_utilization is not None:
-            out.append(("gpu_memory_utilization", float(self.rollout_memory_utilization)))
-        if self.rollout_tensor_parallel != 1:
-            out.append(("tensor_parallel_size", int(self.rollout_tensor_parallel)))
-        return tuple(out)
-
-    @property
-    def sampling(self) -> SamplingSettings:
-        """The sampler fields every rollout object reads (``prs.rl.episodes.SamplingSettings``)."""
-        return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                                eval_temperature=self.eval_temperature, max_new_tokens=self.max_new_tokens,
-                                row_chunk=self.row_chunk, row_parts=self.row_parts,
-                                attend_buckets=self.attend_buckets, prefill_group=self.prefill_group,
-                                continuous_slots=self.continuous_slots, engine=self.rollout_engine,
-                                engine_options=self.engine_options,
-                                engine_dtype="bfloat16" if self.sampling_dtype == "bfloat16" else "float32")
-
 
 class Collected(NamedTuple):
     """``Trainer.collect``'s result: the update's batch and what the step hands to the next one."""
@@ -385,28 +114,29 @@ class Trainer:
             raise ValueError(f"model vocab_size={model_cfg.vocab_size} != task {task.name!r} vocab_size={task.vocab_size}")
         if prefix.n != rl.group_size:
             raise ValueError(f"prefix.n={prefix.n} must equal rl.group_size={rl.group_size}")
-        if rl.algorithm == "rft" and prefix.mode != "baseline":
-            raise ValueError(f"RLConfig.algorithm='rft' runs without Prefix Sampling; got prefix mode {prefix.mode!r}")
+        if rl.loss.algorithm == "rft" and prefix.mode != "baseline":
+            raise ValueError(f"RLConfig.loss.algorithm='rft' runs without Prefix Sampling; got prefix mode {prefix.mode!r}")
         self.task, self.model_cfg, self.rl, self.prefix_cfg = task, model_cfg, rl, prefix
         self.seed, self.mesh = int(seed), mesh
         multihost.multi_process(mesh)  # several processes need a mesh over all of them (ValueError)
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(model_cfg=, sampling=, mesh=)``.
         make = getattr(task, "make_rollouts", None)
         if make is not None:
-            self.rollouts = make(model_cfg=model_cfg, sampling=rl.sampling, mesh=mesh)
+            self.rollouts = make(model_cfg=model_cfg, sampling=rl.rollout, mesh=mesh)
         else:
             # a single-turn task may name a SingleTurnRollouts subclass (its own prefix sources: prs.tasks.mechanism)
             cls = getattr(task, "rollouts_class", SingleTurnRollouts)
-            self.rollouts = cls.from_settings(task, rl.sampling, model_cfg=model_cfg, mesh=mesh,
-                                              reroll_budget=rl.reroll_budget, logits_chunk=rl.logits_chunk)
+            self.rollouts = cls.from_settings(task, rl.rollout, model_cfg=model_cfg, mesh=mesh,
+                                              reroll_budget=rl.schedule.reroll_budget, logits_chunk=rl.logits_chunk)
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.schedule = schedule.make_schedule(task, rl, prefix, seed=self.seed, width=self.width)
+        opt = rl.optim
         self.tx = optax.chain(
-            optax.clip_by_global_norm(rl.grad_clip),
-            optax.adamw(optax.linear_schedule(0.0, rl.lr * rl.lr_scale, max(rl.warmup_steps, 1)) if rl.warmup_steps
-                        else rl.lr * rl.lr_scale,
-                        b1=rl.b1, b2=rl.b2, weight_decay=rl.weight_decay),
+            optax.clip_by_global_norm(opt.grad_clip),
+            optax.adamw(optax.linear_schedule(0.0, opt.lr * opt.lr_scale, max(opt.warmup_steps, 1)) if opt.warmup_steps
+                        else opt.lr * opt.lr_scale,
+                        b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay),
         )
         update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
@@ -419,12 +149,12 @@ class Trainer:
             self.param_shardings = shd.param_shardings(model_cfg, mesh)
             self.opt_shardings = shd.opt_state_shardings(self.tx, model_cfg.param_shapes(), self.param_shardings, mesh)
             rows = self._rows = Batch(*(shd.data_sharding(mesh, nd) for nd in (2, 2, 2, 2, 2, 1)),
-                                      sampler_logp=shd.data_sharding(mesh, 2) if rl.rollout_correction else None)
-            ref = (self.param_shardings,) if rl.kl_coef else ()  # the reference is laid out like the policy
+                                      sampler_logp=shd.data_sharding(mesh, 2) if rl.loss.rollout_correction else None)
+            ref = (self.param_shardings,) if rl.loss.kl_coef else ()  # the reference is laid out like the policy
             self._update = jax.jit(update, donate_argnums=(0, 1),
                                    in_shardings=(self.param_shardings, self.opt_shardings, rows, *ref),
                                    out_shardings=(self.param_shardings, self.opt_shardings, shd.replicated(mesh)))
-        self._eval_problems = task.eval_problems(count=rl.eval_count)
+        self._eval_problems = task.eval_problems(count=rl.eval.count)
 
     # ------------------------------------------------------------------ state
     def init_state(self, params) -> TrainState:
@@ -438,7 +168,7 @@ class Trainer:
             params = place(params, self.param_shardings)  # several processes: each places its own slices
             opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         # the reference policy: the parameters the run starts from, never updated
-        ref_params = jax.tree.map(jnp.copy, params) if self.rl.kl_coef else None
+        ref_params = jax.tree.map(jnp.copy, params) if self.rl.loss.kl_coef else None
         memory = self.schedule.init_memory()  # next_visit: the task memory; same_step: None
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
                           prefix=ps.init(self.prefix_cfg), memory=memory, ref_params=ref_params)
@@ -469,7 +199,7 @@ class Trainer:
         if w < batch.tokens.shape[1]:
             batch = Batch(*(x[:, :w] if x is not None and x.ndim == 2 else x for x in batch))
         _check_reference(ref_params, self.rl)
-        ref = (ref_params,) if self.rl.kl_coef else ()
+        ref = (ref_params,) if self.rl.loss.kl_coef else ()
         if self.mesh is None:
             return self._update(params, opt_state, batch, *ref)
         batch = shard_rows(batch, self._rows)  # rows over the batch axes; each process feeds its own rows
@@ -478,14 +208,14 @@ class Trainer:
 
     def sampling_params(self, params):
         """The parameters the sampler runs on: ``params`` themselves (``sampling_dtype="param"``) or
-        a copy cast to ``rl.sampling_dtype`` (e.g. bf16: half the bytes of fp32 masters), laid out
+        a copy cast to ``rl.rollout.sampling_dtype`` (e.g. bf16: half the bytes of fp32 masters), laid out
         for the sampler (``prs.parallel.sharding.sampling_shardings``: replicated over the batch
         axes, split over ``tensor``); made from the current parameters at every step, i.e.
         refreshed after each update."""
-        if self.rl.sampling_dtype == "param":
+        if self.rl.rollout.sampling_dtype == "param":
             return params
         if self._cast is None:
-            dt = jnp.dtype(self.rl.sampling_dtype)
+            dt = jnp.dtype(self.rl.rollout.sampling_dtype)
             cast = lambda p: jax.tree.map(lambda x: x.astype(dt), p)  # noqa: E731
             out = None
             if self.mesh is not None:  # laid out for the sampler: whole over the batch axes, split over tensor
@@ -539,19 +269,19 @@ class Trainer:
         rl, n = self.rl, self.rl.group_size
         train_rewards = jnp.asarray(train_rewards)
         groups = train_rewards.shape[0]
-        if rl.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
+        if rl.loss.algorithm == "rft":  # SWE-Gym: successes only, at most rft_cap per task
             chosen = cap_successes_per_task(jnp.repeat(jnp.arange(groups), n), train_rewards.reshape(-1) >= 1.0,
-                                            key=key, cap=rl.rft_cap)            # [R]
+                                            key=key, cap=rl.loss.rft_cap)            # [R]
             keep = jnp.any(chosen.reshape(groups, n), axis=1)
             loss_mask = train.policy_mask & chosen[:, None]
         else:
-            keep = mixed_groups(train_rewards) if rl.drop_no_contrast else jnp.ones((groups,), bool)
+            keep = mixed_groups(train_rewards) if rl.loss.drop_no_contrast else jnp.ones((groups,), bool)
             loss_mask = train.policy_mask & jnp.repeat(keep, n)[:, None]
         adv_rewards, loss_mask = loss_menu.shaped_rewards_and_mask(rl, train_rewards, train, loss_mask, budget=self.budget)
         adv = loss_menu.batch_advantages(rl, adv_rewards, loss_mask)                 # [G, N]
         batch = Batch(tokens=train.tokens, positions=train.positions, valid=train.valid,
                       loss_mask=loss_mask, old_logp=train.logprobs, advantages=adv.reshape(-1),
-                      sampler_logp=train.sampling_logprobs if rl.rollout_correction else None)
+                      sampler_logp=train.sampling_logprobs if rl.loss.rollout_correction else None)
         return batch, np.asarray(keep & jnp.any(loss_mask.reshape(groups, -1), axis=1))
 
     # ------------------------------------------------------------------ evaluation
@@ -559,7 +289,7 @@ class Trainer:
         """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
         ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
-                                   group_size=self.rl.eval_samples, evaluation=True)
+                                   group_size=self.rl.eval.samples, evaluation=True)
         out = {"eval/pass_at_1": float(jnp.mean(ep.rewards >= 1.0)), "eval/reward_mean": float(jnp.mean(ep.rewards))}
         out.update({f"eval/{k}": v for k, v in self.rollouts.pop_metrics().items()})
         if hasattr(self.task, "episode_metrics"):
@@ -574,35 +304,35 @@ def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offse
     (``rl.logits_chunk``), so no [R, L-1, V] tensor is kept. ``global_norm`` (the whole batch's
     count, see ``agg_denominator``) and ``norm_len`` (the run's full width L-1, for
     ``seq-mean-token-sum-norm`` when the batch was cut to its longest row) go to the loss;
-    ``ref_params`` (frozen, no gradient) give the KL reference log-probs when ``rl.kl_coef > 0``;
+    ``ref_params`` (frozen, no gradient) give the KL reference log-probs when ``rl.loss.kl_coef > 0``;
     ``entropy_mask [R, L-1]`` (the whole batch's high-entropy selection, ``_entropy_selection``) for a
-    micro-batch when ``rl.top_entropy_quantile < 1``."""
+    micro-batch when ``rl.loss.top_entropy_quantile < 1``."""
     hidden = forward_hidden(params, batch.tokens[:, :-1], cfg=cfg, positions=batch.positions[:, :-1],
                             valid=batch.valid[:, :-1])                           # [R, L-1, D]
     logp, ent = lm_head_logprobs(params, hidden, batch.tokens[:, 1:], cfg=cfg, chunk=rl.logits_chunk,
-                                 with_entropy=bool(rl.entropy_coef or rl.top_entropy_quantile < 1.0))  # [R, L-1]
+                                 with_entropy=bool(rl.loss.entropy_coef or rl.loss.top_entropy_quantile < 1.0))  # [R, L-1]
     if logp_offset is not None:
         logp = logp + logp_offset
-    if rl.algorithm == "rft":  # token-mean negative log-likelihood of the selected rollouts
+    if rl.loss.algorithm == "rft":  # token-mean negative log-likelihood of the selected rollouts
         m = batch.loss_mask[:, 1:].astype(jnp.float32)
         count = jnp.sum(m) if global_norm is None else global_norm
         nll = -jnp.sum(jnp.where(m > 0, logp, 0.0)) / jnp.maximum(count, 1.0)
         return nll, {"nll": nll, "token_count": jnp.sum(m)}
-    ref_logp = _ref_logprobs(ref_params, batch, cfg=cfg, rl=rl) if rl.kl_coef else None
+    ref_logp = _ref_logprobs(ref_params, batch, cfg=cfg, rl=rl) if rl.loss.kl_coef else None
     sampler_logp = None if batch.sampler_logp is None else batch.sampler_logp[:, 1:]
     w, w_metrics = loss_menu.pg_weights(rl, batch.old_logp[:, 1:], sampler_logp, batch.loss_mask[:, 1:], ent,
                                         entropy_mask=entropy_mask)
     loss, metrics = policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:],
-                                clip_low=rl.clip_low, clip_high=rl.clip_high, agg=rl.agg,
-                                entropy=ent, entropy_coef=rl.entropy_coef, dual_clip=rl.dual_clip,
-                                loss_type=rl.loss_type, ratio_level=rl.ratio_level, pg_weights=w,
-                                ref_logp=ref_logp, kl_coef=rl.kl_coef, global_norm=global_norm, norm_len=norm_len)
+                                clip_low=rl.loss.clip_low, clip_high=rl.loss.clip_high, agg=rl.loss.agg,
+                                entropy=ent, entropy_coef=rl.loss.entropy_coef, dual_clip=rl.loss.dual_clip,
+                                loss_type=rl.loss.loss_type, ratio_level=rl.loss.ratio_level, pg_weights=w,
+                                ref_logp=ref_logp, kl_coef=rl.loss.kl_coef, global_norm=global_norm, norm_len=norm_len)
     return loss, {**metrics, **w_metrics}
 
 
 def _check_reference(ref_params, rl: RLConfig) -> None:
-    if rl.kl_coef and ref_params is None:
-        raise ValueError(f"RLConfig.kl_coef={rl.kl_coef} needs the reference policy: pass ref_params="
+    if rl.loss.kl_coef and ref_params is None:
+        raise ValueError(f"RLConfig.loss.kl_coef={rl.loss.kl_coef} needs the reference policy: pass ref_params="
                          f"state.ref_params (Trainer.init_state sets it)")
 
 
@@ -664,9 +394,9 @@ def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLCon
     if r % m_count:
         raise ValueError(f"RLConfig.micro_batches={m_count} must divide the update's rows R={r}")
     mask = batch.loss_mask[:, 1:]
-    gn = jnp.sum(mask != 0, dtype=jnp.float32) if rl.algorithm == "rft" else agg_denominator(mask, agg=rl.agg)
+    gn = jnp.sum(mask != 0, dtype=jnp.float32) if rl.loss.algorithm == "rft" else agg_denominator(mask, agg=rl.loss.agg)
     mb = _micro_batches(batch, m_count)
-    select = rl.top_entropy_quantile < 1.0 and rl.algorithm != "rft"
+    select = rl.loss.top_entropy_quantile < 1.0 and rl.loss.algorithm != "rft"
     sel = _entropy_selection(params, mb, cfg=cfg, rl=rl) if select else None    # [M, R/M, L-1]
     kw = dict(cfg=cfg, rl=rl, global_norm=gn, norm_len=norm_len, ref_params=ref_params)
 

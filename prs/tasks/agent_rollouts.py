@@ -136,7 +136,7 @@ class AgentRollouts(EngineClient):
       logits_chunk: the LM head's time chunk of the trainer's log-probs (another engine than jax).
 
     Every engine call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
-    ``RLConfig.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``
+    ``RLConfig.rollout.max_new_tokens`` does not apply; the episode budget is ``max_turns`` turns in ``L``
     (another engine's requests are at most ``L`` tokens long).
     Compiles (jax engine): one sampler shape per turn count (the buffers grow by ``O + A`` per turn)
     and per row count (training, re-roll, evaluation) and rebuilt-context bucket; all reused across

@@ -34,7 +34,7 @@ _METHODS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[2] /
 @pytest.mark.parametrize("argv, match", [
     (["metod=baseline"], r"unknown key 'metod'; did you mean 'method'\?"),
     (["+metod=baseline"], r"unknown key 'metod'; did you mean 'method'\?"),
-    (["algo.clip_hihg=0.3"], r"did you mean 'algo.clip_high'\?"),
+    (["loss.clip_hihg=0.3"], r"did you mean 'loss.clip_high'\?"),
     (["method=nope"], r"method=nope: no such method; choose one of " + ", ".join(_METHODS)),
     (["-m", "method=baseline,nope"], r"method=nope: no such method"),
     (["experiment=ablation_arith_cpu"], r"write \+experiment=ablation_arith_cpu"),
@@ -47,16 +47,16 @@ def test_typos_are_one_clear_error(argv, match):
 def test_valid_overrides_pass_and_schema_keys_become_force_adds():
     argv = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=baseline,ps_ada", "seed=range(3)",
             "+experiment=ablation_arith_cpu", "task.params.max_terms=3", "model.overrides.d_model=32",
-            "~algo.kl_coef", "--cfg", "job", "sft.base_dir=/x", "tag=_a", "+method.hard_max=3"]
+            "~loss.kl_coef", "--cfg", "job", "sft.base_dir=/x", "tag=_a", "+method.hard_max=3"]
     assert cli.check_overrides(argv) == [
         "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=baseline,ps_ada", "++seed=range(3)",
         "+experiment=ablation_arith_cpu", "++task.params.max_terms=3", "++model.overrides.d_model=32",
-        "~algo.kl_coef", "--cfg", "job", "++sft.base_dir=/x", "++tag=_a", "+method.hard_max=3"]
+        "~loss.kl_coef", "--cfg", "job", "++sft.base_dir=/x", "++tag=_a", "+method.hard_max=3"]
 
 
 def test_a_schema_key_missing_from_the_yaml_is_overridable_without_plus():
     """Every schema field can be set as key=value, although the YAML lists only some (e.g.
-    method.hard_max): Hydra's 'Could not override ... use +key' used to end such a run."""
+    schedule.pool_seed): Hydra's 'Could not override ... use +key' used to end such a run."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -68,14 +68,20 @@ def test_a_schema_key_missing_from_the_yaml_is_overridable_without_plus():
     keys, _ = cli._schema_keys()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         yaml_keys = flat(OmegaConf.to_container(compose("config", overrides=["sft.base_dir=/x"]), resolve=False))
-        unlisted = sorted(k for k in keys - yaml_keys if isinstance(
-            getattr(validate(compose("config", overrides=["sft.base_dir=/x"])).method, k.split(".")[-1], None), int))
+        base = validate(compose("config", overrides=["sft.base_dir=/x"]))
+
+        def get(cfg, key):
+            node, name = key.split(".")
+            return getattr(getattr(cfg, node), name)
+
+        unlisted = sorted(k for k in keys - yaml_keys if k.count(".") == 1 and not k.startswith(("task.", "model."))
+                          and type(get(base, k)) is int)
         assert unlisted, "every schema key is in the YAML: nothing to check"
         key = unlisted[0]
         with pytest.raises(Exception, match="Could not override"):
             compose("config", overrides=[f"{key}=3", "sft.base_dir=/x"])
         cfg = validate(compose("config", overrides=cli.check_overrides([f"{key}=3", "sft.base_dir=/x"])))
-    assert getattr(cfg.method, key.split(".")[-1]) == 3
+    assert get(cfg, key) == 3 != get(base, key)
 
 
 def _fake_finished_run(cwd: pathlib.Path) -> pathlib.Path:
@@ -113,7 +119,7 @@ def test_a_different_configuration_is_refused_naming_the_keys(tmp_path):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = dataclasses.asdict(validate(compose("config", overrides=["sft.base_dir=/elsewhere"])))
-    cfg["algo"]["clip_high"] = 0.5
+    cfg["loss"]["clip_high"] = 0.5
     d = tmp_path / "runs" / "arith-ps_ada-s0"
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(cfg))
@@ -121,27 +127,27 @@ def test_a_different_configuration_is_refused_naming_the_keys(tmp_path):
     r = _train(tmp_path)
     assert r.returncode == 2, r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    assert "holds a run with a different configuration (algo.clip_high: 0.5 (recorded) vs 0.28 (now))" in last
+    assert "holds a run with a different configuration (loss.clip_high: 0.5 (recorded) vs 0.28 (now))" in last
     assert "tag=" in last and "Traceback" not in r.stderr
     assert _snapshot(d) == before
 
 
 def test_a_field_the_record_lacks_compares_as_its_default(tmp_path):
-    """A run recorded before ``sampler.row_parts`` existed ran with its default (1): resuming it with
-    ``sampler.row_parts=2`` is a different configuration (it used to pass unnoticed)."""
+    """A run recorded before ``rollout.row_parts`` existed ran with its default (1): resuming it with
+    ``rollout.row_parts=2`` is a different configuration (it used to pass unnoticed)."""
     from hydra import compose, initialize_config_dir
 
     from experiments.config import validate
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = dataclasses.asdict(validate(compose("config", overrides=["sft.base_dir=/elsewhere"])))
-    del cfg["sampler"]["row_parts"]
+    del cfg["rollout"]["row_parts"]
     d = tmp_path / "runs" / "arith-ps_ada-s0"
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(cfg))
-    r = _train(tmp_path, "sampler.row_parts=2")
+    r = _train(tmp_path, "rollout.row_parts=2")
     assert r.returncode == 2, r.stderr
-    assert "(sampler.row_parts: 1 (recorded) vs 2 (now))" in r.stderr.strip().splitlines()[-1], r.stderr
+    assert "(rollout.row_parts: 1 (recorded) vs 2 (now))" in r.stderr.strip().splitlines()[-1], r.stderr
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""``sampler.continuous_slots`` in training: two steps of the tiny arith trainer with continuous batching
+"""``rollout.continuous_slots`` in training: two steps of the tiny arith trainer with continuous batching
 (fresh rollouts and prefix re-rolls with their shared budgets) give the metrics and parameters of the
 same run with static batches (same tokens: per-row key streams), and a bad value is one clear error."""
 import dataclasses
@@ -9,6 +9,7 @@ import pytest
 
 from prs.core import prefix as ps
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import RolloutConfig
 from tests._arith_tiny import MODEL, RL, TASK, warm_params
 
 
@@ -26,7 +27,7 @@ def _two_steps(rl):
 @pytest.mark.slow
 def test_continuous_rollouts_train_like_static_batches():
     m0, p0 = _two_steps(RL)
-    m1, p1 = _two_steps(dataclasses.replace(RL, continuous_slots=5))  # 32 rows through 5 slots
+    m1, p1 = _two_steps(dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, continuous_slots=5)))  # 32 rows through 5 slots
     assert m0[0].keys() == m1[0].keys()
     for a, b in zip(m0, m1):
         for k in a:
@@ -40,4 +41,4 @@ def test_continuous_rollouts_train_like_static_batches():
 @pytest.mark.parametrize("bad", [0, -2, 2.5, True])
 def test_bad_continuous_slots_is_one_clear_error(bad):
     with pytest.raises(ValueError, match=r"continuous_slots"):
-        RLConfig(continuous_slots=bad)
+        RLConfig(rollout=RolloutConfig(continuous_slots=bad))

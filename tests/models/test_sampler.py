@@ -441,7 +441,7 @@ def test_row_parts_bad_values_raise(params, rows, eight_devices):
 
 
 def test_rl_row_parts_reaches_the_trainers_sampler_and_keeps_the_tokens():
-    """``algo``/``sampler.row_parts`` (``RLConfig.row_parts``) is the trainer's ``SamplerConfig.row_parts``;
+    """``algo``/``rollout.row_parts`` (``RLConfig.rollout.row_parts``) is the trainer's ``SamplerConfig.row_parts``;
     2 parts give the 1-part rollout's tokens (log-probs to float rounding); a bad value is one error."""
     import dataclasses as dc
 
@@ -451,7 +451,7 @@ def test_rl_row_parts_reaches_the_trainers_sampler_and_keeps_the_tokens():
 
     eps = []
     for parts in (1, 2):
-        tr = T.Trainer(TASK, MODEL, dc.replace(RL, row_parts=parts), ps.PrefixConfig(n=RL.group_size))
+        tr = T.Trainer(TASK, MODEL, dc.replace(RL, rollout=dc.replace(RL.rollout, row_parts=parts)), ps.PrefixConfig(n=RL.group_size))
         assert tr.rollouts.scfg.row_parts == parts
         probs = TASK.train_problems(seed=0, step=0, count=RL.tasks_per_step)
         eps.append(tr.rollouts.rollout(warm_params(), probs, jax.random.PRNGKey(4), group_size=RL.group_size))
@@ -459,4 +459,4 @@ def test_rl_row_parts_reaches_the_trainers_sampler_and_keeps_the_tokens():
     np.testing.assert_array_equal(np.asarray(eps[0].rewards), np.asarray(eps[1].rewards))
     np.testing.assert_allclose(np.asarray(eps[0].logprobs), np.asarray(eps[1].logprobs), atol=1e-5)
     with pytest.raises(ValueError, match="row_parts"):
-        T.RLConfig(row_parts=0)
+        T.RLConfig(rollout=T.RolloutConfig(row_parts=0))

@@ -1,4 +1,4 @@
-"""``sampler.attend_buckets`` from the config to the decode loop: the Hydra key reaches
+"""``rollout.attend_buckets`` from the config to the decode loop: the Hydra key reaches
 ``RLConfig`` and the trainer's ``SamplerConfig``; the trainer's rollouts decoded in attended-length
 segments equal those of the full-cache decode (same tokens and masks, log-probs to float rounding);
 a bad value is one clear error naming the key."""
@@ -13,15 +13,16 @@ from experiments.train import build
 from prs.core import prefix as ps
 from prs.models import sampler as S
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import RolloutConfig
 from tests._arith_tiny import MODEL, RL, TASK, warm_params
 
 
 def test_hydra_key_reaches_the_sampler():
-    cfg = C.validate(OmegaConf.create({"sampler": {"attend_buckets": [32, 16]}}))
+    cfg = C.validate(OmegaConf.create({"rollout": {"attend_buckets": [32, 16]}}))
     _, _, rl, _, _ = build(cfg)
-    assert rl.attend_buckets == (16, 32)
+    assert rl.rollout.attend_buckets == (16, 32)
     _, _, rl0, _, _ = build(C.validate(OmegaConf.create({})))
-    assert rl0.attend_buckets is None  # the default: every step attends the whole cache
+    assert rl0.rollout.attend_buckets is None  # the default: every step attends the whole cache
 
 
 def _collect(rl):
@@ -37,7 +38,7 @@ def test_bucketed_decode_equals_the_full_cache_decode():
     P = tr0.rollouts.scfg.buckets[0]
     T = tr0.rollouts.scfg.max_new_tokens
     buckets = (P + 2, P + T // 2)  # segments inside the fresh call (P + T) and the re-roll call (P + 2T)
-    tr1, b1 = _collect(dataclasses.replace(RL, attend_buckets=buckets))
+    tr1, b1 = _collect(dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, attend_buckets=buckets)))
     assert tr1.rollouts.scfg.attend_buckets == buckets and tr0.rollouts.scfg.attend_buckets is None
     assert len(S._segments(P, T, buckets)) == 3  # the decode really runs in segments
     for name in ("tokens", "valid", "loss_mask", "advantages"):
@@ -48,9 +49,9 @@ def test_bucketed_decode_equals_the_full_cache_decode():
 @pytest.mark.parametrize("bad", [[0, 16], [], "16", [True], [2.5]])
 def test_bad_attend_buckets_is_one_clear_error(bad):
     with pytest.raises(ValueError, match=r"attend_buckets.*integers >= 1"):
-        RLConfig(attend_buckets=bad)
+        RLConfig(rollout=RolloutConfig(attend_buckets=bad))
 
 
 def test_attend_buckets_with_continuous_slots_is_refused():
     with pytest.raises(ValueError, match=r"attend_buckets.*continuous_slots=None"):
-        RLConfig(attend_buckets=(16,), continuous_slots=4)
+        RLConfig(rollout=RolloutConfig(attend_buckets=(16,), continuous_slots=4))

@@ -103,7 +103,7 @@ def test_decoding_from_the_training_layout_equals_the_joined_weights(tie):
 
 
 def test_the_trainer_shares_a_groups_prefill_when_asked_and_trains_on_the_same_rollouts():
-    """``sampler.prefill_group`` from Hydra to the sampler: the trainer's fresh rollouts and
+    """``rollout.prefill_group`` from Hydra to the sampler: the trainer's fresh rollouts and
     prefix re-rolls (each group's N rows repeat one input row) and its evaluation equal the
     unshared calls (tokens, masks, advantages; log-probs to float rounding); a bad combination is
     one error line naming the key."""
@@ -114,15 +114,16 @@ def test_the_trainer_shares_a_groups_prefill_when_asked_and_trains_on_the_same_r
     from experiments.train import build
     from prs.core import prefix as ps
     from prs.rl.trainer import RLConfig, Trainer
+    from prs.rl.config import RolloutConfig
     from tests._arith_tiny import MODEL, RL, TASK, warm_params
 
-    _, _, rl, _, _ = build(C.validate(OmegaConf.create({"sampler": {"prefill_group": True}})))
-    assert rl.prefill_group is True and rl.sampling.prefill_group is True
+    _, _, rl, _, _ = build(C.validate(OmegaConf.create({"rollout": {"prefill_group": True}})))
+    assert rl.rollout.prefill_group is True and rl.rollout.prefill_group is True
     pc = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # fresh rollouts and re-rolls
     params = warm_params()
     out = []
     for shared in (False, True):
-        tr = Trainer(TASK, MODEL, dataclasses.replace(RL, prefill_group=shared), pc, seed=3)
+        tr = Trainer(TASK, MODEL, dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, prefill_group=shared)), pc, seed=3)
         c = tr.collect(tr.init_state(params))
         out.append((c.batch, c.metrics, tr.evaluate(params, 0)))
     (b0, m0, e0), (b1, m1, e1) = out
@@ -131,7 +132,7 @@ def test_the_trainer_shares_a_groups_prefill_when_asked_and_trains_on_the_same_r
         np.testing.assert_array_equal(np.asarray(getattr(b0, name)), np.asarray(getattr(b1, name)), err_msg=name)
     np.testing.assert_allclose(np.asarray(b0.old_logp), np.asarray(b1.old_logp), rtol=0, atol=1e-5)
     assert e0["eval/pass_at_1"] == e1["eval/pass_at_1"]
-    with pytest.raises(ValueError, match=r"prefill_group \(sampler.prefill_group\) needs rollout.engine=jax"):
-        RLConfig(prefill_group=True, continuous_slots=4)
-    with pytest.raises(ValueError, match=r"sampler.prefill_group\) must be true or false"):
-        RLConfig(prefill_group=1)
+    with pytest.raises(ValueError, match=r"prefill_group \(rollout.prefill_group\) needs rollout.engine=jax"):
+        RLConfig(rollout=RolloutConfig(prefill_group=True, continuous_slots=4))
+    with pytest.raises(ValueError, match=r"rollout.prefill_group\) must be true or false"):
+        RLConfig(rollout=RolloutConfig(prefill_group=1))

@@ -24,7 +24,7 @@ TASK = make_task("arith", min_terms=2, max_terms=4)
 # tensor-splittable widths: heads 4, kv_heads 2, d_ff 64, vocab and embed even
 MODEL = M.ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                              head_dim=8, d_ff=64, tie_embeddings=False)
-RL = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1)
+RL = T.RLConfig(tasks_per_step=2, group_size=8, eval=T.EvalConfig(count=4, samples=1))
 PC = ps.PrefixConfig(mode="baseline", n=8)
 
 
@@ -83,7 +83,7 @@ def test_base_params_arrive_in_the_trainer_layout(source, tmp_path, eight_device
 
 
 def test_sampling_copy_laid_out_for_the_sampler(eight_devices):
-    tr = _trainer(eight_devices, rl=dataclasses.replace(RL, sampling_dtype="bfloat16"), fsdp=4, tensor=2)
+    tr = _trainer(eight_devices, rl=dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, sampling_dtype="bfloat16")), fsdp=4, tensor=2)
     params = tr.init_state(M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)).params
     sp = tr.sampling_params(params)
     want_sh = shd.sampling_shardings(MODEL, tr.mesh)
@@ -113,7 +113,7 @@ def test_sampling_copy_laid_out_for_the_sampler(eight_devices):
 
 
 def test_fsdp_only_mesh_sampling_copy_is_replicated(eight_devices):
-    tr = _trainer(eight_devices, rl=dataclasses.replace(RL, sampling_dtype="bfloat16"), fsdp=8)
+    tr = _trainer(eight_devices, rl=dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, sampling_dtype="bfloat16")), fsdp=8)
     sp = tr.sampling_params(tr.init_state(M.init_params(MODEL, jax.random.PRNGKey(0))).params)
     assert all(x.sharding.is_fully_replicated and x.dtype == jnp.bfloat16 for x in jax.tree.leaves(sp))
 

@@ -14,6 +14,7 @@ from prs.core import prefix as ps
 from prs.core.advantages import ESTIMATORS
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import EvalConfig, LossConfig, RolloutConfig, ScheduleConfig
 from prs.tasks.registry import make_task
 
 TASK = make_task("arith", min_terms=2, max_terms=3)
@@ -22,27 +23,27 @@ MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=16, n_lay
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(loss_type="grpo"), "RLConfig.loss_type='grpo'"),
-    (dict(ratio_level="seq"), "RLConfig.ratio_level"),
-    (dict(loss_type="cispo", dual_clip=3.0), "RLConfig.dual_clip=3.0 applies to loss_type='ppo'"),
-    (dict(dual_clip=0.5), "RLConfig.dual_clip=0.5"),
-    (dict(clip_low=10.0), r"RLConfig.clip_low must be a number \[0, 1\) for loss_type='ppo', got 10.0"),
-    (dict(loss_type="cispo", clip_low=float("inf")), "RLConfig.clip_low must be a number >= 0"),
-    (dict(rollout_correction="token"), "RLConfig.rollout_correction='token'"),
-    (dict(rollout_is_max=0.0), "RLConfig.rollout_is_max"),
-    (dict(rollout_is_min=3.0), "RLConfig.rollout_is_min=3.0"),
-    (dict(top_entropy_quantile=1.5), "RLConfig.top_entropy_quantile"),
-    (dict(estimator="reinforce_pp", whiten_advantages=True), "already whitens"),
-    (dict(overlong_cache=-1), "RLConfig.overlong_cache"),
-    (dict(overlong_factor=-1.0), "RLConfig.overlong_factor"),
+    (lambda: dict(loss=LossConfig(loss_type="grpo")), "LossConfig.loss_type='grpo'"),
+    (lambda: dict(loss=LossConfig(ratio_level="seq")), "LossConfig.ratio_level"),
+    (lambda: dict(loss=LossConfig(loss_type="cispo", dual_clip=3.0)), "LossConfig.dual_clip=3.0 applies to loss_type='ppo'"),
+    (lambda: dict(loss=LossConfig(dual_clip=0.5)), "LossConfig.dual_clip=0.5"),
+    (lambda: dict(loss=LossConfig(clip_low=10.0)), r"LossConfig.clip_low must be a number \[0, 1\) for loss_type='ppo', got 10.0"),
+    (lambda: dict(loss=LossConfig(loss_type="cispo", clip_low=float("inf"))), "LossConfig.clip_low must be a number >= 0"),
+    (lambda: dict(loss=LossConfig(rollout_correction="token")), "LossConfig.rollout_correction='token'"),
+    (lambda: dict(loss=LossConfig(rollout_is_max=0.0)), "LossConfig.rollout_is_max"),
+    (lambda: dict(loss=LossConfig(rollout_is_min=3.0)), "LossConfig.rollout_is_min=3.0"),
+    (lambda: dict(loss=LossConfig(top_entropy_quantile=1.5)), "LossConfig.top_entropy_quantile"),
+    (lambda: dict(loss=LossConfig(estimator="reinforce_pp", whiten_advantages=True)), "already whitens"),
+    (lambda: dict(loss=LossConfig(overlong_cache=-1)), "LossConfig.overlong_cache"),
+    (lambda: dict(loss=LossConfig(overlong_factor=-1.0)), "LossConfig.overlong_factor"),
 ])
 def test_bad_menu_config_fails_clearly(kw, match):
     with pytest.raises(ValueError, match=match):
-        RLConfig(**kw)
+        RLConfig(**kw())
 
 
 def test_overlong_cache_longer_than_the_budget_fails_at_trainer_init():
-    rl = RLConfig(tasks_per_step=2, group_size=2, eval_count=1, eval_samples=1, max_new_tokens=8, overlong_cache=9)
+    rl = RLConfig(tasks_per_step=2, group_size=2, eval=EvalConfig(count=1, samples=1), rollout=RolloutConfig(max_new_tokens=8), loss=LossConfig(overlong_cache=9))
     with pytest.raises(ValueError, match="overlong_cache=9 exceeds the generation budget max_new_tokens=8"):
         Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=2))
 
@@ -52,7 +53,7 @@ def test_response_length_counts_the_replayed_prefix_only_when_it_shares_the_budg
 
     from prs.rl.loss_menu import response_lengths
     ep = SimpleNamespace(policy_mask=jnp.asarray([[1, 1, 1, 0], [1, 0, 0, 0]], bool), replayed=jnp.asarray([0, 5]))
-    shared, extra = RLConfig(reroll_budget="shared"), RLConfig(reroll_budget="extra")
+    shared, extra = RLConfig(schedule=ScheduleConfig(reroll_budget="shared")), RLConfig(schedule=ScheduleConfig(reroll_budget="extra"))
     np.testing.assert_array_equal(np.asarray(response_lengths(shared, ep)), [3, 6])
     np.testing.assert_array_equal(np.asarray(response_lengths(extra, ep)), [3, 1])
 
@@ -63,7 +64,7 @@ def test_every_advantage_estimator_is_an_rl_option(estimator):
     without ``rloo_std``, which the README offers), and the trainer's advantages are that estimator's."""
     from prs.rl.loss_menu import batch_advantages
 
-    rl = RLConfig(estimator=estimator)
+    rl = RLConfig(loss=LossConfig(estimator=estimator))
     r = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]], np.float32)  # [G, N]
     mask = np.ones((8, 3), bool)  # every rollout trains, 3 tokens each (equal weights)
     mu, sd = r.mean(1, keepdims=True), r.std(1, ddof=1, keepdims=True)
@@ -75,20 +76,17 @@ def test_every_advantage_estimator_is_an_rl_option(estimator):
             "reinforce_pp_baseline": tok_white(flat)}[estimator]
     got = np.asarray(batch_advantages(rl, jnp.asarray(r), jnp.asarray(mask)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match=r"RLConfig.estimator='rloo_sd'; choose from \('grpo'"):
-        RLConfig(estimator="rloo_sd")
+    with pytest.raises(ValueError, match=r"LossConfig.estimator='rloo_sd' \(loss.estimator\); choose from \('grpo'"):
+        RLConfig(loss=LossConfig(estimator="rloo_sd"))
 
 
 def test_cispo_accepts_verl_lower_bound():
-    assert RLConfig(loss_type="cispo", clip_low=10.0, clip_high=0.2).clip_low == 10.0
+    assert RLConfig(loss=LossConfig(loss_type="cispo", clip_low=10.0, clip_high=0.2)).loss.clip_low == 10.0
 
 
 def test_menu_batch_matches_numpy_and_one_update_is_finite():
     budget, cache = 6, 3
-    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=1, eval_samples=1, max_new_tokens=budget,
-                  estimator="reinforce_pp", drop_no_contrast=False, overlong_cache=cache, overlong_filter=True,
-                  ratio_level="sequence", rollout_correction="token_mask", rollout_is_min=0.5, rollout_is_max=5.0,
-                  top_entropy_quantile=0.5)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=1, samples=1), rollout=RolloutConfig(max_new_tokens=budget), loss=LossConfig(estimator="reinforce_pp", drop_no_contrast=False, overlong_cache=cache, overlong_filter=True, ratio_level="sequence", rollout_correction="token_mask", rollout_is_min=0.5, rollout_is_max=5.0, top_entropy_quantile=0.5))
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(0)))
     seen = []
@@ -126,9 +124,7 @@ def test_menu_batch_matches_numpy_and_one_update_is_finite():
 
 def test_menu_loss_zero_gradient_on_masked_tokens():
     """Through the trainer's loss: per-token gradient (via logp_offset) is 0 off the loss mask."""
-    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=1, eval_samples=1, max_new_tokens=6,
-                  drop_no_contrast=False, loss_type="cispo", clip_low=10.0, rollout_correction="sequence_truncate",
-                  top_entropy_quantile=0.8, overlong_cache=2, overlong_filter=True, estimator="reinforce_pp_baseline")
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=1, samples=1), rollout=RolloutConfig(max_new_tokens=6), loss=LossConfig(drop_no_contrast=False, loss_type="cispo", clip_low=10.0, rollout_correction="sequence_truncate", top_entropy_quantile=0.8, overlong_cache=2, overlong_filter=True, estimator="reinforce_pp_baseline"))
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=1)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
     batch = trainer.collect(state).batch
@@ -149,16 +145,16 @@ def test_hydra_exposes_the_menu_as_algo_keys():
     conf = str(pathlib.Path(__file__).resolve().parents[2] / "conf")
     with initialize_config_dir(config_dir=conf, version_base=None):
         cfg = validate(compose("config", overrides=[
-            "sft.base_dir=/tmp/x", "algo.loss_type=cispo", "algo.clip_low=10.0", "algo.ratio_level=sequence",
-            "algo.rollout_correction=token_mask", "algo.rollout_is_min=0.5", "algo.rollout_is_max=5.0",
-            "algo.top_entropy_quantile=0.2", "algo.estimator=reinforce_pp_baseline", "algo.overlong_cache=4",
-            "algo.overlong_filter=true"]))
+            "sft.base_dir=/tmp/x", "loss.loss_type=cispo", "loss.clip_low=10.0", "loss.ratio_level=sequence",
+            "loss.rollout_correction=token_mask", "loss.rollout_is_min=0.5", "loss.rollout_is_max=5.0",
+            "loss.top_entropy_quantile=0.2", "loss.estimator=reinforce_pp_baseline", "loss.overlong_cache=4",
+            "loss.overlong_filter=true"]))
         _, _, rl, _, _ = build(cfg)
-        assert (rl.loss_type, rl.ratio_level, rl.rollout_correction, rl.top_entropy_quantile) == \
+        assert (rl.loss.loss_type, rl.loss.ratio_level, rl.loss.rollout_correction, rl.loss.top_entropy_quantile) == \
             ("cispo", "sequence", "token_mask", 0.2)
-        assert rl.estimator == "reinforce_pp_baseline" and rl.overlong_cache == 4 and rl.overlong_filter
+        assert rl.loss.estimator == "reinforce_pp_baseline" and rl.loss.overlong_cache == 4 and rl.loss.overlong_filter
         with pytest.raises(Exception, match="loss_type"):
-            build(validate(compose("config", overrides=["sft.base_dir=/tmp/x", "algo.loss_type=nope"])))
+            build(validate(compose("config", overrides=["sft.base_dir=/tmp/x", "loss.loss_type=nope"])))
 
 
 def test_adjusted_sampler_trains_only_with_a_rollout_correction_that_reweights_by_p_over_q():
@@ -166,9 +162,8 @@ def test_adjusted_sampler_trains_only_with_a_rollout_correction_that_reweights_b
     with ``token_truncate`` the batch carries log q and the step's mean weight equals the numpy
     mean of min(p / q, 2) over the loss tokens."""
     with pytest.raises(ValueError, match="rollout_correction"):
-        RLConfig(temperature=0.7)
-    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=1, eval_samples=1, max_new_tokens=6, temperature=0.7,
-                  drop_no_contrast=False, rollout_correction="token_truncate", rollout_is_max=2.0)
+        RLConfig(rollout=RolloutConfig(temperature=0.7))
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=1, samples=1), rollout=RolloutConfig(max_new_tokens=6, temperature=0.7), loss=LossConfig(drop_no_contrast=False, rollout_correction="token_truncate", rollout_is_max=2.0))
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
     state = trainer.init_state(init_params(MODEL, jax.random.PRNGKey(1)))
     batch = trainer.collect(state).batch

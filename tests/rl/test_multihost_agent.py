@@ -20,6 +20,7 @@ from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import runner
 from prs.rl.episodes import Episodes
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import EvalConfig
 from prs.tasks import repair as R
 from prs.tasks.agent_rollouts import action_spans
 from prs.tasks.repair_task import RepairTask
@@ -30,7 +31,7 @@ TASK = RepairTask(R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4,
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            head_dim=8, d_ff=64)
 # R = 2 x 4 = 8 rows (training, re-roll) and 4 x 2 (evaluation): two rows per device
-RL = RLConfig(tasks_per_step=2, group_size=4, eval_count=4, eval_samples=2)
+RL = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=4, samples=2))
 
 
 def run_cfg() -> runner.RunConfig:

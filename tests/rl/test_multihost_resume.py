@@ -17,6 +17,7 @@ from tests._arith_tiny import MODEL, TASK
 from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
+from prs.rl.config import EvalConfig, ScheduleConfig
 from tests.rl.test_multihost_train import _records, _same
 from tests._localhost import capturing_trainer, run_processes
 
@@ -24,8 +25,7 @@ STEPS, CRASH_AT = 3, 2  # checkpoints at 2 and 3; the failure hits step 2, after
 
 
 def rl_cfg() -> RLConfig:
-    return RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, schedule="next_visit",
-                    pool_size=4, cut_spread=True, sources="all")
+    return RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1), schedule=ScheduleConfig(kind="next_visit", pool_size=4, cut_spread=True, sources="all"))
 
 
 def prefix_cfg() -> ps.PrefixConfig:

@@ -15,14 +15,16 @@ from tests._arith_tiny import MODEL, TASK
 from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
+from prs.rl.config import EvalConfig, ScheduleConfig
 from tests._localhost import capturing_trainer, run_processes
 
 STEPS = 3
 
 
 def rl_cfg(schedule: str = "same_step") -> RLConfig:
-    extra = dict(schedule="next_visit", pool_size=8, cut_spread=True, sources="all") if schedule == "next_visit" else {}
-    return RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, **extra)
+    extra = dict(schedule=ScheduleConfig(kind="next_visit", pool_size=8, cut_spread=True, sources="all")) \
+        if schedule == "next_visit" else {}
+    return RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1), **extra)
 
 
 def prefix_cfg() -> ps.PrefixConfig:

@@ -23,13 +23,14 @@ from prs.models.qwen3 import ModelConfig
 from prs.rl import rundir, runner
 from prs.rl.runner import NonFiniteError, RunConfig, RunDirError, run
 from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree
+from prs.rl.config import EvalConfig
 from prs.tasks.registry import make_task
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASK = make_task("arith", min_terms=2, max_terms=4)
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            head_dim=8, d_ff=64)
-RL = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+RL = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1))
 PC = ps.PrefixConfig(mode="ps_ada", n=8)
 COMMON = dict(seed=4, eval_every=2, ckpt_every=2, sft_steps=0, wandb_mode="disabled", progress=False)
 QUIET = dict(log=lambda *a: None)
@@ -44,12 +45,12 @@ SCRIPT = textwrap.dedent("""
     from prs.core import prefix as ps
     from prs.models.qwen3 import ModelConfig
     from prs.rl.runner import RunConfig, run
-    from prs.rl.trainer import RLConfig
+    from prs.rl.trainer import EvalConfig, RLConfig
     from prs.tasks.registry import make_task
     TASK = make_task("arith", min_terms=2, max_terms=4)
     MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4,
                                n_kv_heads=2, head_dim=8, d_ff=64)
-    RL = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1)
+    RL = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1))
     {body}
 """)
 

@@ -17,10 +17,12 @@ from prs.rl import schedule as S
 from prs.rl.episodes import take_rows
 from prs.rl.runner import RunConfig, run
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import EvalConfig, LossConfig, OptimConfig, RolloutConfig, ScheduleConfig
 
 from tests._arith_tiny import MODEL, TASK, warm_params  # noqa: E402
-NV = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, schedule="next_visit", pool_size=8,
-              drop_no_contrast=False)  # every group in the loss: the masks are what is tested
+NV = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1),
+              schedule=ScheduleConfig(kind="next_visit", pool_size=8),
+              loss=LossConfig(drop_no_contrast=False))  # every group in the loss: the masks are what is tested
 WIDE = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)  # steer almost every mixed group
 
 
@@ -95,13 +97,13 @@ def test_next_visit_and_same_step_cut_at_the_same_points():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(schedule="later"), "schedule"), (dict(sources="two"), "sources"), (dict(control="x"), "control"),
-    (dict(schedule="next_visit", pool_size=10), "pool_size"), (dict(extra_share=1.5), "extra_share"),
-    (dict(lr_scale=0.0), "lr_scale"), (dict(control="extra_rollouts"), "append"),
-    (dict(schedule="next_visit", reroll="append"), "append")])
+    (lambda: dict(schedule=ScheduleConfig(kind="later")), "schedule"), (lambda: dict(schedule=ScheduleConfig(sources="two")), "sources"), (lambda: dict(schedule=ScheduleConfig(control="x")), "control"),
+    (lambda: dict(schedule=ScheduleConfig(kind="next_visit", pool_size=10)), "pool_size"), (lambda: dict(schedule=ScheduleConfig(extra_share=1.5)), "extra_share"),
+    (lambda: dict(optim=OptimConfig(lr_scale=0.0)), "lr_scale"), (lambda: dict(schedule=ScheduleConfig(control="extra_rollouts")), "append"),
+    (lambda: dict(schedule=ScheduleConfig(kind="next_visit", reroll="append")), "append")])
 def test_bad_schedule_values_fail_clearly(kw, match):
     with pytest.raises(ValueError, match=match):
-        RLConfig(tasks_per_step=4, **kw)
+        RLConfig(tasks_per_step=4, **kw())
 
 
 # ---------------------------------------------------------------------- next_visit through the trainer
@@ -185,7 +187,7 @@ def test_next_visit_replayed_prefix_is_verbatim_with_zero_loss_mask_and_zero_gra
 def test_resume_after_a_kill_equals_the_uninterrupted_run_with_the_task_memory(tmp_path, base_params):
     common = dict(seed=3, eval_every=3, ckpt_every=2, sft_steps=60, sft_batch=32, sft_lr=3e-3,
                   base_dir=str(tmp_path / "base"), wandb_mode="disabled", progress=False)
-    rl = dataclasses.replace(NV, pool_size=4)  # an epoch per step: every step after the first revisits
+    rl = dataclasses.replace(NV, schedule=dataclasses.replace(NV.schedule, pool_size=4))  # an epoch per step: every step after the first revisits
     full, part = tmp_path / "full", tmp_path / "part"
     run(TASK, MODEL, rl, WIDE, RunConfig(steps=5, **common), full, log=lambda *a: None)
     run(TASK, MODEL, rl, WIDE, RunConfig(steps=2, **common), part, log=lambda *a: None)  # "killed" at 2
@@ -209,8 +211,7 @@ def test_next_visit_on_the_agent_task_replays_the_stored_actions_through_executi
 
     task = RepairTask(R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2))
     model = ModelConfig.preset("tiny", vocab_size=len(R.TOKENS))
-    rl = RLConfig(tasks_per_step=3, group_size=4, eval_count=4, eval_samples=1, schedule="next_visit", pool_size=6,
-                  cut_spread=True)
+    rl = RLConfig(tasks_per_step=3, group_size=4, eval=EvalConfig(count=4, samples=1), schedule=ScheduleConfig(kind="next_visit", pool_size=6, cut_spread=True))
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=4, hard_max=1, easy_min=3), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
     tok, mask = task.demonstrations(tr.schedule.pool, seed=1)  # stored "successes" with several turns
@@ -258,11 +259,11 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
     conf = str(pathlib.Path(__file__).resolve().parents[2] / "conf")
     with initialize_config_dir(config_dir=conf, version_base=None):
         cfg = validate(compose("config", overrides=[
-            f"method={method}", f"method.schedule={schedule}", "task.params.min_terms=2", "task.params.max_terms=4",
-            "algo.tasks_per_step=4", "algo.pool_size=4", "eval.count=16", f"sft.base_dir={tmp_path}"]))
+            f"method={method}", f"schedule.kind={schedule}", "task.params.min_terms=2", "task.params.max_terms=4",
+            "algo.tasks_per_step=4", "schedule.pool_size=4", "eval.count=16", f"sft.base_dir={tmp_path}"]))
     _, _, rl, prefix, _ = build(cfg)
-    assert rl.schedule == schedule and prefix.mode == {"baseline_lr2": "baseline"}.get(method, "ps_ada")
-    assert rl.control == {"reroll_noprefix": "reroll_noprefix", "extra_rollouts": "extra_rollouts"}.get(method, "none")
+    assert rl.schedule.kind == schedule and prefix.mode == {"baseline_lr2": "baseline"}.get(method, "ps_ada")
+    assert rl.schedule.control == {"reroll_noprefix": "reroll_noprefix", "extra_rollouts": "extra_rollouts"}.get(method, "none")
     tr = Trainer(TASK, MODEL, rl, prefix, seed=3)  # the test's task and model: shapes compiled already
     state = tr.init_state(base_params)
     ms = []
@@ -274,7 +275,7 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
         extra = "groups_extra" if schedule == "next_visit" else "groups_rerolled"
         assert all(m["rollouts_sampled"] == 32 + 8 * m[extra] for m in ms)
     if method == "baseline_lr2":  # the same batch: Adam's first step moves a coordinate by about lr_eff
-        half = Trainer(TASK, MODEL, dataclasses.replace(rl, lr_scale=1.0), prefix, seed=3)
+        half = Trainer(TASK, MODEL, dataclasses.replace(rl, optim=dataclasses.replace(rl.optim, lr_scale=1.0)), prefix, seed=3)
         st = half.init_state(base_params)
         for _ in range(4):
             c = half.collect(st)
@@ -288,7 +289,7 @@ def test_each_control_composes_through_hydra_and_runs_two_steps(method, schedule
             s0 = t.init_state(base_params)
             p, _, _ = t._update(s0.params, s0.opt_state, batch)
             moved.append(max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(base_params))))
-        assert moved[1] == pytest.approx(2 * moved[0], rel=1e-3) and moved[0] == pytest.approx(rl.lr, rel=1e-2)
+        assert moved[1] == pytest.approx(2 * moved[0], rel=1e-3) and moved[0] == pytest.approx(rl.optim.lr, rel=1e-2)
 
 
 def test_next_visit_logs_the_steered_groups_per_bucket_beside_their_rate(nv_run):
@@ -330,7 +331,7 @@ def test_bucketed_reroll_calls_compile_once_per_bucket_and_sample_the_unbucketed
     from tests.rl.test_trainer_compiles import count_compiles
 
     b, n = 8, 4
-    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=8, eval_samples=1)
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=8, samples=1))
     tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
     keys = tr.step_keys(0)
     problems = TASK.train_problems(seed=0, step=0, count=b)
@@ -368,12 +369,12 @@ def test_bucketed_reroll_steps_equal_the_unbucketed_steps(base_params):
     """Trainer steps with ``reroll_group_buckets`` log the same records as without (same_step replace
     and append, next_visit's extra_rollouts control); with replace the parameters agree up to the
     rounding of the sampler's log-probs in a call of another row count."""
-    for kw in (dict(), dict(reroll="append"),
-               dict(schedule="next_visit", pool_size=8, control="extra_rollouts", reroll="append", extra_share=1.0)):
+    for kw in (dict(), dict(schedule=ScheduleConfig(reroll="append")),
+               dict(schedule=ScheduleConfig(kind="next_visit", pool_size=8, control="extra_rollouts", reroll="append", extra_share=1.0))):
         out = []
         for bucketed in (False, True):
-            rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=8, eval_samples=1, reroll_group_buckets=bucketed,
-                          **kw)
+            rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8, samples=1),
+                          rollout=RolloutConfig(reroll_group_buckets=bucketed), **kw)
             tr = Trainer(TASK, MODEL, rl, WIDE, seed=3)
             st = tr.init_state(base_params)
             ms = []

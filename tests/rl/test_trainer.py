@@ -16,6 +16,7 @@ from prs.rl.runner import RunConfig, run
 from prs.tasks.arith import ArithTask
 from prs.tasks.registry import make_task
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import LossConfig
 
 from tests._arith_tiny import MODEL, TASK, RL, warm_params  # noqa: E402
 
@@ -161,7 +162,7 @@ def test_resume_continues_exactly(tmp_path, base_params):
         (lambda: RLConfig(group_size=1), "group_size"),
         (lambda: ps.PrefixConfig(mode="ps_fix", rho_init=1.5), "rho"),
         (lambda: ps.PrefixConfig(mode="nope"), "mode"),
-        (lambda: RLConfig(estimator="ppo"), "estimator"),
+        (lambda: RLConfig(loss=LossConfig(estimator="ppo")), "estimator"),
         (lambda: Trainer(TASK, MODEL, RL, ps.PrefixConfig(n=4)), "prefix.n"),
         (lambda: make_task("arith", nonsense=1), "nonsense"),
         (lambda: make_task("chess"), "unknown task"),
@@ -182,8 +183,8 @@ def test_hydra_entry_point_runs_and_rejects_unknown_keys(tmp_path):
         for method in ("baseline", "ps_fix", "ps_ada_hard", "ps_ada", "rft"):
             cfg = validate(compose("config", overrides=[f"method={method}", "sft.base_dir=/tmp/x"]))
             task, model_cfg, rl, prefix, run_cfg = build(cfg)
-            assert prefix.mode == (method if method != "rft" else "baseline") and rl.estimator == "rloo"
-            assert rl.clip_high == 0.28 and rl.algorithm == ("rft" if method == "rft" else "grpo")
+            assert prefix.mode == (method if method != "rft" else "baseline") and rl.loss.estimator == "rloo"
+            assert rl.loss.clip_high == 0.28 and rl.loss.algorithm == ("rft" if method == "rft" else "grpo")
         with pytest.raises(Exception, match="bogus"):
             validate(compose("config", overrides=["+algo.bogus=1", "sft.base_dir=/tmp/x"]))
         with pytest.raises(Exception):
@@ -259,7 +260,7 @@ def test_rft_trains_on_at_most_cap_successes_per_task_with_nll(base_params):
     from prs.models.qwen3 import forward
     from prs.tasks.arith import verify
 
-    rl = dataclasses.replace(RL, algorithm="rft", rft_cap=2)
+    rl = dataclasses.replace(RL, loss=dataclasses.replace(RL.loss, algorithm="rft", rft_cap=2))
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=8), seed=6)
     state = trainer.init_state(base_params)
     c = trainer.collect(state)

@@ -14,6 +14,7 @@ import pytest
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start
+from prs.rl.config import EvalConfig, LossConfig, OptimConfig, ScheduleConfig
 from prs.tasks.registry import make_task
 
 TASK = make_task("arith", min_terms=2, max_terms=4)
@@ -66,8 +67,8 @@ METHODS = {  # name -> (PrefixConfig kwargs, RLConfig kwargs)
     "ps_fix": (dict(mode="ps_fix", hard_max=3, easy_min=5), {}),
     "ps_ada_hard": (dict(mode="ps_ada_hard", hard_max=3, easy_min=5), {}),
     "ps_ada": (dict(mode="ps_ada", hard_max=3, easy_min=5), {}),
-    "ps_ada_append": (dict(mode="ps_ada", hard_max=3, easy_min=5), dict(reroll="append")),
-    "rft": (dict(mode="baseline"), dict(algorithm="rft")),
+    "ps_ada_append": (dict(mode="ps_ada", hard_max=3, easy_min=5), dict(schedule=ScheduleConfig(reroll="append"))),
+    "rft": (dict(mode="baseline"), dict(loss=LossConfig(algorithm="rft"))),
 }
 
 
@@ -86,7 +87,8 @@ def test_training_steps_3_to_6_compile_nothing(base_params, monkeypatch):
     monkeypatch.setattr(trainer_module, "update_width", lambda valid, width: widths.append(orig(valid, width)) or widths[-1])
     new_shapes = 0
     for name, (pkw, rkw) in METHODS.items():
-        rl = RLConfig(tasks_per_step=8, group_size=8, eval_count=16, eval_samples=1, lr=1e-5, **rkw)
+        rl = RLConfig(tasks_per_step=8, group_size=8, eval=EvalConfig(count=16, samples=1), optim=OptimConfig(lr=1e-5),
+                      **rkw)
         trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(n=8, **pkw), seed=1)
         state = trainer.init_state(base_params)
         seen, seen_w, new_width_steps = set(), set(), 0

@@ -22,6 +22,7 @@ from prs.models import sampler as S
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl.episodes import SingleTurnRollouts, take_rows
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import LossConfig, RolloutConfig, ScheduleConfig
 from prs.tasks.arith import ArithTask
 
 from tests._arith_tiny import MODEL, TASK, RL, warm_params  # noqa: E402
@@ -112,23 +113,23 @@ def test_a_steered_group_without_source_is_an_error_not_row_zero(warm, monkeypat
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"kl_coef": -0.5}, "kl_coef"),  # kl_coef > 0 works since the reference policy (#14)
-    ({"temperature": 0.7}, "temperature"),
-    ({"top_p": 0.9}, "top_p"),
-    ({"top_k": 20}, "top_k"),
-    ({"reroll_budget": "more"}, "reroll_budget"),
+    (lambda: {"loss": LossConfig(kl_coef=-0.5)}, "kl_coef"),  # kl_coef > 0 works since the reference policy (#14)
+    (lambda: {"rollout": RolloutConfig(temperature=0.7)}, "temperature"),
+    (lambda: {"rollout": RolloutConfig(top_p=0.9)}, "top_p"),
+    (lambda: {"rollout": RolloutConfig(top_k=20)}, "top_k"),
+    (lambda: {"schedule": ScheduleConfig(reroll_budget="more")}, "reroll_budget"),
 ])
 def test_settings_the_update_cannot_honour_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
-        RLConfig(**kw)
-    RLConfig(eval_temperature=0.7)  # evaluation sampling is free
+        RLConfig(**kw())
+    RLConfig(rollout=RolloutConfig(eval_temperature=0.7))  # evaluation sampling is free
 
 
 # ------------------------------------------------------------------ 3. groups_kept in append mode
 
 
 def test_groups_kept_counts_only_groups_with_loss_tokens_in_append_mode(warm):
-    rl = dataclasses.replace(RL, reroll="append")
+    rl = dataclasses.replace(RL, schedule=dataclasses.replace(RL.schedule, reroll="append"))
     pc = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)
     trainer = Trainer(TASK, MODEL, rl, pc, seed=1)
     state = trainer.init_state(warm)
@@ -170,7 +171,7 @@ def test_reroll_response_gets_the_rollout_budget(mode, expect_within):
     """At random init most rows never emit EOS: with ``shared`` every re-rolled row's prefix +
     continuation fits in T; with ``extra`` (the old behaviour, kept as an option) many exceed it."""
     params = init_params(MODEL, jax.random.key(3))
-    rl = dataclasses.replace(RL, reroll_budget=mode, max_new_tokens=14)
+    rl = dataclasses.replace(RL, schedule=dataclasses.replace(RL.schedule, reroll_budget=mode), rollout=dataclasses.replace(RL.rollout, max_new_tokens=14))
     trainer = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=8), seed=0)
     ro: SingleTurnRollouts = trainer.rollouts
     problems = TASK.train_problems(seed=0, step=0, count=8)

@@ -40,12 +40,12 @@ def test_pad_rows():
 def test_evaluate_rows_not_divisible_equal_one_device(eight_devices, mesh_kw):
     """5 problems × 3 samples = 15 rows on 8 (or 4) batch shards: pass@1, the reward mean and the
     task's metrics equal the 1-device evaluation (the old code raised ``ValueError``)."""
-    rl = T.RLConfig(tasks_per_step=2, group_size=4, eval_count=5, eval_samples=3, eval_temperature=1.0)
+    rl = T.RLConfig(tasks_per_step=2, group_size=4, eval=T.EvalConfig(count=5, samples=3), rollout=T.RolloutConfig(eval_temperature=1.0))
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     one = T.Trainer(TASK, MODEL, rl, PC)
     want = one.evaluate(one.init_state(params).params, 0)
     mesh = shd.make_mesh(eight_devices, **{"data": 1, **mesh_kw})
-    assert (rl.eval_count * rl.eval_samples) % shd.batch_size_multiple(mesh)
+    assert (rl.eval.count * rl.eval.samples) % shd.batch_size_multiple(mesh)
     tr = T.Trainer(TASK, MODEL, rl, PC, mesh=mesh)
     p8 = tr.init_state(params).params
     got = tr.evaluate(p8, 0)

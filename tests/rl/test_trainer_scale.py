@@ -45,8 +45,7 @@ def _batch(rng, r=16, width=12, v=TASK.vocab_size, longest=None):
 
 @pytest.mark.parametrize("agg", AGG_MODES + ("rft",))
 def test_micro_batches_equal_the_full_batch(agg):
-    rl = T.RLConfig(agg=agg if agg != "rft" else "token-mean", algorithm="rft" if agg == "rft" else "grpo",
-                    entropy_coef=0.01 if agg == "token-mean" else 0.0, logits_chunk=4)
+    rl = T.RLConfig(logits_chunk=4, loss=T.LossConfig(agg=agg if agg != "rft" else "token-mean", algorithm="rft" if agg == "rft" else "grpo", entropy_coef=0.01 if agg == "token-mean" else 0.0))
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     batch = _batch(np.random.default_rng(0))
     grads = jax.jit(functools.partial(T._grads, cfg=MODEL, norm_len=11), static_argnames="rl")
@@ -71,7 +70,7 @@ def test_update_width_is_the_bucketed_longest_row_and_keeps_the_loss():
     valid[2, :31] = True
     assert T.update_width(valid, 40) == 40
     assert T.update_width(np.zeros((2, 40), bool), 40) == 10
-    rl = T.RLConfig(agg="seq-mean-token-sum-norm")
+    rl = T.RLConfig(loss=T.LossConfig(agg="seq-mean-token-sum-norm"))
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     batch = _batch(np.random.default_rng(1), width=24, longest=11)
     w = T.update_width(batch.valid, 24)
@@ -86,8 +85,7 @@ def test_update_width_is_the_bucketed_longest_row_and_keeps_the_loss():
 # ----------------------------------------------------------------------------- sharded update
 
 
-_RL_SHARDED = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1, micro_batches=2,
-                         logits_chunk=4)
+_RL_SHARDED = T.RLConfig(tasks_per_step=2, group_size=8, micro_batches=2, logits_chunk=4, eval=T.EvalConfig(count=4, samples=1))
 _PC = ps.PrefixConfig(mode="baseline", n=8)
 
 
@@ -135,7 +133,7 @@ def test_sharded_update_selects_high_entropy_tokens_like_one_device(eight_device
     micro-batches (the whole-batch selection: a forward-only scan, one quantile over all rows) and
     without: the 1-device update's loss, selected fraction and new params. (On an explicit mesh the
     quantile's sort along the split rows was a ShardingTypeError, with or without micro-batches.)"""
-    rl = dataclasses.replace(_RL_SHARDED, top_entropy_quantile=0.5)
+    rl = dataclasses.replace(_RL_SHARDED, loss=dataclasses.replace(_RL_SHARDED.loss, top_entropy_quantile=0.5))
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     batch = _batch(np.random.default_rng(2), r=16, width=12)
     one = T.Trainer(TASK, MODEL, rl, _PC)
@@ -164,7 +162,7 @@ def test_sharded_update_selects_high_entropy_tokens_like_one_device(eight_device
 def test_kl_to_the_frozen_reference_equals_an_independent_computation():
     from prs.core.losses import policy_loss
 
-    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1, kl_coef=0.1, logits_chunk=4)
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, logits_chunk=4, eval=T.EvalConfig(count=4, samples=1), loss=T.LossConfig(kl_coef=0.1))
     p0 = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     p1 = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(3), x.shape), p0)
     batch = _batch(np.random.default_rng(4), r=16, width=12)
@@ -174,8 +172,8 @@ def test_kl_to_the_frozen_reference_equals_an_independent_computation():
     def direct(p, ref):
         lp = lambda q: token_logprobs(M.forward(q, batch.tokens[:, :-1], cfg=MODEL, positions=batch.positions[:, :-1],  # noqa: E731
                                                 valid=batch.valid[:, :-1]), batch.tokens[:, 1:])
-        return policy_loss(lp(p), batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:], agg=rl.agg,
-                           clip_low=rl.clip_low, clip_high=rl.clip_high, ref_logp=lp(ref), kl_coef=0.1,
+        return policy_loss(lp(p), batch.old_logp[:, 1:], batch.advantages, batch.loss_mask[:, 1:], agg=rl.loss.agg,
+                           clip_low=rl.loss.clip_low, clip_high=rl.loss.clip_high, ref_logp=lp(ref), kl_coef=0.1,
                            norm_len=tr.width - 1)
 
     loss = jax.jit(lambda p: T._loss_fn(p, batch, cfg=MODEL, rl=rl, norm_len=tr.width - 1, ref_params=state.ref_params))
@@ -191,7 +189,7 @@ def test_kl_to_the_frozen_reference_equals_an_independent_computation():
 
 
 def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
-    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=4, eval_samples=1, kl_coef=0.05, lr=1e-2)
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval=T.EvalConfig(count=4, samples=1), loss=T.LossConfig(kl_coef=0.05), optim=T.OptimConfig(lr=1e-2))
     tr = T.Trainer(TASK, MODEL, rl, _PC, seed=1)
     p0 = M.init_params(MODEL, jax.random.PRNGKey(5), std=0.2)
     state = tr.init_state(p0)
@@ -210,7 +208,7 @@ def test_kl_coef_trains_end_to_end_and_the_reference_stays_frozen():
 
 
 def test_bf16_sampling_copy_is_cast_from_the_current_params_and_trains(eight_devices):
-    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval_count=8, eval_samples=1, sampling_dtype="bfloat16")
+    rl = T.RLConfig(tasks_per_step=2, group_size=8, eval=T.EvalConfig(count=8, samples=1), rollout=T.RolloutConfig(sampling_dtype="bfloat16"))
     mesh = shd.make_mesh(eight_devices, fsdp=8)
     tr = T.Trainer(TASK, MODEL, rl, _PC, mesh=mesh)
     state = tr.init_state(M.init_params(MODEL, jax.random.PRNGKey(7), std=0.2))
@@ -222,7 +220,7 @@ def test_bf16_sampling_copy_is_cast_from_the_current_params_and_trains(eight_dev
     assert np.isfinite(m["loss/loss"])
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(state.params))  # masters stay fp32
     with pytest.raises(ValueError, match="sampling_dtype"):
-        T.RLConfig(sampling_dtype="int8")
+        T.RLConfig(rollout=T.RolloutConfig(sampling_dtype="int8"))
 
 
 @pytest.mark.parametrize("micro", (2, 4))
@@ -230,7 +228,7 @@ def test_micro_batches_select_high_entropy_tokens_on_the_whole_batch(micro):
     """``top_entropy_quantile = 0.5``: the entropy cut-off τ is the whole batch's, so M micro-batches
     give the full batch's loss, gradient and selected fraction (a per-micro-batch τ moved the loss
     0.1746 -> 0.1682 and the gradient by 1.1e-2 relative on tiny arith)."""
-    rl = T.RLConfig(top_entropy_quantile=0.5, logits_chunk=4)
+    rl = T.RLConfig(logits_chunk=4, loss=T.LossConfig(top_entropy_quantile=0.5))
     params = M.init_params(MODEL, jax.random.PRNGKey(0), std=0.2)
     batch = _batch(np.random.default_rng(2))
     grads = jax.jit(functools.partial(T._grads, cfg=MODEL, norm_len=11), static_argnames="rl")

@@ -20,6 +20,7 @@ from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import runner
 from prs.rl.runner import RunConfig, run
+from prs.rl.config import EvalConfig, LossConfig, OptimConfig
 from prs.rl.trainer import Batch, RLConfig, Trainer, TrainState, checkpoint_tree
 from prs.tasks.registry import make_task
 
@@ -27,8 +28,8 @@ TASK = make_task("arith", min_terms=2, max_terms=4)
 MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            head_dim=8, d_ff=64)
 # every group trains (no contrast filter), so every step has loss tokens and a KL term
-RL_KL = RLConfig(tasks_per_step=4, group_size=8, eval_count=8, eval_samples=1, kl_coef=0.1, lr=1e-2,
-                 drop_no_contrast=False)
+RL_KL = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8, samples=1),
+                 loss=LossConfig(kl_coef=0.1, drop_no_contrast=False), optim=OptimConfig(lr=1e-2))
 PC = ps.PrefixConfig(mode="ps_ada", n=8)
 COMMON = dict(seed=4, eval_every=2, ckpt_every=2, sft_steps=0, wandb_mode="disabled", progress=False)
 QUIET = dict(log=lambda *a: None)
@@ -130,7 +131,7 @@ def test_init_state_copies_the_reference_and_the_update_refuses_to_run_without_i
     for r, p, q in zip(jax.tree.leaves(state.ref_params), jax.tree.leaves(state.params), jax.tree.leaves(p0)):
         np.testing.assert_array_equal(np.asarray(r), np.asarray(q))
         assert r is not p and r is not q  # its own buffers: the update donates the policy's
-    assert Trainer(TASK, MODEL, RLConfig(tasks_per_step=4, group_size=8, eval_count=8), PC).init_state(p0).ref_params \
+    assert Trainer(TASK, MODEL, RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8)), PC).init_state(p0).ref_params \
         is None
     batch = _batch(0, width=tr.width)
     with pytest.raises(ValueError, match=r"kl_coef=0.1 needs the reference policy: pass ref_params=state.ref_params"):
@@ -140,7 +141,7 @@ def test_init_state_copies_the_reference_and_the_update_refuses_to_run_without_i
 
 
 def test_checkpoint_tree_leaves_out_a_missing_reference():
-    tr = Trainer(TASK, MODEL, RLConfig(tasks_per_step=4, group_size=8, eval_count=8), PC)
+    tr = Trainer(TASK, MODEL, RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8)), PC)
     state = jax.eval_shape(lambda k: tr.init_state(init_params(MODEL, k)), jax.random.PRNGKey(0))
     assert tuple(checkpoint_tree(state)) == FIELDS
     assert TrainState(**checkpoint_tree(state)) == state
@@ -153,7 +154,7 @@ def test_checkpoint_tree_leaves_out_a_missing_reference():
 def test_a_five_field_checkpoint_restores_and_a_default_checkpoint_keeps_five_fields(tmp_path, kl_coef):
     import orbax.checkpoint as ocp
 
-    rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=8, kl_coef=kl_coef)
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8), loss=LossConfig(kl_coef=kl_coef))
     tr = Trainer(TASK, MODEL, rl, PC)
     start = init_params(MODEL, jax.random.PRNGKey(0))
     saved = tr.init_state(jax.tree.map(lambda x: x + 1.0, start))._replace(step=jnp.asarray(3, jnp.int32))

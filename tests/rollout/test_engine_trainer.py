@@ -10,6 +10,7 @@ import pytest
 
 from prs.core import prefix as ps
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import LossConfig, RolloutConfig
 from prs.rollout import JaxEngine
 from tests._arith_tiny import MODEL, RL, TASK, warm_params
 
@@ -38,16 +39,16 @@ class _ShiftedEngine(JaxEngine):
 
 
 def test_rl_config_engine_field():
-    assert RLConfig().rollout_engine == "jax" and RLConfig().rollout_correction is None
-    assert RLConfig(rollout_engine="vllm").rollout_correction == "token_truncate"  # TIS by default
-    assert RLConfig(rollout_engine="vllm", rollout_correction="token_mask").rollout_correction == "token_mask"
-    with pytest.raises(ValueError, match=r"rollout_engine='sglang' \(rollout.engine\); choose from \('jax', 'vllm'\)"):
-        RLConfig(rollout_engine="sglang")
+    assert RLConfig().rollout.engine == "jax" and RLConfig().loss.rollout_correction is None
+    assert RLConfig(rollout=RolloutConfig(engine="vllm")).loss.rollout_correction == "token_truncate"  # TIS by default
+    assert RLConfig(rollout=RolloutConfig(engine="vllm"), loss=LossConfig(rollout_correction="token_mask")).loss.rollout_correction == "token_mask"
+    with pytest.raises(ValueError, match=r"RolloutConfig.engine='sglang' \(rollout.engine\); choose from \('jax', 'vllm'\)"):
+        RLConfig(rollout=RolloutConfig(engine="sglang"))
 
 
 def test_another_engine_gets_the_trainers_old_logp_and_logs_the_gap():
     pc = ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5)
-    rl = dataclasses.replace(RL, rollout_correction="token_truncate")
+    rl = dataclasses.replace(RL, loss=dataclasses.replace(RL.loss, rollout_correction="token_truncate"))
     tr = Trainer(TASK, MODEL, rl, pc, seed=3)
     state = tr.init_state(warm_params())
     ref = Trainer(TASK, MODEL, rl, pc, seed=3)  # the jax engine, same seed: same tokens
@@ -78,29 +79,29 @@ def test_another_engine_gets_the_trainers_old_logp_and_logs_the_gap():
 
 def test_vllm_engine_refuses_continuous_slots_and_a_mesh():
     pc = ps.PrefixConfig(mode="baseline", n=8)
-    rl = dataclasses.replace(RL, rollout_engine="vllm", continuous_slots=4)
+    rl = dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, engine="vllm", continuous_slots=4))
     with pytest.raises(ValueError, match=r"\(rollout.engine\).*mesh and continuous_slots must be None"):
         Trainer(TASK, MODEL, rl, pc, seed=0)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
     with pytest.raises(ValueError, match=r"\(rollout.engine\).*use rollout.engine=jax on a mesh"):
-        Trainer(TASK, MODEL, dataclasses.replace(RL, rollout_engine="vllm"), pc, seed=0, mesh=mesh)
+        Trainer(TASK, MODEL, dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, engine="vllm")), pc, seed=0, mesh=mesh)
 
 
 def test_vllm_options_are_config_keys_checked_and_reach_the_engine(monkeypatch):
     """``rollout.gpu_memory_utilization`` / ``rollout.tensor_parallel_size`` reach ``vllm.LLM``'s keywords
     through the engine factory (a stand-in ``make_engine`` records them; no vLLM needed); out of range,
     or set with the jax engine (which would ignore them), they are one-line errors."""
-    rl = RLConfig(rollout_engine="vllm", rollout_memory_utilization=0.4, rollout_tensor_parallel=2)
-    assert dict(rl.engine_options) == {"gpu_memory_utilization": 0.4, "tensor_parallel_size": 2}
-    assert RLConfig(rollout_engine="vllm").engine_options == ()  # vLLM's own defaults
-    for kw, word in [(dict(rollout_engine="vllm", rollout_memory_utilization=1.5), r"rollout.gpu_memory_utilization"),
-                     (dict(rollout_engine="vllm", rollout_memory_utilization=0), r"\(0, 1\]"),
-                     (dict(rollout_engine="vllm", rollout_tensor_parallel=0), r"rollout.tensor_parallel_size"),
-                     (dict(rollout_engine="vllm", rollout_tensor_parallel=True), r"int >= 1"),
-                     (dict(rollout_memory_utilization=0.5), r"need rollout.engine=vllm"),
-                     (dict(rollout_tensor_parallel=2), r"need rollout.engine=vllm")]:
+    rl = RLConfig(rollout=RolloutConfig(engine="vllm", gpu_memory_utilization=0.4, tensor_parallel_size=2))
+    assert dict(rl.rollout.engine_options) == {"gpu_memory_utilization": 0.4, "tensor_parallel_size": 2}
+    assert RLConfig(rollout=RolloutConfig(engine="vllm")).rollout.engine_options == ()  # vLLM's own defaults
+    for kw, word in [(lambda: dict(rollout=RolloutConfig(engine="vllm", gpu_memory_utilization=1.5)), r"rollout.gpu_memory_utilization"),
+                     (lambda: dict(rollout=RolloutConfig(engine="vllm", gpu_memory_utilization=0)), r"\(0, 1\]"),
+                     (lambda: dict(rollout=RolloutConfig(engine="vllm", tensor_parallel_size=0)), r"rollout.tensor_parallel_size"),
+                     (lambda: dict(rollout=RolloutConfig(engine="vllm", tensor_parallel_size=True)), r"int >= 1"),
+                     (lambda: dict(rollout=RolloutConfig(gpu_memory_utilization=0.5)), r"need rollout.engine=vllm"),
+                     (lambda: dict(rollout=RolloutConfig(tensor_parallel_size=2)), r"need rollout.engine=vllm")]:
         with pytest.raises(ValueError, match=word):
-            RLConfig(**kw)
+            RLConfig(**kw())
     from prs.rl import episodes
 
     seen = {}
@@ -111,7 +112,8 @@ def test_vllm_options_are_config_keys_checked_and_reach_the_engine(monkeypatch):
 
     monkeypatch.setattr(episodes, "make_engine", fake_make_engine)
     pc = ps.PrefixConfig(mode="baseline", n=8)
-    rl = dataclasses.replace(RL, rollout_engine="vllm", rollout_memory_utilization=0.4, rollout_tensor_parallel=2)
+    rl = dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, engine="vllm", gpu_memory_utilization=0.4,
+                                                          tensor_parallel_size=2))
     tr = Trainer(TASK, MODEL, rl, pc, seed=0)
     state = tr.init_state(warm_params())
     problems = TASK.train_problems(seed=0, step=0, count=2)

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 
 from prs.core import prefix as ps  # noqa: E402
 from prs.models.qwen3 import ModelConfig, init_params  # noqa: E402
-from prs.rl.episodes import Episodes, SamplingSettings  # noqa: E402
+from prs.rl.config import EvalConfig, ScheduleConfig  # noqa: E402
+from prs.rl.episodes import Episodes, RolloutConfig, SamplingSettings  # noqa: E402
 from prs.rl.trainer import RLConfig, Trainer  # noqa: E402
 from prs.tasks import repair as R  # noqa: E402
 from prs.tasks.agent_rollouts import action_spans  # noqa: E402
@@ -111,9 +112,10 @@ def test_vllm_greedy_agent_episodes_equal_the_jax_engines(greedy, kind):
 def test_a_repair_run_replaying_stored_actions_through_execution_completes_on_vllm(greedy):
     """Next-visit schedule with demonstrations stored as the pool's successes: every task steered,
     its N continuations start after replayed actions (executed again), sampled by vLLM."""
-    rl = RLConfig(tasks_per_step=3, group_size=4, eval_count=4, eval_samples=1, schedule="next_visit", pool_size=6,
-                  cut_spread=True, rollout_engine="vllm")
-    assert rl.rollout_correction == "token_truncate"
+    rl = RLConfig(tasks_per_step=3, group_size=4, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(kind="next_visit", pool_size=6, cut_spread=True),
+                  rollout=RolloutConfig(engine="vllm"))
+    assert rl.loss.rollout_correction == "token_truncate"
     tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=4, hard_max=1, easy_min=3), seed=0)
     tr.rollouts.engine = greedy["vllm"]["rollouts"].engine  # the module's engine (one vLLM per module)
     state = tr.init_state(greedy["params"])

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 from prs.core import prefix as ps  # noqa: E402
 from prs.models.qwen3 import ModelConfig  # noqa: E402
 from prs.rl.trainer import RLConfig, Trainer, supervised_warm_start  # noqa: E402
+from prs.rl.config import EvalConfig, RolloutConfig
 from prs.tasks.registry import make_task  # noqa: E402
 
 TASK = make_task("arith", min_terms=2, max_terms=4)
@@ -21,8 +22,8 @@ MODEL = ModelConfig.preset("tiny", vocab_size=TASK.vocab_size, d_model=64, n_lay
 
 
 def test_two_vllm_steps():
-    rl = RLConfig(tasks_per_step=4, group_size=8, eval_count=16, eval_samples=1, rollout_engine="vllm")
-    assert rl.rollout_correction == "token_truncate"
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1), rollout=RolloutConfig(engine="vllm"))
+    assert rl.loss.rollout_correction == "token_truncate"
     tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_fix", n=8, hard_max=3, easy_min=5), seed=3)
     state = tr.init_state(supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None))
     try:

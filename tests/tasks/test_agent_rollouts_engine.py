@@ -21,6 +21,7 @@ from prs.models import sampler as S
 from prs.models.qwen3 import ModelConfig, init_params
 from prs.rl import episodes as episodes_mod
 from prs.rl.episodes import Episodes, SamplingSettings
+from prs.rl.config import EvalConfig, LossConfig
 from prs.rl.trainer import RLConfig, Trainer
 from prs.rollout import JaxEngine
 from prs.tasks import repair as R
@@ -214,9 +215,9 @@ def test_another_engine_gives_agent_episodes_the_trainers_logprobs_and_trains(mo
     assert got["rollout/sync_s"] == 0.5 and other.pop_metrics() == {} and ref.pop_metrics() == {}
 
     # the trainer no longer refuses another engine for a task with its own rollouts: TIS on, a step runs
-    rl = RLConfig(tasks_per_step=3, group_size=4, eval_count=4, eval_samples=2, rollout_engine="vllm",
-                  drop_no_contrast=False)
-    assert rl.rollout_correction == "token_truncate"
+    rl = RLConfig(tasks_per_step=3, group_size=4, eval=EvalConfig(count=4, samples=2),
+                  rollout=SamplingSettings(engine="vllm"), loss=LossConfig(drop_no_contrast=False))
+    assert rl.loss.rollout_correction == "token_truncate"
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_ada", n=4), seed=0)
     state, metrics = tr.step(tr.init_state(params))
     assert tr.rollouts.engine.name == "shifted" and np.isfinite(metrics["loss/loss"])
@@ -226,7 +227,7 @@ def test_another_engine_gives_agent_episodes_the_trainers_logprobs_and_trains(mo
 def test_agent_refusals_name_the_setting():
     model = _model(REPAIR)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
-    with pytest.raises(ValueError, match=r"rollout_engine='vllm' \(rollout.engine\) runs on one process without a "
+    with pytest.raises(ValueError, match=r"RolloutConfig.engine='vllm' \(rollout.engine\) runs on one process without a "
                                          r"mesh.*use rollout.engine=jax on a mesh"):
         REPAIR.make_rollouts(model_cfg=model, sampling=SamplingSettings(engine="vllm"), mesh=mesh)
     regen = RepairTask(dataclasses.replace(REPAIR.cfg, replay="regenerate"))

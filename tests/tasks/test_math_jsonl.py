@@ -158,8 +158,8 @@ def test_accelerator_experiments_compose(size, tmp_path):
                                                         f"model.checkpoint={tmp_path}/absent",
                                                         f"sft.base_dir={tmp_path}/base"])
     cfg = validate(dcfg)
-    assert cfg.method.mode == "baseline" and cfg.algo.group_size == 8 and cfg.algo.estimator == "rloo"
-    assert (cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.kl_coef) == (0.2, 0.28, 0.0)
+    assert cfg.method.mode == "baseline" and cfg.algo.group_size == 8 and cfg.loss.estimator == "rloo"
+    assert (cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.kl_coef) == (0.2, 0.28, 0.0)
     assert cfg.task.params["enable_thinking"] is False and cfg.sft.steps == 0
     assert cfg.task.params["tokenizer"] == f"{tmp_path}/absent" and cfg.model.preset == f"qwen3_{size}"
     with pytest.raises(ValueError, match="tokenizer.json does not exist"):

@@ -258,11 +258,12 @@ def test_oracle_rollouts_replace_low_k_groups_with_correct_prefix_rerolls():
     from prs.core import prefix as ps
     from prs.models.qwen3 import ModelConfig, init_params
     from prs.rl.trainer import RLConfig, Trainer
+    from prs.rl.config import EvalConfig
 
     task = make_task("arith_deep", easy_steps=2, oracle_max_k=0)
     model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
                                head_dim=8, d_ff=32)
-    rl = RLConfig(tasks_per_step=2, group_size=4, eval_count=4, eval_samples=1)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=4, samples=1))
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="baseline", n=4), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
     c = tr.collect(state)

@@ -19,6 +19,7 @@ from prs.tasks.registry import make_task
 from prs.tasks.repair_task import RepairTask
 from prs.rl.episodes import Episodes
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import EvalConfig, LossConfig
 
 CFG = R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2)  # few turns: few compiles
 CFG8 = R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=8, report_max=2)
@@ -208,7 +209,7 @@ def test_demonstrations_are_imperfect_and_harder_with_more_bugs():
 
 def _trainer(mode="replay", *, drop=True, params_seed=0, n=4, b=3):
     task = RepairTask(R.RepairConfig(**{**CFG.__dict__, "replay": mode}))
-    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=4, eval_samples=2, drop_no_contrast=drop)
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=4, samples=2), loss=LossConfig(drop_no_contrast=drop))
     tr = Trainer(task, MODEL, rl, ps.PrefixConfig(mode="ps_ada", n=n), seed=0)
     return task, tr, init_params(MODEL, jax.random.PRNGKey(params_seed))
 

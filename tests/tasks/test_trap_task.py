@@ -15,6 +15,7 @@ from prs.models.qwen3 import ModelConfig, init_params
 from prs.rewards import binary_test_reward, fraction_test_reward
 from prs.rl.episodes import Episodes
 from prs.rl.trainer import RLConfig, Trainer
+from prs.rl.config import EvalConfig, ScheduleConfig
 from prs.tasks import trap as T
 from prs.tasks.agent_rollouts import action_spans
 from prs.tasks.registry import make_task
@@ -244,7 +245,7 @@ def _demo_source(task, probs, seed=1):
 def _trainer(task, n=4, b=2, mode="ps_ada"):
     # evaluation with the training batch's rows (b problems x n samples): the same sampler compiles
     model = ModelConfig.preset("tiny", vocab_size=task.vocab_size)
-    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=b, eval_samples=n)
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=b, samples=n))
     return Trainer(task, model, rl, ps.PrefixConfig(mode=mode, n=n), seed=0), model
 
 
@@ -385,7 +386,7 @@ def test_next_visit_logs_the_strategy_metrics_of_its_fresh_rollouts():
     task = make_task("trap", max_turns=2)
     model = ModelConfig.preset("tiny", vocab_size=task.vocab_size)
     n, b, M = 4, 2, 2
-    rl = RLConfig(tasks_per_step=b, group_size=n, eval_count=b, eval_samples=n, schedule="next_visit", pool_size=M)
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=b, samples=n), schedule=ScheduleConfig(kind="next_visit", pool_size=M))
     tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_fix", n=n, hard_max=1, easy_min=3), seed=0)
     state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
     tok, mask = task.demonstrations(tr.schedule.pool, seed=1)             # stored successes to steer from

@@ -182,7 +182,7 @@ def test_variants_and_arms_come_from_the_configs(tmp_path):
         write_run(tmp_path, f"a-ps_ada-nvx-s{s}", method="ps_ada", seed=s, schedule="next_visit", tau=10,
                   extra={"cut_spread": True})
         write_run(tmp_path, f"late-baseline-s{s}", method="baseline", seed=s, params={"max_terms": 9, "hard": "late"})
-        # the regime presets tag runs with their schedule (tag: -late-${method.schedule}): one variant
+        # the regime presets tag runs with their schedule (tag: -late-${schedule.kind}): one variant
         for m, sch in (("baseline", "same_step"), ("ps_ada", "next_visit")):
             write_run(tmp_path, f"arith-{m}-late-{sch}-s{s}", method=m, seed=s, schedule=sch, tag=f"-late-{sch}",
                       params={"max_terms": 9, "hard": "late"})
