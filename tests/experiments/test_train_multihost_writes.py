@@ -74,6 +74,6 @@ def test_process_1_still_refuses_a_directory_of_another_configuration(tmp_path, 
     d = tmp_path / "other"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(dataclasses.asdict(validate(_dcfg(tmp_path, "loss.clip_high=0.5")))))
-    with pytest.raises(RunDirError, match=r"algo\.clip_high"):
+    with pytest.raises(RunDirError, match=r"loss\.clip_high"):
         T.train(_dcfg(tmp_path), d)
     assert process_1 == []  # refused before the multi-host start-up
