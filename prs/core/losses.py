@@ -64,7 +64,7 @@ def _pick_last(z: jax.Array, tokens: jax.Array) -> jax.Array:
     ``ShardingTypeError``): it runs in an ``auto_axes`` region (the compiler partitions the
     gather as under ``AxisType.Auto``) and comes back split like ``z``'s leading axes, ``V`` dropped
     (``prs.parallel.explicit.like_rows``; this room cannot import it). No explicit mesh: the plain
-    gather, the same program as before.
+    gather.
     """
     am = jax.sharding.get_abstract_mesh()
     if am.empty or not am.explicit_axes:

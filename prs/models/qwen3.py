@@ -475,8 +475,8 @@ def _attention_hm_bwd(res, d_out):
     d_s = d_s.astype(qh.dtype)
     d_q = jax.lax.dot_general(d_s, kh, _NN, preferred_element_type=f32)  # [R, Kv, M, H]
     d_kt = jax.lax.dot_general(qh, d_s, _TN, preferred_element_type=f32)  # [R, Kv, H, S]
-    tr = lambda x, like: x.swapaxes(2, 3).astype(like.dtype)  # noqa: E731
-    return d_q.astype(qh.dtype), tr(d_kt, kh), tr(d_vt, vh), None
+    untranspose = lambda x, like: x.swapaxes(2, 3).astype(like.dtype)  # noqa: E731  [R, Kv, H, S] -> [R, Kv, S, H]
+    return d_q.astype(qh.dtype), untranspose(d_kt, kh), untranspose(d_vt, vh), None
 
 
 _attention_hm.defvjp(_attention_hm_fwd, _attention_hm_bwd)

@@ -258,7 +258,7 @@ RENAMED = {"rollout_engine": ("rollout", "engine"), "rollout_memory_utilization"
 
 
 def nested_key(flat: str) -> str | None:
-    """Where a field of the flat ``RLConfig`` lives now (``"lr"`` -> ``"optim.lr"``), else None."""
+    """The nested key of a flat ``RLConfig`` keyword (``"lr"`` -> ``"optim.lr"``), else None."""
     if flat in RENAMED:
         return ".".join(RENAMED[flat])
     return f"{FLAT[flat]}.{flat}" if flat in FLAT else None

@@ -98,8 +98,8 @@ def numerics_key(fingerprint: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def fingerprint_mismatch(recorded: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
     """Why a run recorded on ``recorded`` cannot be expected to re-run bit-exactly here: one line per
-    differing numerics field (empty: the machines match). A record without a fingerprint (made before
-    it was recorded) cannot be matched."""
+    differing numerics field (empty: the machines match). A record without a fingerprint cannot be
+    matched."""
     if not recorded:
         return ["the record has no machine fingerprint (made before fingerprints were recorded)"]
     a, b = numerics_key(recorded), numerics_key(now)

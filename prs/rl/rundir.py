@@ -102,7 +102,7 @@ def check_config(out: pathlib.Path, config: dict | None, *, defaults: dict | Non
                  write: bool = True, upgrade=None) -> None:
     """Raises ``RunDirError`` naming the differing keys if ``out`` holds a run of another configuration
     (``config_diff``: a key the record lacks compares as its value in ``defaults``; ``upgrade``: a
-    function mapping a record of an earlier config layout to today's, applied first); otherwise
+    function mapping a record of another config layout to the current one, applied first); otherwise
     records ``config`` in ``out/config.json`` (the first time; ``write=False``: only the check, e.g.
     on every process of a multi-host job before one of them writes)."""
     if config is None:

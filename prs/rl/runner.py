@@ -124,7 +124,7 @@ class Interrupted(KeyboardInterrupt):
 class _StopFlag:
     """Set by the first SIGINT while the RL loop runs, checked between steps (``run``); that SIGINT
     raises nothing, so no step, checkpoint write or ``__del__`` / gc callback (where jax's
-    ``_xla_gc_callback`` used to swallow it) is cut in the middle. Python's default handler comes
+    ``_xla_gc_callback`` would swallow a ``KeyboardInterrupt``) is cut in the middle. Python's default handler comes
     back with it: a second Ctrl-C interrupts at once. Installed only over the default handler, in
     the main thread of a single process (several processes would have to agree on the step to stop
     at: they keep the default handler)."""
@@ -151,7 +151,7 @@ class Progress:
 
     The rate (and ETA) counts the steps this process finished after its first one, over the time
     since that first one: the first step carries compilation (and a resumed run's restore and
-    evaluation), which made ``eta 25339s`` at 151/200 right after a resume. Until a second step
+    evaluation), which would inflate the ETA many times over right after a resume. Until a second step
     finishes the ETA reads ``--``. ``text`` may be a callable, called only when a line is written
     (e.g. a device value: no host sync on the steps that print nothing)."""
 
@@ -213,7 +213,7 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     if run.sft_steps == 0:
         return sharded_params(lambda: init_params(model_cfg, jax.random.PRNGKey(run.sft_seed)), shardings)
     # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
-    restarts = () if run.sft_until_loss is None else (run.sft_until_loss, run.sft_max_cycles)  # old keys unchanged
+    restarts = () if run.sft_until_loss is None else (run.sft_until_loss, run.sft_max_cycles)  # defaults add nothing to the key
     restarts += () if run.sft_attempts == 1 else (("attempts", run.sft_attempts),)
     key = _hash((getattr(task, "warm_start_key", task), model_cfg, run.sft_steps, run.sft_batch, run.sft_lr, run.sft_seed,
                  *restarts))
@@ -460,8 +460,8 @@ def _restore(mngr, step: int, fresh: TrainState, mesh, *, log=print) -> TrainSta
     """The state checkpointed at ``step``, restored into the layout of ``fresh`` (``Trainer.init_state``
     of the run's starting parameters) through ``checkpoint_tree``: step, parameters, optimiser
     state, controller, task memory and, with ``kl_coef > 0``, the KL reference. A checkpoint that
-    holds no reference although the run has one (written by a prs whose state lacked it) keeps
-    ``fresh``'s, i.e. the starting parameters, and the log says so."""
+    holds no reference although the run has one keeps ``fresh``'s, i.e. the starting parameters,
+    and the log says so."""
     import orbax.checkpoint as ocp
 
     like = checkpoint_tree(fresh)

@@ -468,18 +468,18 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     line at the end; None: ``log`` gets a line every ``log_every`` steps.
 
     Warm restarts (SGDR, Loshchilov & Hutter 2017): the arith warm start sits on a loss plateau
-    (~0.9) until it learns the running sum, and leaves it anywhere from step ~450 to past 1,000
-    depending on seed and on the machine's rounding; a cosine schedule that has decayed by then
+    until it learns the running sum, and the step it leaves it at depends on the seed and on the
+    machine's rounding (``results/regime/README.md``); a cosine schedule that has decayed by then
     keeps it there. With ``until_loss``, a cycle of ``steps`` whose last ``min(50, steps)`` losses
     average above it is followed by another cycle (the same warm-up and cosine schedule, fresh
     optimizer moments, the next problems of the stream), at most ``max_cycles`` per attempt.
 
-    Random restarts: some initialisations leave the first plateau for a second one (~0.75) that
+    Random restarts: some initialisations leave the first plateau for a second, lower one that
     further cycles, or a constant learning rate, do not leave. With ``attempts > 1``, an attempt
     whose last cycle still ends above ``until_loss`` is followed by a fresh initialisation
     (``fold_in(PRNGKey(seed), attempt)``; the data stream goes on); the first attempt that reaches
     the target is returned, else the attempt with the lowest final loss (logged).
-    ``until_loss=None`` (default) is one cycle of one attempt, exactly as before.
+    ``until_loss=None`` (default) is one cycle of one attempt.
     """
     if not (isinstance(max_cycles, int) and max_cycles >= 1):
         raise ValueError(f"supervised_warm_start: max_cycles must be an int >= 1, got {max_cycles!r}")

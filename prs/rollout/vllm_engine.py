@@ -24,7 +24,7 @@
     (``engine.row_seeds``: one seed shared by all requests would make every row's draws equal).
     On CPU, chunked prefill is off: vLLM 0.32 rewinds a seeded request's generator after a partial
     prefill, which the CPU generator refuses ("CPU Generator does not use offset"), so a batch
-    whose prompts exceed ``max_num_batched_tokens`` crashed; unchunked, such prompts wait a step.
+    whose prompts exceed ``max_num_batched_tokens`` would crash; unchunked, such prompts wait a step.
     vLLM's log-probs are those of the raw policy (``logprobs_mode="raw_logprobs"``: temperature 1,
     no truncation), so this engine samples only the raw policy (``temperature=1``, ``top_k=0``,
     ``top_p=1``: then q = p and ``sampling_logprobs = logprobs``) or greedily

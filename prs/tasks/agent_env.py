@@ -9,7 +9,7 @@ observations, reward and scripted demonstrator; this module holds what they shar
   ``max_turns``, ``reward``, ``replay``, the demonstrator's rates; P, L from ``max_obs_tokens``);
 * ``AgentEnv``: one environment as an object: its vocabulary, ids, problem generator, prompts,
   executor, verifier and demonstrator, with the demonstrations built from them
-  (``render``, ``demonstrations``). ``prs.tasks.agent_rollouts.AgentRollouts`` (its ``lib``) and
+  (``render``, ``demonstrations``). ``prs.tasks.agent_rollouts.AgentRollouts`` (its ``environment``) and
   the tasks (``prs.tasks.repair_task``) call an environment only through it;
 * ``codec``, ``take``, ``run_actions``, ``pack_episodes``: the helpers behind them.
 """
@@ -146,10 +146,6 @@ class AgentEnv:
     encode: Callable[[str], list[int]]
     decode: Callable[..., str]
     MAX_ACTION_TOKENS: int = MAX_ACTION_TOKENS
-
-    @property
-    def __name__(self) -> str:  # AgentRollouts names its environment (``lib``) by it, as it would a module
-        return self.name
 
     def render(self, problems, index: int, actions: list, cfg):
         """Runs ``actions`` (strings or id lists) from problem ``index``'s initial state -> (ids, action

@@ -11,7 +11,7 @@ One rollout-engine call per turn (``prs.rollout.engine.RolloutEngine``, the run'
 observations of the rows still running; the engine carries its own state between the turns of a
 call (``keep_state``: the jax engine its KV cache, so a resume runs the model over the new
 observation tokens only; vLLM none, its prefix cache holds the earlier turns). The host executes
-every action (``prs.tasks.repair.execute``) between calls. Budgets: ``A``
+every action (the environment's ``execute``) between calls. Budgets: ``A``
 tokens per action (a longer turn is cut by the sampler and answered with an error observation),
 ``max_turns`` policy turns per episode, and the fixed episode width ``L`` (``RepairConfig.episode_width``).
 
@@ -59,7 +59,8 @@ import numpy as np
 from prs.models import qwen3 as model_lib
 from prs.models.sampler import Rollout, SamplerConfig
 from prs.rollout.engine import EngineState, RolloutEngine
-from prs.tasks import repair as env_lib
+from prs.tasks import repair
+from prs.tasks.agent_env import AgentEnv
 from prs.tasks.repair import EOS, EOT, MAX_ACTION_TOKENS, PAD, EnvState, Problems, RepairConfig
 from prs.rl.episodes import EngineClient, Episodes, SamplingSettings, make_rollout_engine
 
@@ -123,16 +124,17 @@ class AgentRollouts(EngineClient):
     """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
 
     Args:
-      env: the task's ``RepairConfig`` (or the config of ``lib``).  mode: ``"replay"`` or ``"regenerate"``
-        (see module docstring).
+      env: the task's ``RepairConfig`` (or the config of ``environment``).  mode: ``"replay"`` or
+        ``"regenerate"`` (see module docstring).
       model_cfg: the policy's ``ModelConfig``.  sampling: the run's ``prs.rl.episodes.SamplingSettings``
         (temperature, top-k/p, evaluation temperature, ``row_parts``, the engine, its dtype and
         options; its token budget does not apply, ``continuous_slots`` must be None).
         mesh: the jax engine's mesh (None: one device; another engine refuses a mesh).
-      lib: the environment module: ``prompts``, ``reset``, ``execute(state, action, env)``,
-        ``verify(problems, index, state, reward=)`` and repair's PAD / EOS / ``;`` ids
-        (``prs.tasks.repair``, the default, or ``prs.tasks.trap``); ``env`` needs ``prompt_width``,
-        ``max_obs_tokens``, ``episode_width`` and ``reward``.
+      environment: the ``prs.tasks.agent_env.AgentEnv`` the rollouts call: ``prompts``, ``reset``,
+        ``execute(state, action, env)``, ``verify(problems, index, state, reward=)`` and repair's PAD /
+        EOS / ``;`` ids (``prs.tasks.repair.ENVIRONMENT``, the default, or ``prs.tasks.trap.ENVIRONMENT``);
+        ``env`` needs ``prompt_width``, ``max_obs_tokens``, ``episode_width`` and ``reward``. ``lib=``
+        is a TypeError naming ``environment``.
       logits_chunk: the LM head's time chunk of the trainer's log-probs (another engine than jax).
 
     Every engine call generates at most ``A = MAX_ACTION_TOKENS`` tokens (one action), so
@@ -152,11 +154,17 @@ class AgentRollouts(EngineClient):
     token_budget = None  # no per-call token budget: each turn gets A tokens, an episode max_turns turns
 
     def __init__(self, *, env: RepairConfig, model_cfg, sampling: SamplingSettings, mesh=None,
-                 mode: str = "replay", lib=env_lib, logits_chunk: int = 512):
+                 mode: str = "replay", environment: AgentEnv = repair.ENVIRONMENT, logits_chunk: int = 512,
+                 **renamed):
+        if renamed:
+            key = next(iter(renamed))
+            hint = "; pass the environment as environment= (an AgentEnv: repair.ENVIRONMENT, trap.ENVIRONMENT)" if key == "lib" else ""
+            raise TypeError(f"AgentRollouts() got an unexpected keyword argument {key!r}{hint}")
         if mode not in ("replay", "regenerate"):
             raise ValueError(f"AgentRollouts: mode={mode!r}; choose 'replay' or 'regenerate'")
-        if (lib.PAD, lib.EOS, lib.EOT, lib.MAX_ACTION_TOKENS) != (PAD, EOS, EOT, MAX_ACTION_TOKENS):
-            raise ValueError(f"AgentRollouts: environment {lib.__name__} must share repair's PAD/EOS/';' ids and "
+        if (environment.PAD, environment.EOS, environment.EOT, environment.MAX_ACTION_TOKENS) != (
+                PAD, EOS, EOT, MAX_ACTION_TOKENS):
+            raise ValueError(f"AgentRollouts: environment {environment.name} must share repair's PAD/EOS/';' ids and "
                              f"action width")
         if mode == "regenerate" and jax.process_count() > 1:
             raise ValueError(f"AgentRollouts: mode='regenerate' runs unsharded, on one process only; "
@@ -168,7 +176,7 @@ class AgentRollouts(EngineClient):
             raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots)={sampling.continuous_slots}: "
                              "multi-turn agent rollouts carry each row's KV cache between turns, which continuous "
                              "batching does not keep; use None")
-        self.mesh, self.env, self.mode, self.lib = mesh, env, mode, lib
+        self.mesh, self.env, self.mode, self.environment = mesh, env, mode, environment
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
         self.width = env.episode_width                                          # L
         self.scfg = SamplerConfig(max_new_tokens=self.A, temperature=sampling.temperature,
@@ -203,7 +211,7 @@ class AgentRollouts(EngineClient):
             t0 = time.perf_counter()
             for r in np.flatnonzero(live):
                 self.costs["tokens_generated"] += int(lens[r] - start[r])
-                states[r], o = self.lib.execute(states[r], toks[r, start[r]:lens[r]], self.env)
+                states[r], o = self.environment.execute(states[r], toks[r, start[r]:lens[r]], self.env)
                 obs[r, : len(o)] = o
                 olen[r] = len(o)
             self.costs["env_steps"] += int(live.sum())
@@ -225,7 +233,7 @@ class AgentRollouts(EngineClient):
         L = self.width
         if int(np.max(np.asarray(ro.lengths))) > L:
             raise ValueError(f"internal: an episode is longer than the width {L}")
-        rewards = np.array([self.lib.verify(problems, r // group_size, s, reward=self.env.reward)
+        rewards = np.array([self.environment.verify(problems, r // group_size, s, reward=self.env.reward)
                             for r, s in enumerate(states)], np.float32)
         turns = np.array([s.turns for s in states], np.int32)
         ep = Episodes(tokens=_fit(ro.tokens, L, PAD), positions=_fit(ro.positions, L, 0),
@@ -245,10 +253,10 @@ class AgentRollouts(EngineClient):
                 return_states: bool = False):
         """``group_size`` episodes per problem (rows problem-major) -> ``Episodes`` [R, L]."""
         scfg = self.eval_scfg if evaluation else self.scfg
-        prompt, plen = self.lib.prompts(problems)
+        prompt, plen = self.environment.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         R = rows.shape[0]
-        states = [self.lib.reset(problems, r // group_size) for r in range(R)]
+        states = [self.environment.reset(problems, r // group_size) for r in range(R)]
         k0, k1 = jax.random.split(key)
         with self.engine_for(params) as engine:
             t1 = time.perf_counter()
@@ -271,7 +279,7 @@ class AgentRollouts(EngineClient):
         G = cut.shape[0]
         if src.shape[0] != G or cut.ndim != 1:
             raise ValueError(f"reroll: source has {src.shape[0]} rows, cut has shape {cut.shape}; need [G] and G rows")
-        prompt, plen = self.lib.prompts(problems)
+        prompt, plen = self.environment.prompts(problems)
         actions = []
         for g in range(G):
             spans = action_spans(pm[g])
@@ -282,10 +290,10 @@ class AgentRollouts(EngineClient):
         t0 = time.perf_counter()
         for r in range(G * group_size):
             g = r // group_size
-            state = self.lib.reset(problems, g)
+            state = self.environment.reset(problems, g)
             ctx, obs_all = prompt[g, : plen[g]].tolist(), []
             for a in actions[g]:
-                state, o = self.lib.execute(state, a, self.env)
+                state, o = self.environment.execute(state, a, self.env)
                 ctx += a + o
                 obs_all.append(o)
             if state.done:
@@ -346,12 +354,12 @@ class AgentRollouts(EngineClient):
         the jax engine's state for its ``append_and_resume``."""
         cfg = self.model_cfg
         R = len(rb["states"])
-        prompt, plen = self.lib.prompts(problems)
+        prompt, plen = self.environment.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         cache = _prefill_cache(params, jnp.asarray(rows), jnp.asarray(rlen), cfg=cfg, max_len=W)
         pos = rlen.astype(np.int32).copy()                                       # [R] next slot
         n_turns = max(len(a) for a in rb["actions"])
-        states = [self.lib.reset(problems, r // group_size) for r in range(R)]
+        states = [self.environment.reset(problems, r // group_size) for r in range(R)]
         for j in range(n_turns):
             act = np.full((R, self.A), PAD, np.int32)
             alen = np.zeros((R,), np.int32)
@@ -366,7 +374,7 @@ class AgentRollouts(EngineClient):
             jax.block_until_ready(cache)
             t0 = time.perf_counter()
             for r in np.flatnonzero(alen):  # the environment steps, interleaved with the model
-                states[r], o = self.lib.execute(states[r], act[r, : alen[r]], self.env)
+                states[r], o = self.environment.execute(states[r], act[r, : alen[r]], self.env)
                 if j < len(rb["actions"][r]) - 1:
                     obs[r, : len(o)] = o
                     ol[r] = len(o)

@@ -54,7 +54,7 @@ from prs.tasks.vocab import HARD_VOCAB, TIMES, VOCAB, Vocab
 
 _SPLITS = {"train": 0, "eval": 1, "all": 2}
 HARD_OPS = ("none", "late", "early", "uniform")
-# fields added after the plain task -> their defaults (shown by __repr__ only when set)
+# fields beyond the plain task's -> their defaults (shown by __repr__ only when set)
 _HARD_FIELDS = {"hard_op": "none", "demo_hard_error_rate": None, "warm_start_min_terms": None,
                 "hard_multipliers": None}
 MAX_TERMS = 16  # the longest chain (15 steps); the held-out hash packs (m + 1)^n < 2^64
@@ -106,8 +106,8 @@ class ArithConfig:
 
     def __repr__(self) -> str:
         # The fields of the plain task always; the hard-operation fields only when they are set, so
-        # a plain config keeps the repr (and so the warm-start cache key, prs.rl.runner) it had
-        # before they existed.
+        # a plain config's repr (and so its warm-start cache key, prs.rl.runner) names the plain
+        # task's fields only.
         items = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
         items = [(k, v) for k, v in items if k not in _HARD_FIELDS or v != _HARD_FIELDS[k]]
         return f"ArithConfig({', '.join(f'{k}={v!r}' for k, v in items)})"
@@ -215,7 +215,8 @@ class Demonstrations(NamedTuple):
 def _heldout(terms: np.ndarray, n_terms: np.ndarray, modulus: int, eval_every: int,
              hard_step: np.ndarray | None = None) -> np.ndarray:
     """[B] bool: the prompt belongs to the held-out split (a fixed hash of ``(n, a_1 … a_n, h)``;
-    ``h = 0``, no hard step, hashes as before the hard step existed)."""
+    ``h = 0``, no hard step, adds nothing to the hash, so a plain chain's split is the same whether
+    ``hard_step`` is given or not)."""
     base = np.uint64(modulus + 1)
     key = np.zeros(terms.shape[0], np.uint64)
     for j in reversed(range(terms.shape[1])):  # over term positions, not over the batch

@@ -18,8 +18,8 @@ Reward: r = 1 iff the response's final answer (last ``\\boxed{}``; see ``prs.rew
 the gold answer. The response graded is every token after the task prompt up to the first
 ``eos_id`` (the replayed prefix of a re-rollout included). Grading is host-side string work, so
 ``rewards_jittable = False``: the trainer calls ``rewards`` outside ``jax.jit``; it loops over the
-R rollouts in Python (decode + verify, ~0.1–1 ms each with math-verify), which is small next to
-generating them.
+R rollouts in Python (decode + verify), or spreads them over ``reward_workers`` processes (grading
+rates: ``docs/real_models.md``).
 
 Problems are the pytree ``MathProblems(index [B], prompt [B, P], prompt_len [B])``; answers stay in
 the task, looked up by ``index``. ``train_problems(seed, step, count)`` walks per-epoch

@@ -70,7 +70,7 @@ class AgentTask:
         """The task's own rollouts (``AgentRollouts``) for a policy of ``model_cfg`` sampled with
         ``sampling`` (``prs.rl.episodes.SamplingSettings``) on ``mesh``."""
         return AgentRollouts(env=self.cfg, model_cfg=model_cfg, sampling=sampling, mesh=mesh, mode=self.cfg.replay,
-                             lib=self.environment)
+                             environment=self.environment)
 
 
 @dataclasses.dataclass(frozen=True)

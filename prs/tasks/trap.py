@@ -1,4 +1,4 @@
-"""``trap``: an agent repair task where a surface patch and a root-cause fix both exist (issue #18).
+"""``trap``: an agent repair task where a surface patch and a root-cause fix both exist.
 
 The partial-pass trap (``theory.partial_pass``, ``shared/context/code_agent_rewards.md``) in an
 environment a policy can actually be trained on. The repository is a program of ``K`` digit lines;
@@ -203,7 +203,7 @@ def problems_from_strings(program: str, reference: str, cfg: TrapConfig, *, root
     k = len(program)
     if len(reference) != k or not (program + reference + root_order + issue).isdigit() or len(issue) != 2:
         raise ValueError(f"program={program!r}, reference={reference!r}, root_order={root_order!r}, "
-                         f"issue={issue!r} must be digit strings (program/reference of one length, issue 2)")
+                         f"issue={issue!r} must be digit strings (program/reference of one length, issue of two digits x, y)")
     lines = [int(c) for c in root_order]
     root = np.zeros((1, k), bool)
     root[0, lines] = True

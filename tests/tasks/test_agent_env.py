@@ -2,7 +2,7 @@
 
 The problems, prompts and demonstrations of both environments equal the output recorded from the
 code before the base existed (each environment a module of its own); the shared config checks
-name the config class; an ``AgentEnv`` answers what ``AgentRollouts`` reads from its ``lib``.
+name the config class; an ``AgentEnv`` answers what ``AgentRollouts`` reads from its ``environment``.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_widths_and_config_fields_are_the_environments_own():
 @pytest.mark.parametrize("module", [repair, trap])
 def test_an_environment_object_answers_what_the_rollouts_read(module):
     env = module.ENVIRONMENT
-    assert isinstance(env, agent_env.AgentEnv) and env.__name__ == module.__name__
+    assert isinstance(env, agent_env.AgentEnv) and env.name == module.__name__
     for attr in ("prompts", "reset", "execute", "verify", "PAD", "EOS", "EOT", "MAX_ACTION_TOKENS"):
         assert getattr(env, attr) is getattr(module, attr)
     assert env.TOKENS == module.TOKENS and env.EVAL_SEED == module.EVAL_SEED

@@ -7,7 +7,8 @@
   * Another engine (a stand-in whose log-probs are the jax engine's shifted by a known amount, so
     no vLLM is needed; tests/rollout/test_vllm_engine_agent.py runs vLLM itself) gets the trainer's log-probs as
     ``logprobs`` and keeps its own as ``sampling_logprobs``, the gap logged, and trains.
-  * The refusals: another engine on a mesh, ``regenerate`` on another engine, continuous slots.
+  * The refusals: another engine on a mesh, ``regenerate`` on another engine, continuous slots, the
+    keyword ``lib=`` (the environment is ``environment=``, default ``repair.ENVIRONMENT``).
 """
 import dataclasses
 
@@ -235,6 +236,10 @@ def test_agent_refusals_name_the_setting():
         regen.make_rollouts(model_cfg=model, sampling=SamplingSettings(engine="vllm"))
     with pytest.raises(ValueError, match=r"continuous_slots \(sampler.continuous_slots\)=4"):
         AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings(continuous_slots=4))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'lib'; pass the environment as environment="):
+        AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings(), lib=R.ENVIRONMENT)
+    assert AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings()).environment is R.ENVIRONMENT
+    assert TRAP.make_rollouts(model_cfg=_model(TRAP), sampling=SamplingSettings()).environment is TRAP.environment
     eng = JaxEngine(model, continuous_slots=2)
     eng.update_params(init_params(model, jax.random.PRNGKey(0)))
     prompt, plen = REPAIR.prompts(REPAIR.train_problems(seed=0, step=0, count=2))
