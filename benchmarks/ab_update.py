@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax, jax.numpy as jnp, numpy as np, optax
 import bench_update as B, _common as C
 from prs.models import qwen3 as M, blockwise as BW
-from prs.rl.trainer import Batch, RLConfig, _update_fn
+from prs.rl.trainer import Batch, RLConfig, update_step
 size, R, T, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 variants = [v if v == "torch" else ast.literal_eval(v) for v in sys.argv[5:]]  # (name, cfg_over, compiler_options)
 for v in variants:  # attention_impl "blockwise_r{rows}_q{q_blocks}_k{k_blocks}": register those tile sizes
@@ -68,7 +68,7 @@ for var in variants:
     name, over, copts = var
     cfg = M.ModelConfig.preset(size, **{"scan_unroll": cfg0.n_layers, **over})
     t0 = time.perf_counter()
-    c = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile(copts or None)
+    c = jax.jit(functools.partial(update_step, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile(copts or None)
     out = jax.block_until_ready(c(params, opt, batch))
     print(f"{name}: compiled {time.perf_counter()-t0:.1f}s loss {float(out[2]['loss']):.8f} gn {float(out[2]['grad_norm']):.6f}", flush=True)
     fns.append((name, functools.partial(c, params, opt, batch)))

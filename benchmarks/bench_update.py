@@ -2,7 +2,7 @@
 
 The update: forward over [R, T] tokens, token log-probs, the clipped surrogate (``prs.policy_loss``,
 seq-mean-token-sum, clip 0.2 / 0.28), backward, global-norm clip 1.0, AdamW (lr 3e-4, betas 0.9 /
-0.99, eps 1e-8). prs runs ``prs.rl.trainer._update_fn`` (what ``Trainer.step`` runs); torch runs HF
+0.99, eps 1e-8). prs runs ``prs.rl.trainer.update_step`` (what ``Trainer.step`` runs); torch runs HF
 ``Qwen3ForCausalLM`` (fp32, default SDPA attention) with the same weights, loss written in torch,
 ``clip_grad_norm_`` and ``torch.optim.AdamW``. Rows are full (no padding), the first 16 tokens are
 "prompt" (no loss), advantages ~ N(0, 1), ``old_logp`` = the current log-probs + N(0, 0.3²) noise so
@@ -38,7 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common; run
 import _common as C  # noqa: E402
 from prs.core.losses import token_logprobs  # noqa: E402
 from prs.models import qwen3 as M  # noqa: E402
-from prs.rl.trainer import Batch, RLConfig, _update_fn  # noqa: E402
+from prs.rl.trainer import Batch, RLConfig, update_step  # noqa: E402
 
 PROMPT = 16
 
@@ -61,7 +61,7 @@ def make_batch(cfg, params, rows, length, seed=0):
 def prs_update(cfg, params, b, rl, repeats):
     tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip),
                      optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
-    upd = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx))
+    upd = jax.jit(functools.partial(update_step, cfg=cfg, rl=rl, tx=tx))
     batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()})
     opt = tx.init(params)
     compiled = upd.lower(params, opt, batch).compile()

@@ -18,7 +18,7 @@ check and each reads a clean ``peak_bytes_in_use``; in-process with ``--cpu``):
   reference run: the training forward's per-token log-probs and the gradients of their masked mean
   (``forward``), and ``qwen3.prefill``'s last-token logits and KV cache. It passes when
   err(impl) <= 2·err(reference bf16) + 1e-3 for each quantity.
-* ``update`` (and ``update_cudnn``): the trainer's jitted update (``prs.rl.trainer._update_fn``,
+* ``update`` (and ``update_cudnn``): the trainer's jitted update (``prs.rl.trainer.update_step``,
   AdamW, micro-batched, remat full) at the one-GPU preset: ``prs.plan``'s ``update_total`` against
   the compiled program's ``memory_analysis()`` and against ``memory_stats()['peak_bytes_in_use']``
   after three steps (fails if the planner is below the measured peak, i.e. unsafe); step time and
@@ -375,7 +375,7 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
     from prs import plan as PL
     from prs.models import qwen3 as M
     from prs.models.lm_head import lm_head_logprobs
-    from prs.rl.trainer import Batch, RLConfig, _update_fn
+    from prs.rl.trainer import Batch, RLConfig, update_step
 
     backend = jax.default_backend()
     if impl == "cudnn" and backend != "gpu":
@@ -389,7 +389,7 @@ def check_update(ps: Preset, wd: pathlib.Path, ctx: dict, impl: str = "xla") -> 
     params = load_params(wd, cfg)
     opt = tx.init(params)
     batch = Batch(**{k: jnp.asarray(v) for k, v in update_batch(cfg, ps).items()})
-    fn = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx), donate_argnums=(0, 1))
+    fn = jax.jit(functools.partial(update_step, cfg=cfg, rl=rl, tx=tx), donate_argnums=(0, 1))
     t0 = time.perf_counter()
     compiled = fn.lower(params, opt, batch).compile()
     compile_s = time.perf_counter() - t0

@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax, jax.numpy as jnp, optax
 import bench_update as B
 from prs.models import qwen3 as M
-from prs.rl.trainer import Batch, RLConfig, _update_fn
+from prs.rl.trainer import Batch, RLConfig, update_step
 cfg = M.ModelConfig.preset("tiny"); params = M.init_params(cfg, jax.random.key(0)); rl = RLConfig()
 b = B.make_batch(cfg, params, 8, 64)
 tx = optax.chain(optax.clip_by_global_norm(rl.optim.grad_clip), optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
@@ -16,7 +16,7 @@ batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()}); opt = tx.init(params
 OFF = 'LIBRARY_FUSION_TYPE_INVALID'
 for name, o in [("default", {}), ("use_onednn", {'xla_cpu_use_onednn': True}), ("use_xnnpack=0", {'xla_cpu_use_xnnpack': False}),
                 ("ynn off", {'xla_cpu_experimental_ynn_fusion_type': OFF}), ("ynn off+onednn", {'xla_cpu_experimental_ynn_fusion_type': OFF, 'xla_cpu_use_onednn': True})]:
-    c = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile(o or None)
+    c = jax.jit(functools.partial(update_step, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile(o or None)
     t = c.as_text()
     entry = t[t.index("ENTRY"):]
     nd = len(re.findall(r' dot\(', entry)); lo = float(c(params, opt, batch)[2]['loss'])

@@ -1,4 +1,4 @@
-"""Per-op profile of the compiled GRPO update (``prs.rl.trainer._update_fn``), grouped by source.
+"""Per-op profile of the compiled GRPO update (``prs.rl.trainer.update_step``), grouped by source.
 
 Runs the update of ``bench_update.py`` once under ``jax.profiler.trace`` (perfetto JSON), takes the
 duration of every XLA:CPU thunk (one per top-level HLO instruction of the compiled module), and
@@ -32,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import bench_update as B  # noqa: E402
 from prs.models import qwen3 as M  # noqa: E402
-from prs.rl.trainer import Batch, RLConfig, _update_fn  # noqa: E402
+from prs.rl.trainer import Batch, RLConfig, update_step  # noqa: E402
 
 _GROUPS = [  # (function name in the stack, group), first match from the innermost frame outwards
     ("_fwd_chunk", "attention"), ("_bwd_chunk", "attention"), ("blockwise_attention", "attention"),
@@ -40,7 +40,7 @@ _GROUPS = [  # (function name in the stack, group), first match from the innermo
     ("_from_heads_major", "attention"), ("_attention", "attention"), ("rope", "rope"),
     ("_block_stats", "lm_head"), ("lm_head_logprobs", "lm_head"), ("lm_head_weight", "lm_head"),
     ("_embed", "embed"), ("mlp", "mlp"), ("project_qkv", "qkv"), ("rms_norm", "norm"),
-    ("policy_loss", "loss"), ("_update_fn", "optimizer"), ("forward_hidden", "layer"),
+    ("policy_loss", "loss"), ("update_step", "optimizer"), ("forward_hidden", "layer"),
 ]
 
 
@@ -233,7 +233,7 @@ def main():
                      optax.adamw(rl.optim.lr, b1=rl.optim.b1, b2=rl.optim.b2, weight_decay=rl.optim.weight_decay))
     batch = Batch(**{k: jnp.asarray(v) for k, v in b.items()})
     opt = tx.init(params)
-    compiled = jax.jit(functools.partial(_update_fn, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile()
+    compiled = jax.jit(functools.partial(update_step, cfg=cfg, rl=rl, tx=tx)).lower(params, opt, batch).compile()
     hlo = compiled.as_text()
     if a.dump_hlo:
         pathlib.Path(a.dump_hlo).write_text(hlo)

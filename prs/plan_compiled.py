@@ -4,7 +4,7 @@ programs compiled at a preset's real widths on abstract inputs, per device, read
 For a model config, a mesh and the run's widths, ``sampler_memory`` lowers
 ``prs.models.sampler.sample_jit`` (the call ``SingleTurnRollouts`` makes: a fresh call on
 ``[R, P]`` prompt rows, or a Prefix Sampling re-roll call on ``[R, P + T]`` rows, whose cache is
-``P + 2T`` slots) and ``update_memory`` lowers ``prs.rl.trainer._update_fn`` with the trainer's
+``P + 2T`` slots) and ``update_memory`` lowers ``prs.rl.trainer.update_step`` with the trainer's
 shardings (parameters and AdamW moments by the logical rules, rows over the batch axes), both on
 ``jax.ShapeDtypeStruct`` inputs (nothing is allocated), and reads
 ``compiled.memory_analysis()`` of the SPMD-partitioned program: per device,
@@ -96,7 +96,7 @@ def sampler_memory(cfg: ModelConfig, *, rows: int, prompt_len: int, max_new_toke
 
 
 def update_memory(cfg: ModelConfig, rl, *, rows: int, width: int, mesh, norm_len: int | None = None) -> Memory:
-    """``Trainer``'s jitted update (``_update_fn``) on ``rows`` rows of ``width`` tokens, with its
+    """``Trainer``'s jitted update (``update_step``) on ``rows`` rows of ``width`` tokens, with its
     shardings: parameters and AdamW moments by ``param_shardings`` / ``opt_state_shardings``, rows
     over the batch axes, parameters and optimizer state donated."""
     import optax
@@ -117,7 +117,7 @@ def update_memory(cfg: ModelConfig, rl, *, rows: int, width: int, mesh, norm_len
                      sampler_logp=s(jnp.float32) if rl.loss.rollout_correction else None)
     rows_sh = jax.tree.map(lambda x: x.sharding, batch)
     ref = (params,) if rl.loss.kl_coef else ()
-    fn = jax.jit(functools.partial(TR._update_fn, cfg=cfg, rl=rl, tx=tx, norm_len=norm_len or width - 1),
+    fn = jax.jit(functools.partial(TR.update_step, cfg=cfg, rl=rl, tx=tx, norm_len=norm_len or width - 1),
                  donate_argnums=(0, 1), in_shardings=(psh, osh, rows_sh, *((psh,) if rl.loss.kl_coef else ())),
                  out_shardings=(psh, osh, shd.replicated(mesh)))
     with jax.set_mesh(mesh):

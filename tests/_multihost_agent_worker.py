@@ -1,4 +1,4 @@
-"""Worker of tests/rl/test_multihost_agent.py (not a test module): one of two localhost processes
+"""Worker of tests/parallel/test_multihost_agent.py (not a test module): one of two localhost processes
 (2 CPU devices each, ``fsdp = 4`` over both) running the repair agent's rollouts on the trainer's
 mesh: fresh multi-turn episodes (``AgentRollouts.rollout``), re-rolls through replay-through-
 execution of demonstration sources (``reroll``), and a short ``runner.run``.
@@ -16,7 +16,7 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-from tests.rl.test_multihost_agent import episodes, run_cfg  # noqa: E402
+from tests.parallel.test_multihost_agent import episodes, run_cfg  # noqa: E402
 
 from prs.parallel import sharding as shd  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Worker of tests/rl/test_multihost_resume.py's kill test (not a test module): one of two localhost
+"""Worker of tests/parallel/test_multihost_resume.py's kill test (not a test module): one of two localhost
 processes running the resume test's configuration in ``<root>/killed``.
 
 argv: tmp root, base_dir (the warm-start cache), mode:
@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils as mhu  # noqa: E402
 from prs.parallel import distributed  # noqa: E402
 from prs.parallel import sharding as shd  # noqa: E402
 from prs.rl import runner  # noqa: E402
-from tests.rl.test_multihost_resume import CRASH_AT, MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
+from tests.parallel.test_multihost_resume import CRASH_AT, MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
 
 root, base_dir, mode = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 _Capturing, captured = capturing_trainer()

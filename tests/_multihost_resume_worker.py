@@ -1,4 +1,4 @@
-"""Worker of tests/rl/test_multihost_resume.py (not a test module): one of two localhost processes
+"""Worker of tests/parallel/test_multihost_resume.py (not a test module): one of two localhost processes
 (2 CPU devices each, ``fsdp = 4`` over both) running, in run directories both processes share
 (orbax writes every process's shards into the same checkpoint directory, as on a shared disk):
 
@@ -24,7 +24,7 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-from tests.rl.test_multihost_resume import CRASH_AT, MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
+from tests.parallel.test_multihost_resume import CRASH_AT, MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
 
 from prs.parallel import sharding as shd  # noqa: E402
 from prs.rl import runner  # noqa: E402

@@ -1,4 +1,4 @@
-"""Worker of tests/rl/test_multihost_train.py (not a test module): one of two localhost processes
+"""Worker of tests/parallel/test_multihost_train.py (not a test module): one of two localhost processes
 running a whole training run (``prs.rl.runner.run``: warm start loaded from the shared cache,
 evaluation, sampling, rewards, Prefix Sampling, advantages, sharded updates) on an ``fsdp = 4``
 mesh over both processes' 2 CPU devices each.
@@ -19,7 +19,7 @@ from prs.parallel import distributed  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import multihost_utils as mhu  # noqa: E402
 
-from tests.rl.test_multihost_train import MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
+from tests.parallel.test_multihost_train import MODEL, TASK, prefix_cfg, rl_cfg, run_cfg  # noqa: E402
 
 from prs.parallel import sharding as shd  # noqa: E402
 from prs.rl import runner  # noqa: E402

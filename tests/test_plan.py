@@ -19,7 +19,7 @@ def _measured_temp(cfg, rows, width, rl):
     s = lambda dt: jax.ShapeDtypeStruct((rows, width), dt)  # noqa: E731
     batch = T.Batch(s(jnp.int32), s(jnp.int32), s(jnp.bool_), s(jnp.bool_), s(jnp.float32),
                     jax.ShapeDtypeStruct((rows,), jnp.float32))
-    f = jax.jit(functools.partial(T._update_fn, cfg=cfg, rl=rl, tx=tx), donate_argnums=(0, 1))
+    f = jax.jit(functools.partial(T.update_step, cfg=cfg, rl=rl, tx=tx), donate_argnums=(0, 1))
     return f.lower(params, opt, batch).compile().memory_analysis().temp_size_in_bytes
 
 

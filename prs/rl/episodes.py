@@ -18,7 +18,7 @@ import numpy as np
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import forward_hidden
 from prs.models.sampler import Rollout, SamplerConfig
-from prs.rl import multihost
+from prs.parallel import multihost
 from prs.rollout.engine import ENGINES, RolloutEngine
 from prs.rollout.registry import make_engine
 

@@ -25,7 +25,7 @@ Ctrl-C (SIGINT) stops the run at the end of the current step, checkpoints it and
 function of (seed, step) (see ``prs.rl.trainer``), the resumed run writes the same metrics as an
 uninterrupted run (wall-clock fields aside). Several processes: checkpoints are written
 collectively into one directory every process must see (a shared disk), and whether the run is
-complete, and the summary returned, are process 0's (``prs.rl.multihost``).
+complete, and the summary returned, are process 0's (``prs.parallel.multihost``).
 
 The supervised warm start is built once per (task, model, warm-start settings) and cached under
 ``base_dir`` so that every run of a sweep starts from the same base policy.
@@ -49,7 +49,8 @@ import numpy as np
 
 from prs.core import prefix as ps
 from prs.models.qwen3 import ModelConfig, init_params
-from prs.rl import multihost, rundir
+from prs.parallel import multihost
+from prs.rl import rundir
 from prs.rl.provenance import code_state
 from prs.rl.rundir import RunDirError  # noqa: F401  (re-exported: the run directory cannot be used)
 from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree, supervised_warm_start
@@ -200,10 +201,10 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
     """Warm-start parameters, trained once and cached under ``base_dir/<hash>``. With ``shardings``
     (``Trainer.param_shardings``) a checkpoint or cached warm start is read straight into that
     layout, each device reading only its slice (no whole copy on one device), and a fresh
-    initialisation is created sharded (``prs.rl.multihost.sharded_params``)."""
+    initialisation is created sharded (``prs.parallel.multihost.sharded_params``)."""
     import orbax.checkpoint as ocp
 
-    from prs.rl.multihost import sharded_params
+    from prs.parallel.multihost import sharded_params
 
     if run.init_checkpoint:
         from prs.models import hf

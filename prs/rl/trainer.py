@@ -45,7 +45,8 @@ from prs.rl import loss_menu
 from prs.models.lm_head import lm_head_logprobs
 from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.parallel.sharding import place, shard_rows
-from prs.rl import multihost, schedule
+from prs.parallel import multihost
+from prs.rl import schedule
 from prs.rl.config import (ALGORITHMS, REROLL_BUDGETS, REROLL_MODES, EvalConfig, LossConfig, OptimConfig,  # noqa: F401
                            RLConfig, ScheduleConfig)
 from prs.rl.episodes import SAMPLING_DTYPES, Episodes, RolloutConfig, SingleTurnRollouts  # noqa: F401
@@ -138,7 +139,7 @@ class Trainer:
                         else opt.lr * opt.lr_scale,
                         b1=opt.b1, b2=opt.b2, weight_decay=opt.weight_decay),
         )
-        update = functools.partial(_update_fn, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
+        update = functools.partial(update_step, cfg=model_cfg, rl=rl, tx=self.tx, norm_len=self.width - 1)
         self.param_shardings = self.opt_shardings = None
         self._cast = None  # jitted cast to the sampling dtype (sampling_params)
         if mesh is None:
@@ -421,8 +422,8 @@ def _grads(params, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLCon
     return loss, m, grads
 
 
-def _update_fn(params, opt_state, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, tx,
-               norm_len=None):
+def update_step(params, opt_state, batch: Batch, ref_params=None, *, cfg: ModelConfig, rl: RLConfig, tx,
+                norm_len=None):
     """One optax step on the clipped surrogate (micro-batched when ``rl.micro_batches > 1``)."""
     loss, m, grads = _grads(params, batch, ref_params, cfg=cfg, rl=rl, norm_len=norm_len)
     updates, opt_state = tx.update(grads, opt_state, params)

@@ -189,7 +189,8 @@ def failing_tests(state: EnvState) -> list[int]:
     return [i for i, (p, t) in enumerate(zip(state.program, state.tests)) if p != t]
 
 
-def _digit(tok: int) -> int | None:
+def digit(tok: int) -> int | None:
+    """A digit token's value (0-9), None for any other token."""
     return tok - DIGIT0 if DIGIT0 <= tok < DIGIT0 + 10 else None
 
 
@@ -230,8 +231,8 @@ def execute(state: EnvState, action, cfg: RepairConfig) -> tuple[EnvState, list[
                 obs = obs_ok
             else:
                 obs = [OBS_OPEN, ILLEGAL, OBS_CLOSE]
-        elif len(body) == 3 and body[0] in (SET, EDIT) and _digit(body[1]) is not None and _digit(body[2]) is not None:
-            line, val = _digit(body[1]), _digit(body[2])
+        elif len(body) == 3 and body[0] in (SET, EDIT) and digit(body[1]) is not None and digit(body[2]) is not None:
+            line, val = digit(body[1]), digit(body[2])
             if line >= len(state.program):
                 obs = [OBS_OPEN, ILLEGAL, OBS_CLOSE]
             else:

@@ -250,7 +250,7 @@ def reset(problems: Problems, index: int) -> EnvState:
                     visible=tuple(int(i) for i in np.flatnonzero(problems.covers[index, 0])))
 
 
-_digit = _repair._digit  # the digits are repair's tokens
+digit = _repair.digit  # the digits are repair's tokens
 
 
 def _visible_passes(state: EnvState) -> bool:
@@ -293,12 +293,12 @@ def execute(state: EnvState, action, cfg: TrapConfig) -> tuple[EnvState, list[in
             obs = ok
         else:
             obs = [OBS_OPEN, ILLEGAL, OBS_CLOSE]
-    elif body is not None and len(body) == 2 and body[0] == PATCH and _digit(body[1]) is not None:
-        nxt = nxt._replace(special=_digit(body[1]), history=state.history + ((1, -1, state.special),))
+    elif body is not None and len(body) == 2 and body[0] == PATCH and digit(body[1]) is not None:
+        nxt = nxt._replace(special=digit(body[1]), history=state.history + ((1, -1, state.special),))
         obs = ok
-    elif body is not None and len(body) == 3 and body[0] == SET and _digit(body[1]) is not None \
-            and _digit(body[2]) is not None:
-        line, val = _digit(body[1]), _digit(body[2])
+    elif body is not None and len(body) == 3 and body[0] == SET and digit(body[1]) is not None \
+            and digit(body[2]) is not None:
+        line, val = digit(body[1]), digit(body[2])
         if line >= len(state.program):
             obs = [OBS_OPEN, ILLEGAL, OBS_CLOSE]
         else:

@@ -2,7 +2,7 @@
 ``config.json``, not ``.hydra/``, not the Hydra job log, not even the run directory; it still
 refuses a directory holding another configuration (a read-only check every process makes before
 the multi-host start-up). The start-up and ``prs.rl.runner.run`` are stubbed (the run's own files
-are process 0's: tests/rl/test_multihost_train.py checks that process 1's run directory stays empty)."""
+are process 0's: tests/parallel/test_multihost_train.py checks that process 1's run directory stays empty)."""
 import dataclasses
 import json
 import logging

@@ -72,7 +72,7 @@ METHODS = {  # name -> (PrefixConfig kwargs, RLConfig kwargs)
 }
 
 
-NEW_WIDTH_OK = {"jit(_update_fn)", "jit(dynamic_slice)", "jit(broadcast_in_dim)", "jit(_longest_row)"}
+NEW_WIDTH_OK = {"jit(update_step)", "jit(dynamic_slice)", "jit(broadcast_in_dim)", "jit(_longest_row)"}
 
 
 @pytest.mark.slow
@@ -101,7 +101,7 @@ def test_training_steps_3_to_6_compile_nothing(base_params, monkeypatch):
                     assert not names, f"{name}: step {i} compiled {dict(names)} (re-rolled, replaced = {shape}, width {w})"
                 else:  # a new width bucket: its update, the batch's cut to it and their eager glue compile once
                     new_width_steps += 1
-                    assert "jit(_update_fn)" in names and set(names) <= NEW_WIDTH_OK, \
+                    assert "jit(update_step)" in names and set(names) <= NEW_WIDTH_OK, \
                         f"{name}: step {i} (new width {w}) compiled {dict(names)}"
             if i >= 3 and w in seen_w:
                 new_shapes += shape not in seen

@@ -17,7 +17,7 @@ from prs.models import qwen3 as M
 from prs.models import sampler as S
 from prs.parallel import sharding as shd
 from prs.rollout.jax_engine import JaxEngine
-from prs.rl import multihost
+from prs.parallel import multihost
 from prs.rl import trainer as T
 from prs.tasks.registry import make_task
 

@@ -3,7 +3,7 @@ devices each, ``fsdp = 4`` across both) equals the single-process run: the same 
 (every logged number but wall-clock times, to 1e-5) and the same final parameters (to 1e-5), and
 process 1 writes nothing. The reference is the plain single-device run (no mesh), so this also
 checks that collecting across processes (each samples and scores its own rows,
-``prs.rl.multihost``) and the sharded update change nothing but the layout."""
+``prs.parallel.multihost``) and the sharded update change nothing but the layout."""
 import json
 import pathlib
 

@@ -18,7 +18,7 @@ from prs.core import prefix as ps
 from prs.rl import runner
 from prs.rl.trainer import RLConfig
 from prs.rl.config import EvalConfig, ScheduleConfig
-from tests.rl.test_multihost_train import _records, _same
+from tests.parallel.test_multihost_train import _records, _same
 from tests._localhost import capturing_trainer, run_processes
 
 STEPS, CRASH_AT = 3, 2  # checkpoints at 2 and 3; the failure hits step 2, after the step-2 checkpoint

@@ -24,7 +24,7 @@ from prs.rl.config import EvalConfig
 from prs.tasks import repair as R
 from prs.tasks.agent_rollouts import action_spans
 from prs.tasks.repair_task import RepairTask
-from tests.rl.test_multihost_train import _records, _same
+from tests.parallel.test_multihost_train import _records, _same
 from tests._localhost import run_processes
 
 TASK = RepairTask(R.RepairConfig(n_lines=4, min_bugs=1, max_bugs=2, max_turns=4, report_max=2))  # few turns
