@@ -59,9 +59,9 @@ def markdown(rep: dict) -> str:
         f"{rep['eval_episodes']} episodes): {rep['eval_pass_at_1']:.3f}",
         *([f"- first-attempt step accuracy (arith): additions {_fmt(rep['step_accuracy']['add'])}, hard step "
            f"{_fmt(rep['step_accuracy']['hard'])} (chance 1/{rep.get('modulus', 10)})"] if rep.get("step_accuracy") else []),
-        *([f"- task metrics, training rollouts (mean over calls): " + ", ".join(
+        *(["- task metrics, training rollouts (mean over calls): " + ", ".join(
             f"{k.split('/')[-1]} {v:.3f}" for k, v in rep["train_metrics"].items())] if rep.get("train_metrics") else []),
-        *([f"- task metrics, held-out eval: " + ", ".join(
+        *(["- task metrics, held-out eval: " + ", ".join(
             f"{k.split('/')[-1]} {_fmt(v)}" for k, v in rep["eval_metrics"].items())] if rep.get("eval_metrics") else []),
         f"- mean generated tokens per rollout: {rep['gen_tokens_per_rollout']:.1f}; sampling "
         f"{rep['time_sample_s_per_call']:.2f} s per call of {rep['tasks_per_call']} x {n} rollouts; eval "
