@@ -619,7 +619,12 @@ class RecoveryTask(ArithTask):
         _, plen = self.prompts(problems)
         fix = np.asarray(ep.tokens) == self.cfg.vocab.fix_id
         gen = np.arange(ep.tokens.shape[1])[None, :] >= np.repeat(plen, n)[:, None]
-        out["mech/restart_rate"] = float((fix & gen).any(axis=1).mean())
+        restart = (fix & gen).any(axis=1)                                   # [R]
+        fault = np.repeat(np.asarray(problems.fault, bool), n)              # [R]
+        out["mech/restart_rate"] = float(restart.mean())
+        # noticing a fault: restarts after faulty drafts against restarts after clean ones
+        out["mech/restart_rate_faulty"] = float(restart[fault].mean()) if fault.any() else None
+        out["mech/restart_rate_clean"] = float(restart[~fault].mean()) if (~fault).any() else None
         out.update({f"mech/{k}": v for k, v in self.side.items()})  # the oracle's, once per training step
         self.side.clear()
         return out

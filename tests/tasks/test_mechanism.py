@@ -403,3 +403,33 @@ def test_recovery_step_accuracy_counts_the_policys_values_not_the_draft():
     assert step_accuracy(pr, tok, 1, task.cfg, start=plen) == {"add": (64, 64), "hard": (0, 0)}
     # read from the chain prompt's end the draft counts as written: 5 values a row, one of them wrong
     assert step_accuracy(pr, tok, 1, task.cfg) == {"add": (128, 160), "hard": (0, 0)}
+
+
+def test_recovery_metrics_split_restarts_by_the_drafts_fault():
+    from prs.rl.episodes import Episodes
+
+    task = make_task("arith_recovery", n_terms=6, draft_steps=3, fault_rate=0.5, demo_error_rate=0.0)
+    pr = task.train_problems(seed=3, step=0, count=8)
+    assert 0 < pr.fault.sum() < 8
+    prompt, plen = task.prompts(pr)
+    v = task.cfg.vocab
+    rows, rew = [], []
+    for i in range(8):  # 2 rollouts a problem: a restart in the first one after a fault, the second never
+        for restart in (bool(pr.fault[i]), False):
+            n = int(pr.n_terms[i])
+            vals = _ref_sums(pr.terms[i], 1, n, int(pr.terms[i, 0]))
+            gen = ("0!" if restart else "") + ",".join(map(str, vals)) + f"#{vals[-1]}$"
+            rows.append(list(prompt[i, : plen[i]]) + v.encode(gen))
+            rew.append(1.0 if restart else 0.0)
+    width = max(map(len, rows))
+    tok = np.full((16, width), v.pad_id, np.int32)
+    for r, row in enumerate(rows):
+        tok[r, : len(row)] = row
+    z = np.zeros((16, width))
+    ep = Episodes(tok, z, z > 0, tok != v.pad_id, z, np.asarray(rew, np.float32), np.zeros(16, np.int32),
+                  np.zeros(16, np.int32), np.zeros(16, np.int32), z, np.zeros(16, bool))
+    m = task.episode_metrics(pr, ep)
+    f = pr.fault.mean()
+    assert m["mech/restart_rate_faulty"] == 0.5 and m["mech/restart_rate_clean"] == 0.0
+    assert m["mech/restart_rate"] == pytest.approx(f / 2)
+    assert m["mech/recovery_rate"] == 0.5 and m["mech/clean_pass_rate"] == 0.0
