@@ -59,6 +59,10 @@ def markdown(rep: dict) -> str:
         f"{rep['eval_episodes']} episodes): {rep['eval_pass_at_1']:.3f}",
         *([f"- first-attempt step accuracy (arith): additions {_fmt(rep['step_accuracy']['add'])}, hard step "
            f"{_fmt(rep['step_accuracy']['hard'])} (chance 1/{rep.get('modulus', 10)})"] if rep.get("step_accuracy") else []),
+        *(["- task metrics, training rollouts (mean over calls): " + ", ".join(
+            f"{k.split('/')[-1]} {v:.3f}" for k, v in rep["train_metrics"].items())] if rep.get("train_metrics") else []),
+        *(["- task metrics, held-out eval: " + ", ".join(
+            f"{k.split('/')[-1]} {_fmt(v)}" for k, v in rep["eval_metrics"].items())] if rep.get("eval_metrics") else []),
         f"- mean generated tokens per rollout: {rep['gen_tokens_per_rollout']:.1f}; sampling "
         f"{rep['time_sample_s_per_call']:.2f} s per call of {rep['tasks_per_call']} x {n} rollouts; eval "
         f"{rep['time_eval_s']:.2f} s",
@@ -103,7 +107,7 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
     n, b = rl.group_size, rl.tasks_per_step
     tr = Trainer(task, model_cfg, rl, ps.PrefixConfig(mode="baseline", n=n), seed=run_cfg.seed)
     sp = tr.sampling_params(params)
-    ks, gen, times = [], 0, []
+    ks, gen, times, mech = [], 0, [], []
     steps = {"add": [0, 0], "hard": [0, 0]}  # arith: first-attempt (correct, written) per kind of step
     calls = -(-problems // b)
     for s in range(calls):  # the run's steps 0, 1, …: their problems and sampling keys, step-0 policy
@@ -114,8 +118,11 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         times.append(time.perf_counter() - t1)
         ks.append((r >= 1.0).sum(axis=1))
         gen += int(np.asarray(ep.policy_mask).sum())
+        if hasattr(task, "episode_metrics"):  # the task's own per-step metrics (recovery rate, P(reach), ...)
+            mech.append(task.episode_metrics(probs, ep))
         if isinstance(task, ArithTask):
-            for kind, (c, w) in step_accuracy(probs, np.asarray(ep.tokens), n, task.cfg).items():
+            start = task.prompts(probs)[1]  # the policy's writing begins after the whole prompt (a draft included)
+            for kind, (c, w) in step_accuracy(probs, np.asarray(ep.tokens), n, task.cfg, start=start).items():
                 steps[kind][0] += c
                 steps[kind][1] += w
     k = np.concatenate(ks)[:problems].astype(np.int64)
@@ -128,6 +135,8 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         "histogram": histogram(k, n),
         "step_pass_rates": [float(x.sum() / (n * b)) for x in ks],  # per drawn step (as its train metric)
         "eval_pass_at_1": ev["eval/pass_at_1"],
+        "train_metrics": _mean_metrics(mech),
+        "eval_metrics": {k[len("eval/"):]: v for k, v in ev.items() if k.startswith("eval/mech/")},
         "eval_episodes": rl.eval.count * rl.eval.samples,
         "step_accuracy": ({kind: (c / w if w else None) for kind, (c, w) in steps.items()}
                           if isinstance(task, ArithTask) else None),
@@ -139,6 +148,12 @@ def k_histogram(overrides: list[str], *, problems: int = 256, log=print) -> dict
         "time_eval_s": t_eval,
         "sft_log": sft_log, "provenance": provenance,
     }
+
+
+def _mean_metrics(per_call: list[dict]) -> dict:
+    """Each numeric metric's mean over the sampling calls that logged it (equal-size calls)."""
+    keys = sorted({k for m in per_call for k, v in m.items() if isinstance(v, (int, float)) and v is not None})
+    return {k: float(np.mean([m[k] for m in per_call if isinstance(m.get(k), (int, float))])) for k in keys}
 
 
 def dataclasses_repr(task) -> str:

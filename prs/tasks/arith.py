@@ -664,7 +664,8 @@ def simulate_prefix_replay(
     return out
 
 
-def step_accuracy(problems: Problems, tokens: np.ndarray, group_size: int, cfg: ArithConfig) -> dict:
+def step_accuracy(problems: Problems, tokens: np.ndarray, group_size: int, cfg: ArithConfig, *,
+                  start: np.ndarray | None = None) -> dict:
     """First-attempt accuracy of rollouts, per kind of step (host-side diagnostic of a policy).
 
     Row ``r`` of ``tokens`` ([R = B N, L], prompt then generation) is a rollout of problem
@@ -672,11 +673,15 @@ def step_accuracy(problems: Problems, tokens: np.ndarray, group_size: int, cfg: 
     written value ``k`` is correct iff it equals ``op_k(v_{k-1}, a_{k+1})`` with ``v_{k-1}`` the value
     the rollout wrote before it (``a_1`` for ``k = 1``): the step's own correctness, errors before
     it not counted. Values are read while they are single digits and ``k <= n - 1``.
+    ``start`` ([B] token index, default ``problems.prompt_len``): where the policy's own writing
+    begins; values before it (a draft the prompt already holds) are read as context for the next
+    value but not counted.
 
     Returns ``{"add": (correct, written), "hard": (correct, written)}`` summed over rollouts.
     """
     tokens = np.asarray(tokens)
     v = cfg.vocab
+    start = np.asarray(problems.prompt_len if start is None else start)
     out = {"add": [0, 0], "hard": [0, 0]}
     for r in range(tokens.shape[0]):  # host-side diagnostic, once per report
         i = r // group_size
@@ -685,13 +690,16 @@ def step_accuracy(problems: Problems, tokens: np.ndarray, group_size: int, cfg: 
         text = v.decode(tokens[r, p:])
         first = text.split("$")[0].split("!")[0].split("#")[0].split(",")
         prev = terms[0]
+        pos = p  # token index of value k
         for k, val in enumerate(first, start=1):
             if k >= n or not (len(val) == 1 and val.isdigit()):
                 break
-            acc = out["hard" if k == h else "add"]
-            acc[0] += int(int(val) == _apply(prev, terms[k], k, h, cfg.modulus))
-            acc[1] += 1
+            if pos >= start[i]:
+                acc = out["hard" if k == h else "add"]
+                acc[0] += int(int(val) == _apply(prev, terms[k], k, h, cfg.modulus))
+                acc[1] += 1
             prev = int(val)
+            pos += 2
     return {key: (c, w) for key, (c, w) in out.items()}
 
 

@@ -388,9 +388,11 @@ class RecoveryProblems(NamedTuple):
     """Arith problems with a tool's draft of the first running values (``[B, ...]`` numpy).
 
     prompt, prompt_len, answer, n_terms, terms, hard_step: as ``arith.Problems`` (prompt without the draft)
-    draft:       int32 [B, 2 D]  ``d_2 , d_3 , … , d_{D+1} ,`` tokens (each value then ``,``)
+    draft:       int32 [B, 2 D]  ``d_2 , d_3 , … , d_{D_i+1} ,`` tokens (each value then ``,``), PAD after
     fault:       bool  [B]       the draft holds a corrupted value
-    fault_step:  int32 [B]       index ``j`` in ``1 … D`` of the corrupted value ``d_{j+1}`` (0: none)
+    fault_step:  int32 [B]       index ``j`` in ``1 … D_i`` of the corrupted value ``d_{j+1}`` (0: none)
+    draft_len:   int32 [B]       ``D_i``, the values in row ``i``'s draft: ``D``, or ``n_i - 2`` on a chain
+                                 too short for ``D`` (``short_drafts``)
     """
 
     prompt: np.ndarray
@@ -402,16 +404,22 @@ class RecoveryProblems(NamedTuple):
     draft: np.ndarray
     fault: np.ndarray
     fault_step: np.ndarray
+    draft_len: np.ndarray
 
 
 def make_recovery_problems(cfg: ArithConfig, *, draft_steps: int, fault_rate: float, seed: int, count: int,
-                           split: str = "train") -> RecoveryProblems:
+                           split: str = "train", short_drafts: bool = False) -> RecoveryProblems:
     """``count`` problems of ``cfg`` with a draft of ``draft_steps`` values; with probability
     ``fault_rate`` value ``j ~ U{1 … D}`` is replaced by a uniformly wrong digit and the later draft
-    values are computed from it. Deterministic in the arguments."""
-    if not 1 <= draft_steps <= cfg.min_terms - 2:
+    values are computed from it. ``short_drafts``: a chain of ``n < D + 2`` terms gets a draft of
+    ``n - 2`` values (one step left to the policy; ``min_terms >= 3``), the warm start's short
+    chains; otherwise every chain must hold ``D + 2`` terms. Deterministic in the arguments."""
+    lo = 3 if short_drafts else draft_steps + 2
+    if draft_steps < 1 or cfg.min_terms < lo:
         raise ValueError(f"draft_steps must lie in [1, min_terms - 2 = {cfg.min_terms - 2}] (one step is left "
-                         f"to the policy at least), got {draft_steps}")
+                         f"to the policy at least), got {draft_steps}" if not short_drafts else
+                         f"short_drafts needs draft_steps >= 1 and min_terms >= 3 (a draft of one value at "
+                         f"least), got draft_steps {draft_steps}, min_terms {cfg.min_terms}")
     if not 0.0 <= fault_rate <= 1.0:
         raise ValueError(f"fault_rate must lie in [0, 1], got {fault_rate}")
     base = make_problems(cfg, seed=seed, count=count, split=split) if split != "eval" else \
@@ -419,20 +427,25 @@ def make_recovery_problems(cfg: ArithConfig, *, draft_steps: int, fault_rate: fl
     rng = np.random.default_rng([int(seed), 0xFA17])
     m, d = cfg.modulus, draft_steps
     terms = np.asarray(base.terms)
+    dl = np.minimum(d, np.asarray(base.n_terms) - 2).astype(np.int32)  # [B] values in each draft
     fault = rng.random(count) < fault_rate
-    fault_step = np.where(fault, rng.integers(1, d + 1, size=count), 0).astype(np.int32)
+    if short_drafts:
+        fault_step = np.where(fault, rng.integers(1, dl + 1), 0).astype(np.int32)
+    else:  # every draft is D long (the draw of the task's own problems)
+        fault_step = np.where(fault, rng.integers(1, d + 1, size=count), 0).astype(np.int32)
     shift = rng.integers(1, m, size=count)
     vals = np.zeros((count, d), np.int64)
     s = terms[:, 0].astype(np.int64)
     for j in range(1, d + 1):  # over draft positions, not the batch
-        s = (s + terms[:, j]) % m
+        s = (s + np.maximum(terms[:, j], 0)) % m
         s = np.where(fault_step == j, (s + shift) % m, s)
         vals[:, j - 1] = s
     v = cfg.vocab
+    live = np.arange(d)[None, :] < dl[:, None]                          # [B, D]
     draft = np.empty((count, 2 * d), np.int32)
-    draft[:, 0::2] = v.digit0_id + vals
-    draft[:, 1::2] = v.sep_id
-    return RecoveryProblems(*base, draft=draft, fault=fault, fault_step=fault_step)
+    draft[:, 0::2] = np.where(live, v.digit0_id + vals, v.pad_id)
+    draft[:, 1::2] = np.where(live, v.sep_id, v.pad_id)
+    return RecoveryProblems(*base, draft=draft, fault=fault, fault_step=fault_step, draft_len=dl)
 
 
 def recovery_split(rewards, fault, *, group_size: int) -> dict[str, float | None]:
@@ -455,11 +468,28 @@ class RecoveryTask(ArithTask):
     fault_rate: float = 0.5
     eval_fault_rate: float = 0.5
     oracle_min_k: int = -1
+    warm_start_ramp: int = dataclasses.field(default=0, repr=False)  # in warm_start_key when > 0
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if not (isinstance(self.warm_start_ramp, int) and self.warm_start_ramp >= 0):
+            raise ValueError(f"task 'arith_recovery': warm_start_ramp must be an int >= 0 (0: off), "
+                             f"got {self.warm_start_ramp!r}")
+        lo = self.cfg.warm_start_min_terms
+        if self.warm_start_ramp and not (lo is not None and 3 <= lo < self.cfg.max_terms):
+            raise ValueError(f"task 'arith_recovery': warm_start_ramp needs warm_start_min_terms in [3, n_terms - 1 = "
+                             f"{self.cfg.max_terms - 1}] (the ramp's shortest chain), got {lo}")
 
     @property
     def max_new_tokens(self) -> int:
         return self.cfg.max_solution_len
+
+    def warm_start_longest(self, step: int) -> int:
+        """The longest chain of the warm start's demonstration step ``step`` under the length ramp:
+        ``min(n_terms, warm_start_min_terms + 1 + step // warm_start_ramp)``; ``n_terms`` when off."""
+        if not self.warm_start_ramp:
+            return self.cfg.max_terms
+        return min(self.cfg.max_terms, self.cfg.warm_start_min_terms + 1 + int(step) // self.warm_start_ramp)
 
     def _make(self, *, seed: int, count: int, split: str, fault_rate: float, wide: bool = False):
         cfg = self.cfg
@@ -472,8 +502,21 @@ class RecoveryTask(ArithTask):
         return self._make(seed=int(seed) * 1_000_003 + int(step), count=count, split="train", fault_rate=self.fault_rate)
 
     def warm_start_problems(self, *, seed: int, step: int, count: int) -> RecoveryProblems:
-        return self._make(seed=int(seed) * 1_000_003 + int(step), count=count, split="train",
-                          fault_rate=self.fault_rate, wide=True)
+        """The warm start's problems. With ``warm_start_ramp = R > 0``, a length curriculum (as the
+        deep task's): ``n`` uniform over ``[warm_start_min_terms, warm_start_longest(step)]``, the
+        longest chain growing by one term every ``R`` steps of the demonstration stream until
+        ``n_terms``; a chain too short for the draft gets a draft of ``n - 2`` values
+        (``short_drafts``), so the first steps are one- and two-step continuations that teach the
+        running sum off the loss plateau. Same array shapes as ``train_problems``; ``R = 0``: chains
+        down to ``max(warm_start_min_terms, D + 2)`` terms, every draft ``D`` long."""
+        seed = int(seed) * 1_000_003 + int(step)
+        if not self.warm_start_ramp:
+            return self._make(seed=seed, count=count, split="train", fault_rate=self.fault_rate, wide=True)
+        lo, hi = self.cfg.warm_start_min_terms, self.warm_start_longest(step)
+        weights = tuple(1.0 if n <= hi else 0.0 for n in range(lo, self.cfg.max_terms + 1))
+        wide = dataclasses.replace(self.cfg, min_terms=lo, term_weights=weights)
+        return make_recovery_problems(wide, draft_steps=self.draft_steps, fault_rate=self.fault_rate, seed=seed,
+                                      count=count, split="train", short_drafts=True)
 
     def eval_problems(self, *, count: int) -> RecoveryProblems:
         return self._make(seed=0, count=count, split="eval", fault_rate=self.eval_fault_rate)
@@ -482,14 +525,14 @@ class RecoveryTask(ArithTask):
         return RecoveryProblems(*(np.asarray(x)[index] for x in problems))
 
     def prompts(self, problems) -> tuple[np.ndarray, np.ndarray]:
-        """[B, P + 2D]: the chain prompt, then the draft (right after ``=``), then PAD."""
+        """[B, P + 2D]: the chain prompt, then the draft (right after ``=``, ``2 D_i`` tokens), then PAD."""
         p = np.asarray(problems.prompt)
         plen = np.asarray(problems.prompt_len)
         dr = np.asarray(problems.draft)
         out = np.concatenate([p, np.full_like(dr, self.cfg.vocab.pad_id)], axis=1)
         cols = plen[:, None] + np.arange(dr.shape[1])[None, :]
         np.put_along_axis(out, cols, dr, axis=1)
-        return out, (plen + dr.shape[1]).astype(np.int32)
+        return out, (plen + 2 * np.asarray(problems.draft_len)).astype(np.int32)
 
     def rewards(self, problems, rollout, *, group_size: int) -> jnp.ndarray:
         _, plen = self.prompts(problems)
@@ -513,7 +556,7 @@ class RecoveryTask(ArithTask):
             text = _solution_text([int(a) for a in problems.terms[i, :n]], cfg.modulus, rng,
                                   error_rate=cfg.demo_error_rate, fix_rate=cfg.demo_fix_rate,
                                   max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
-                                  prefix=v.decode(problems.draft[i]))
+                                  prefix=v.decode(problems.draft[i, : 2 * int(problems.draft_len[i])]))
             sol = v.encode(text) + [v.eos_id]
             p = int(plen[i])
             tokens[i, :p] = prompt[i, :p]
@@ -523,8 +566,10 @@ class RecoveryTask(ArithTask):
 
     @property
     def warm_start_key(self):
-        """What the warm start depends on: not the arm option nor the evaluation's fault rate."""
-        return dataclasses.replace(self, oracle_min_k=-1, eval_fault_rate=0.5)
+        """What the warm start depends on: not the arm option nor the evaluation's fault rate; the
+        length ramp when on (off: the key of a task without the option)."""
+        base = dataclasses.replace(self, oracle_min_k=-1, eval_fault_rate=0.5)
+        return (base, ("warm_start_ramp", self.warm_start_ramp)) if self.warm_start_ramp else base
 
     @property
     def rollouts_class(self):
@@ -546,11 +591,12 @@ class RecoveryTask(ArithTask):
         for i in range(b):  # host-side, once per call
             n = int(problems.n_terms[i])
             terms = [int(a) for a in problems.terms[i, :n]]
-            draft = v.decode(problems.draft[i]).split(",")[:-1]
+            d = int(problems.draft_len[i])
+            draft = v.decode(problems.draft[i, : 2 * d]).split(",")[:-1]
             s = int(draft[-1])  # continue from the draft's last value (a faulty draft's error propagates)
-            more = int(rng.integers(1, max(n - 1 - self.draft_steps, 1) + 1))
+            more = int(rng.integers(1, max(n - 1 - d, 1) + 1))
             vals = []
-            for j in range(self.draft_steps + 1, min(self.draft_steps + more, n - 1) + 1):
+            for j in range(d + 1, min(d + more, n - 1) + 1):
                 s = (s + terms[j]) % cfg.modulus
                 vals.append(s)
             vals[-1] = (vals[-1] + int(rng.integers(1, cfg.modulus))) % cfg.modulus
@@ -573,7 +619,12 @@ class RecoveryTask(ArithTask):
         _, plen = self.prompts(problems)
         fix = np.asarray(ep.tokens) == self.cfg.vocab.fix_id
         gen = np.arange(ep.tokens.shape[1])[None, :] >= np.repeat(plen, n)[:, None]
-        out["mech/restart_rate"] = float((fix & gen).any(axis=1).mean())
+        restart = (fix & gen).any(axis=1)                                   # [R]
+        fault = np.repeat(np.asarray(problems.fault, bool), n)              # [R]
+        out["mech/restart_rate"] = float(restart.mean())
+        # noticing a fault: restarts after faulty drafts against restarts after clean ones
+        out["mech/restart_rate_faulty"] = float(restart[fault].mean()) if fault.any() else None
+        out["mech/restart_rate_clean"] = float(restart[~fault].mean()) if (~fault).any() else None
         out.update({f"mech/{k}": v for k, v in self.side.items()})  # the oracle's, once per training step
         self.side.clear()
         return out
@@ -591,7 +642,7 @@ def recovery_config(*, n_terms: int = 6, modulus: int = 10, demo_error_rate: flo
 
 
 def _recovery(**params) -> RecoveryTask:
-    own = {"draft_steps", "fault_rate", "eval_fault_rate", "oracle_min_k"}
+    own = {"draft_steps", "fault_rate", "eval_fault_rate", "oracle_min_k", "warm_start_ramp"}
     known = {"n_terms", "modulus", "demo_error_rate", "demo_fix_rate", "eval_every", "warm_start_min_terms"} | own
     unknown = sorted(set(params) - known)
     if unknown:

@@ -53,3 +53,17 @@ def test_tool_matches_the_runs_first_step(tmp_path):
     m = tr.collect(tr.init_state(params)).metrics  # the step's sampling, without compiling the update
     assert rep["step_pass_rates"][0] == pytest.approx(m["pass_rate"])
     assert rep["eval_pass_at_1"] == pytest.approx(tr.evaluate(params, 0)["eval/pass_at_1"])
+
+
+def test_task_metrics_are_averaged_over_calls_and_shown():
+    calls = [{"mech/recovery_rate": 0.25, "mech/clean_pass_rate": 1.0, "mech/note": "x"},
+             {"mech/recovery_rate": None, "mech/clean_pass_rate": 0.5},
+             {"mech/recovery_rate": 0.75, "mech/clean_pass_rate": 0.0}]
+    got = kh._mean_metrics(calls)                                   # None and non-numbers skipped
+    assert got == {"mech/clean_pass_rate": pytest.approx(0.5), "mech/recovery_rate": pytest.approx(0.5)}
+    rep = {"name": "r", "overrides": [], "histogram": kh.histogram(np.array([7, 6, 8]), 8), "eval_episodes": 4,
+           "eval_pass_at_1": 0.5, "gen_tokens_per_rollout": 6.0, "time_sample_s_per_call": 0.1, "tasks_per_call": 3,
+           "time_eval_s": 1.0, "train_metrics": got, "eval_metrics": {"mech/recovery_rate": 0.4, "mech/x": None}}
+    md = kh.markdown(rep)
+    assert "training rollouts (mean over calls): clean_pass_rate 0.500, recovery_rate 0.500" in md
+    assert "held-out eval: recovery_rate 0.400, x n/a" in md

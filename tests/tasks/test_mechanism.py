@@ -327,3 +327,110 @@ def test_warm_start_ramp_grows_the_longest_chain_and_is_off_by_default():
         _hash(ramp.warm_start_key)
     with pytest.raises(ValueError, match="warm_start_ramp must be an int >= 0"):
         make_task("arith_deep", easy_steps=12, warm_start_ramp=-1)
+
+
+# ----------------------------------------------------------------------------- recovery warm start
+def _ref_sums(terms, start, stop, s, m=10):
+    """Running sums s_{start+1} … s_{stop} of ``terms`` from the value ``s`` (pure Python)."""
+    out = []
+    for j in range(start, stop):
+        s = (s + int(terms[j])) % m
+        out.append(s)
+    return out
+
+
+def test_recovery_warm_start_ramp_starts_on_short_chains_with_short_drafts():
+    task = make_task("arith_recovery", n_terms=6, draft_steps=3, fault_rate=0.5, demo_error_rate=0.0,
+                     warm_start_min_terms=3, warm_start_ramp=50)
+    v = task.cfg.vocab
+    early = task.warm_start_problems(seed=7, step=0, count=256)
+    assert set(early.n_terms.tolist()) == {3, 4}                          # longest 3 + 1 before step 50
+    np.testing.assert_array_equal(early.draft_len, early.n_terms - 2)     # one step left to the policy
+    late = task.warm_start_problems(seed=7, step=120, count=512)
+    assert set(late.n_terms.tolist()) == {3, 4, 5, 6}
+    np.testing.assert_array_equal(late.draft_len, np.minimum(late.n_terms - 2, 3))
+    assert abs(late.fault.mean() - 0.5) < 0.07
+    assert ((late.fault_step >= 1) & (late.fault_step <= late.draft_len))[late.fault].all()
+    assert (late.fault_step[~late.fault] == 0).all()
+    prompt, plen = task.prompts(late)
+    tok, mask = task.demonstrations(late, seed=0)
+    for i in range(64):  # the prompt holds D_i draft values; the demonstration continues from the last one
+        n, d = int(late.n_terms[i]), int(late.draft_len[i])
+        terms = late.terms[i, :n]
+        text = v.decode(prompt[i, : plen[i]])
+        draft = [int(x) for x in text.split("=")[1].split(",")[:-1]]
+        assert len(draft) == d and text.count(",") == d
+        wrong = [x != y for x, y in zip(draft, [_ref_sums(terms, j, j + 1, ([terms[0]] + draft)[j - 1])[0]
+                                                for j in range(1, d + 1)])]
+        assert sum(wrong) == int(late.fault[i])
+        cont = v.decode(tok[i][mask[i]])
+        if not cont.startswith(tuple("0123456789")) or "!" in cont:
+            continue
+        vals = _ref_sums(terms, d + 1, n, draft[-1])                      # errors propagate, none made
+        want = ",".join(map(str, vals)) + f"#{vals[-1]}$"
+        assert cont == want or (late.fault[i] and "!" in cont)
+    # the task's own problems are unchanged by the ramp: every draft D long
+    pr = task.train_problems(seed=7, step=0, count=64)
+    assert (pr.draft_len == 3).all() and (pr.n_terms == 6).all()
+
+
+def test_recovery_warm_start_ramp_key_and_errors():
+    from prs.rl.runner import _hash
+
+    rec = make_task("arith_recovery")
+    assert _hash(rec.warm_start_key) == "e0b635aa5d13e064"                 # the key before the ramp existed
+    ramp = make_task("arith_recovery", warm_start_min_terms=3, warm_start_ramp=50)
+    assert _hash(ramp.warm_start_key) != _hash(make_task("arith_recovery", warm_start_min_terms=3).warm_start_key)
+    assert _hash(make_task("arith_recovery", warm_start_min_terms=3, warm_start_ramp=50, oracle_min_k=6).warm_start_key) \
+        == _hash(ramp.warm_start_key)
+    with pytest.raises(ValueError, match="warm_start_ramp needs warm_start_min_terms"):
+        make_task("arith_recovery", warm_start_ramp=50)
+    with pytest.raises(ValueError, match="warm_start_ramp needs warm_start_min_terms"):
+        make_task("arith_recovery", warm_start_min_terms=2, warm_start_ramp=50)
+    with pytest.raises(ValueError, match="warm_start_ramp must be an int"):
+        make_task("arith_recovery", warm_start_min_terms=3, warm_start_ramp=-1)
+    with pytest.raises(ValueError, match="draft_steps must lie"):
+        make_recovery_problems(recovery_config(n_terms=4), draft_steps=3, fault_rate=0.5, seed=0, count=4)
+
+
+def test_recovery_step_accuracy_counts_the_policys_values_not_the_draft():
+    from prs.tasks.arith import step_accuracy
+
+    task = make_task("arith_recovery", n_terms=6, draft_steps=3, fault_rate=1.0, demo_error_rate=0.0, demo_fix_rate=0.0)
+    pr = task.train_problems(seed=0, step=0, count=32)
+    tok, _ = task.demonstrations(pr, seed=0)          # every draft faulty; the continuation is right from it
+    _, plen = task.prompts(pr)
+    # the policy wrote s_5 and s_6 (2 values) per row, each right given the value before it
+    assert step_accuracy(pr, tok, 1, task.cfg, start=plen) == {"add": (64, 64), "hard": (0, 0)}
+    # read from the chain prompt's end the draft counts as written: 5 values a row, one of them wrong
+    assert step_accuracy(pr, tok, 1, task.cfg) == {"add": (128, 160), "hard": (0, 0)}
+
+
+def test_recovery_metrics_split_restarts_by_the_drafts_fault():
+    from prs.rl.episodes import Episodes
+
+    task = make_task("arith_recovery", n_terms=6, draft_steps=3, fault_rate=0.5, demo_error_rate=0.0)
+    pr = task.train_problems(seed=3, step=0, count=8)
+    assert 0 < pr.fault.sum() < 8
+    prompt, plen = task.prompts(pr)
+    v = task.cfg.vocab
+    rows, rew = [], []
+    for i in range(8):  # 2 rollouts a problem: a restart in the first one after a fault, the second never
+        for restart in (bool(pr.fault[i]), False):
+            n = int(pr.n_terms[i])
+            vals = _ref_sums(pr.terms[i], 1, n, int(pr.terms[i, 0]))
+            gen = ("0!" if restart else "") + ",".join(map(str, vals)) + f"#{vals[-1]}$"
+            rows.append(list(prompt[i, : plen[i]]) + v.encode(gen))
+            rew.append(1.0 if restart else 0.0)
+    width = max(map(len, rows))
+    tok = np.full((16, width), v.pad_id, np.int32)
+    for r, row in enumerate(rows):
+        tok[r, : len(row)] = row
+    z = np.zeros((16, width))
+    ep = Episodes(tok, z, z > 0, tok != v.pad_id, z, np.asarray(rew, np.float32), np.zeros(16, np.int32),
+                  np.zeros(16, np.int32), np.zeros(16, np.int32), z, np.zeros(16, bool))
+    m = task.episode_metrics(pr, ep)
+    f = pr.fault.mean()
+    assert m["mech/restart_rate_faulty"] == 0.5 and m["mech/restart_rate_clean"] == 0.0
+    assert m["mech/restart_rate"] == pytest.approx(f / 2)
+    assert m["mech/recovery_rate"] == 0.5 and m["mech/clean_pass_rate"] == 0.0
