@@ -119,14 +119,20 @@ STUDIES = (
           "sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base --problems 128 "
           "--out results/mechanism/calib/deep_e12_e0.05_h0.55_ramp50_c3\n"
           "E=12 H=0.55 SEED=0 STEPS=40 TAG=-ramp50 experiments/mechanism_pilot.sh +task.params.warm_start_ramp=50 "
-          "sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1",
+          "sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1\n"
+          "python -m experiments.k_histogram +experiment=mechanism_recovery task.params.fault_rate=0.15 "
+          "+task.params.warm_start_min_terms=3 +task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 "
+          "sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base --problems 128 "
+          "--out results/mechanism/calib/recovery_f0.15_fix0.5_ramp50_min3_c3",
           "Not yet tested: no PS arm has run. The long chain (E = 12) now has a warm start calibrated on the "
           "additions (a length ramp: additions 0.945, hard step 0.163 against a 0.3 target, base pass 0.084, 47% of "
           "groups at 1/8-2/8), and its positive control works on the mechanism metric: teacher-forced hard-step "
           "accuracy after 40 steps 0.552 vs 0.167 and 0.755 vs 0.572, oracle vs baseline (2 seeds, no CI), though "
           "in one seed the oracle, replacing 15.7 of 16 groups per step, cost the additions (held-out pass@1 "
           "0.109 -> 0.010). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
-          "recovery task's warm start is still uncalibrated (base pass 0.09 against 0.7-0.9)."),
+          "recovery task's warm start is calibrated with a length ramp (fault rate 0.15: base pass 0.729, groups at "
+          "6/8-7/8 0.52, clean-draft pass 0.846 vs recovery 0.006), but it restarts at random, not on faults "
+          "(restarts after a faulty vs a clean draft 0.104 vs 0.107), so recovery has little RL signal yet."),
 )
 
 
