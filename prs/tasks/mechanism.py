@@ -282,6 +282,30 @@ class OracleRollouts(SingleTurnRollouts):
         return super().reroll(params, problems, source, fixed, key, group_size=group_size)
 
 
+def check_ramp(task: str, ramp) -> None:
+    """One ValueError naming ``task`` unless the warm-start length ramp ``ramp`` is an int >= 0."""
+    if not (isinstance(ramp, int) and ramp >= 0):
+        raise ValueError(f"task {task!r}: warm_start_ramp must be an int >= 0 (0: off), got {ramp!r}")
+
+
+def ramp_longest(cfg: ArithConfig, ramp: int, step: int) -> int:
+    """The longest chain of the warm start's demonstration step ``step`` under a length ramp of
+    ``R = ramp`` steps per term: ``min(max_terms, warm_start_min_terms + 1 + step // R)``;
+    ``max_terms`` when ``R = 0`` (off)."""
+    if not ramp:
+        return cfg.max_terms
+    return min(cfg.max_terms, cfg.warm_start_min_terms + 1 + int(step) // ramp)
+
+
+def ramp_config(cfg: ArithConfig, ramp: int, step: int) -> ArithConfig:
+    """``cfg`` drawing ``n`` uniform over ``[warm_start_min_terms, ramp_longest(cfg, ramp, step)]``
+    (a length curriculum, Bengio et al. 2009: short chains teach the running sum off the loss plateau
+    before long ones dilute the signal); the arrays keep ``max_terms``' shapes."""
+    lo, hi = cfg.warm_start_min_terms, ramp_longest(cfg, ramp, step)
+    weights = tuple(1.0 if n <= hi else 0.0 for n in range(lo, cfg.max_terms + 1))
+    return dataclasses.replace(cfg, min_terms=lo, term_weights=weights)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeepTask(ArithTask):
     """The deep-horizon chain (module docstring) behind the ``SingleTurnTask`` protocol."""
@@ -293,18 +317,13 @@ class DeepTask(ArithTask):
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
-        if not (isinstance(self.warm_start_ramp, int) and self.warm_start_ramp >= 0):
-            raise ValueError(f"task 'arith_deep': warm_start_ramp must be an int >= 0 (0: off), "
-                             f"got {self.warm_start_ramp!r}")
+        check_ramp("arith_deep", self.warm_start_ramp)
         if self.warm_start_ramp and self.cfg.warm_start_min_terms is None:
             raise ValueError("task 'arith_deep': warm_start_ramp needs warm_start_min_terms (the ramp's shortest chain)")
 
     def warm_start_longest(self, step: int) -> int:
-        """The longest chain of the warm start's demonstration step ``step`` under the length ramp:
-        ``min(max_terms, warm_start_min_terms + 1 + step // warm_start_ramp)``; ``max_terms`` when off."""
-        if not self.warm_start_ramp:
-            return self.cfg.max_terms
-        return min(self.cfg.max_terms, self.cfg.warm_start_min_terms + 1 + int(step) // self.warm_start_ramp)
+        """The longest chain of the warm start's demonstration step ``step`` (``ramp_longest``)."""
+        return ramp_longest(self.cfg, self.warm_start_ramp, step)
 
     def warm_start_problems(self, *, seed: int, step: int, count: int) -> Problems:
         """The warm start's problems. With ``warm_start_ramp = R > 0``, a length curriculum (Bengio
@@ -314,9 +333,7 @@ class DeepTask(ArithTask):
         dilute the signal). Same array shapes as ``train_problems``; ``R = 0``: ``ArithTask``'s draw."""
         if not self.warm_start_ramp:
             return super().warm_start_problems(seed=seed, step=step, count=count)
-        lo, hi = self.cfg.warm_start_min_terms, self.warm_start_longest(step)
-        weights = tuple(1.0 if n <= hi else 0.0 for n in range(lo, self.cfg.max_terms + 1))
-        wide = dataclasses.replace(self.cfg, min_terms=lo, term_weights=weights)
+        wide = ramp_config(self.cfg, self.warm_start_ramp, step)
         return make_problems(wide, seed=int(seed) * 1_000_003 + int(step), count=count)
 
     @property
@@ -472,9 +489,7 @@ class RecoveryTask(ArithTask):
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
-        if not (isinstance(self.warm_start_ramp, int) and self.warm_start_ramp >= 0):
-            raise ValueError(f"task 'arith_recovery': warm_start_ramp must be an int >= 0 (0: off), "
-                             f"got {self.warm_start_ramp!r}")
+        check_ramp("arith_recovery", self.warm_start_ramp)
         lo = self.cfg.warm_start_min_terms
         if self.warm_start_ramp and not (lo is not None and 3 <= lo < self.cfg.max_terms):
             raise ValueError(f"task 'arith_recovery': warm_start_ramp needs warm_start_min_terms in [3, n_terms - 1 = "
@@ -485,11 +500,8 @@ class RecoveryTask(ArithTask):
         return self.cfg.max_solution_len
 
     def warm_start_longest(self, step: int) -> int:
-        """The longest chain of the warm start's demonstration step ``step`` under the length ramp:
-        ``min(n_terms, warm_start_min_terms + 1 + step // warm_start_ramp)``; ``n_terms`` when off."""
-        if not self.warm_start_ramp:
-            return self.cfg.max_terms
-        return min(self.cfg.max_terms, self.cfg.warm_start_min_terms + 1 + int(step) // self.warm_start_ramp)
+        """The longest chain of the warm start's demonstration step ``step`` (``ramp_longest``)."""
+        return ramp_longest(self.cfg, self.warm_start_ramp, step)
 
     def _make(self, *, seed: int, count: int, split: str, fault_rate: float, wide: bool = False):
         cfg = self.cfg
@@ -512,9 +524,7 @@ class RecoveryTask(ArithTask):
         seed = int(seed) * 1_000_003 + int(step)
         if not self.warm_start_ramp:
             return self._make(seed=seed, count=count, split="train", fault_rate=self.fault_rate, wide=True)
-        lo, hi = self.cfg.warm_start_min_terms, self.warm_start_longest(step)
-        weights = tuple(1.0 if n <= hi else 0.0 for n in range(lo, self.cfg.max_terms + 1))
-        wide = dataclasses.replace(self.cfg, min_terms=lo, term_weights=weights)
+        wide = ramp_config(self.cfg, self.warm_start_ramp, step)
         return make_recovery_problems(wide, draft_steps=self.draft_steps, fault_rate=self.fault_rate, seed=seed,
                                       count=count, split="train", short_drafts=True)
 
