@@ -287,7 +287,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, params, step: int) -> dict[str, float]:
-        """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``."""
+        """Held-out pass@1: mean reward over the fixed eval problems × ``eval_samples``, with the task's
+        ``episode_metrics`` of those episodes and its ``policy_metrics(params, model_cfg=)`` when it has them."""
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed + 7_919), step)
         ep = self.rollouts.rollout(self.sampling_params(params), self._eval_problems, key,
                                    group_size=self.rl.eval.samples, evaluation=True)
@@ -295,6 +296,8 @@ class Trainer:
         out.update({f"eval/{k}": v for k, v in self.rollouts.pop_metrics().items()})
         if hasattr(self.task, "episode_metrics"):
             out.update({f"eval/{k}": v for k, v in self.task.episode_metrics(self._eval_problems, ep).items()})
+        if hasattr(self.task, "policy_metrics"):  # measured on the parameters themselves (no RNG of the run's)
+            out.update({f"eval/{k}": v for k, v in self.task.policy_metrics(params, model_cfg=self.model_cfg).items()})
         return out
 
 

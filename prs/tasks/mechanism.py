@@ -37,6 +37,7 @@ correct prefix), ``recovery_split`` (pass rates on faulty and clean drafts), ``o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -58,6 +59,7 @@ from prs.tasks.arith import (
 from prs.tasks.registry import register_task
 
 DEEP_MODULUS = 7
+TF_PROBLEMS, TF_SAMPLES = 512, 4  # the teacher-forced metric's held-out set (issue #31: >= 512 x 4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,8 +215,7 @@ def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *
     draws per problem, and the sampled estimate's standard error.
     """
     if forward is None:
-        from prs.models.qwen3 import forward as _fwd
-        forward = _fwd
+        forward = _jit_forward()
     sol, _ = solution_tokens(problems, cfg)
     prompt, plen = np.asarray(problems.prompt), np.asarray(problems.prompt_len)
     cut = hard_step_cut(problems)
@@ -236,6 +237,14 @@ def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *
     return {"expected": float(jnp.mean(q)), "sampled": float(hit.mean()),
             "sampled_se": float(hit.mean(axis=0).std(ddof=1) / np.sqrt(b)) if b > 1 else float("nan"),
             "problems": int(b), "samples": int(samples)}
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_forward():
+    """``prs.models.qwen3.forward`` compiled once per model config and input shape (an evaluation
+    calls it every time on the same [B, W])."""
+    from prs.models.qwen3 import forward
+    return jax.jit(forward, static_argnames=("cfg",))
 
 
 def _merge_rows(ep: Episodes, ep2: Episodes, take2: np.ndarray) -> Episodes:
@@ -371,6 +380,15 @@ class DeepTask(ArithTask):
         if not self.fixed_cut:
             return cut
         return np.maximum(np.minimum(hard_step_cut(problems), self.max_new_tokens - 1), 1).astype(np.int32)
+
+    def policy_metrics(self, params, *, model_cfg) -> dict[str, float]:
+        """The mechanism metric at every evaluation (``Trainer.evaluate``): the hard step's
+        teacher-forced accuracy on ``TF_PROBLEMS`` held-out problems (``teacher_forced_hard_accuracy``;
+        ``mech/tf_hard_acc`` = its exact E[q], ``mech/tf_hard_acc_sampled`` from ``TF_SAMPLES`` draws per
+        problem at a fixed key, so no random stream of the run's is used)."""
+        rep = teacher_forced_hard_accuracy(params, self.eval_problems(count=TF_PROBLEMS), self.cfg, model_cfg=model_cfg,
+                                           samples=TF_SAMPLES, key=jax.random.PRNGKey(0))
+        return {"mech/tf_hard_acc": rep["expected"], "mech/tf_hard_acc_sampled": rep["sampled"]}
 
     def episode_metrics(self, problems: Problems, ep: Episodes) -> dict[str, float]:
         n = ep.tokens.shape[0] // np.asarray(problems.prompt_len).shape[0]
