@@ -214,6 +214,37 @@ def test_teacher_forced_accuracy_reads_the_probability_after_the_correct_prefix(
         ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7).split(",")[:2]) + ","
 
 
+def test_trainer_evaluation_logs_the_teacher_forced_hard_accuracy_of_its_parameters():
+    """``Trainer.evaluate`` carries ``DeepTask.policy_metrics``: E[q] over the 512 held-out problems,
+    against a reference forward pass on the unpadded inputs (the short chain: every input has the same
+    length, so no padding or ``valid`` mask is involved) and a numpy softmax."""
+    from prs.core import prefix as ps
+    from prs.models.qwen3 import ModelConfig, forward, init_params
+    from prs.rl.config import EvalConfig
+    from prs.rl.trainer import RLConfig, Trainer
+    from prs.tasks.mechanism import TF_PROBLEMS
+
+    task = make_task("arith_deep", easy_steps=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    tr = Trainer(task, model, RLConfig(tasks_per_step=2, group_size=2, eval=EvalConfig(count=4, samples=1)),
+                 ps.PrefixConfig(mode="baseline", n=2), seed=0)
+    params = init_params(model, jax.random.PRNGKey(3))
+    out = tr.evaluate(params, 0)
+    pr = task.eval_problems(count=TF_PROBLEMS)
+    sol, _ = solution_tokens(pr, task.cfg)
+    plen, cut = np.asarray(pr.prompt_len), hard_step_cut(pr)
+    assert len(set(plen + cut)) == 1                                    # one length: no padding below
+    rows = np.stack([np.r_[np.asarray(pr.prompt)[i, : plen[i]], sol[i, : cut[i]]] for i in range(TF_PROBLEMS)])
+    logits = np.asarray(forward(params, jnp.asarray(rows, jnp.int32), cfg=model), np.float64)[:, -1]  # [B, V]
+    lp = logits - logits.max(1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+    want = np.exp(lp[np.arange(TF_PROBLEMS), sol[np.arange(TF_PROBLEMS), cut]]).mean()
+    assert out["eval/mech/tf_hard_acc"] == pytest.approx(want, rel=1e-4)
+    assert 0.0 <= out["eval/mech/tf_hard_acc_sampled"] <= 1.0
+    assert out["eval/mech/tf_hard_acc"] == tr.evaluate(params, 10)["eval/mech/tf_hard_acc"]  # a fixed key and set
+
+
 # ----------------------------------------------------------------------------- recovery
 def test_recovery_drafts_inject_one_fault_at_the_configured_rate():
     cfg = recovery_config(n_terms=6)
