@@ -1,0 +1,347 @@
+"""The deep-horizon sweep's reading (results/mechanism/README.md, section 7), computed from its records.
+
+    python -m experiments.studies.mechanism                 # print the section
+    python -m experiments.studies.mechanism --write         # rewrite it on the page, write summary.json and figures
+    python -m experiments.studies.mechanism --check         # exit 1 if the committed section differs
+
+Runs are ``results/mechanism/sweep/runs/deep_e<E>-<arm>-s<seed>`` (``experiments/mechanism_sweep.sh``);
+only complete runs (a ``summary.json``) are read, and an arm is compared with a reference arm on the
+seeds both completed (paired: same seed = same warm start and problem stream).
+
+The mechanism metric is the hard step's teacher-forced accuracy ``eval/mech/tf_hard_acc`` (E[q] on
+512 held-out problems, ``DeepTask.policy_metrics``), logged at every evaluation. For each comparison
+(``COMPARISONS``: the prediction's PS arms against the no-prefix re-roll of the same groups, the oracle
+positive control and the PS arms against the baseline) ``prs.analysis.gap.gap_compare`` gives:
+
+  * **hard-step accuracy steps**: the speed-up in steps to 80% (and 50%) of the *reference* arm's gap
+    (its start -> final level on its seed-mean curve, first / last 3 evaluations), the headline being
+    the restricted crossing of the seed-mean curves with the level re-estimated inside every paired
+    resample; horizon = the last evaluation every paired seed reached; censored seeds counted at the
+    horizon (restricted mean, Royston & Parmar 2013);
+  * **area under the curve** (the metric's mean over [0, horizon]) and the **equal-step difference**
+    at the horizon (mean of the last 3 evaluations), paired, with expanded percentile intervals.
+
+Beside them: generated tokens per step (the controls' cost, measured), held-out pass@1, P(reach) and
+output length at the horizon. The prediction (section 3, stated before the runs): on E = 12 the fixed
+cut's (and PS-ada's) steps ratio against the re-roll >= 1.5 with CI lower bound > 1.2; on E = 2 <= 1.15.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+import numpy as np
+
+from prs.analysis.bootstrap import bootstrap_band, bootstrap_mean
+from prs.analysis.gap import gap_compare
+from prs.analysis.runs import read_records
+from prs.analysis.tables import fmt, fmt_ci
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RUNS = ROOT / "results" / "mechanism" / "sweep" / "runs"
+OUT = ROOT / "results" / "mechanism" / "sweep"
+PAGE = ROOT / "results" / "mechanism" / "README.md"
+BEGIN = "<!-- mechanism-sweep:begin (experiments/studies/mechanism.py; edits here are overwritten) -->"
+END = "<!-- mechanism-sweep:end -->"
+METRIC = "eval/mech/tf_hard_acc"
+ARMS = ("reroll_noprefix", "ps_cut", "ps_ada", "baseline", "oracle")
+LABEL = {"reroll_noprefix": "re-roll, no prefix", "ps_cut": "PS, cut before the hard step", "ps_ada": "PS-ada",
+         "baseline": "baseline", "oracle": "oracle prefix (positive control)"}
+# (method, reference, why)
+COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "reroll_noprefix", "prediction 1/2"),
+               ("oracle", "baseline", "positive control"), ("ps_cut", "baseline", "PS against GRPO"),
+               ("ps_ada", "baseline", "PS against GRPO"), ("reroll_noprefix", "baseline", "the re-roll itself"))
+NAME = re.compile(r"^deep_e(?P<e>\d+)-(?P<arm>[a-z_]+)-s(?P<seed>\d+)$")
+
+
+def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
+    """E -> arm -> seed -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
+    "steered" [T]} of every complete run (a run without ``summary.json`` is left out)."""
+    out: dict[int, dict[str, dict[int, dict]]] = {}
+    for d in sorted(runs.glob("deep_e*-s*")):
+        m = NAME.match(d.name)
+        if not m or not d.is_dir() or not (d / "summary.json").exists():
+            continue
+        recs = read_records(d)
+        ev = [r for r in recs if r.get("kind") == "eval"]
+        tr = [r for r in recs if r.get("kind") == "train"]
+        out.setdefault(int(m["e"]), {}).setdefault(m["arm"], {})[int(m["seed"])] = {
+            "steps": np.array([r["step"] for r in ev]), "tf": np.array([r[METRIC] for r in ev], float),
+            "pass": np.array([r["eval/pass_at_1"] for r in ev], float),
+            "p_reach": np.array([r.get("eval/mech/p_reach", np.nan) for r in ev], float),
+            "tokens": np.array([r["tokens_generated"] for r in tr], float),
+            "out_len": np.array([r.get("mech/output_len", np.nan) for r in tr], float),
+            "steered": np.array([r.get("groups_steered", 0) for r in tr], float)}
+    return out
+
+
+def _matrix(runs: dict[int, dict], seeds: list[int], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps [E], y [S, E]) of ``key`` on ``seeds`` (the steps every one of them evaluated)."""
+    steps = sorted(set.intersection(*(set(runs[s]["steps"].tolist()) for s in seeds)))
+    y = np.array([[runs[s][key][list(runs[s]["steps"]).index(t)] for t in steps] for s in seeds], float)
+    return np.asarray(steps), y
+
+
+def _cum_tokens(runs: dict[int, dict], seeds: list[int]) -> np.ndarray:
+    t = min(runs[s]["tokens"].size for s in seeds)
+    return np.array([np.r_[0.0, np.cumsum(runs[s]["tokens"][:t])] for s in seeds])
+
+
+def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: int = 2000) -> dict | None:
+    """``gap_compare`` of ``method`` against ``ref`` on the metric, on their common seeds (None: < 2)."""
+    if method not in data or ref not in data:
+        return None
+    seeds = sorted(set(data[method]) & set(data[ref]))
+    if len(seeds) < 2:
+        return None
+    steps, yr = _matrix(data[ref], seeds, "tf")
+    _, ym = _matrix(data[method], seeds, "tf")
+    g = gap_compare(steps, yr, ym, cost_base={"tokens": _cum_tokens(data[ref], seeds)},
+                    cost_meth={"tokens": _cum_tokens(data[method], seeds)}, n_boot=n_boot)
+    g["seeds"] = seeds
+    return g
+
+
+def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
+    """Per arm: seeds, the metric at step 0 and at the last common evaluation, pass@1, P(reach), tokens."""
+    rows = []
+    for arm in ARMS:
+        if arm not in data:
+            continue
+        seeds = sorted(data[arm])
+        steps, tf = _matrix(data[arm], seeds, "tf")
+        _, p1 = _matrix(data[arm], seeds, "pass")
+        _, pr = _matrix(data[arm], seeds, "p_reach")
+        rows.append({"arm": arm, "seeds": seeds, "horizon": int(steps[-1]),
+                     "tf_start": bootstrap_mean(tf[:, 0]), "tf_end": bootstrap_mean(tf[:, -1]),
+                     "pass_end": bootstrap_mean(p1[:, -1]), "p_reach_end": bootstrap_mean(pr[:, -1]),
+                     "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
+                     "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds])),
+                     "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds]))})
+    return rows
+
+
+def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
+    """A ``prs.analysis.coverage.Scenario`` with this sweep's design and noise, fitted to one arm's
+    metric curves (the reference arm): every seed's curve ``y0 + (y1_s - y0)(1 - exp(-t / τ_s))`` with
+    ``y0`` the common warm-start value, ``τ_s`` by grid search and ``y1_s`` by least squares given ``τ_s``;
+    ``τ`` = the geometric mean, ``seed_sd`` = the sd of ``log τ_s``, ``y1`` = the mean ``y1_s`` (clipped
+    below 1); the evaluation noise as binomial with the episodes that give the residuals' variance at
+    the curves' mean level (``episodes = p̄ (1 - p̄) / σ²``). Returns (scenario, fit details)."""
+    from prs.analysis.coverage import Scenario
+
+    seeds = sorted(runs)
+    steps, y = _matrix(runs, seeds, "tf")
+    y0 = float(np.mean(y[:, 0]))
+    taus, y1s, res = [], [], []
+    grid = np.exp(np.linspace(np.log(2.0), np.log(2000.0), 400))
+    for row in y:
+        best = None
+        for tau in grid:
+            g = 1.0 - np.exp(-steps / tau)                                  # [E]
+            a = float(np.dot(g, row - y0) / max(np.dot(g, g), 1e-12))      # y1 - y0 by least squares
+            r = row - (y0 + a * g)
+            sse = float(np.dot(r, r))
+            if best is None or sse < best[0]:
+                best = (sse, tau, y0 + a, r)
+        _, tau, y1, r = best
+        taus.append(tau)
+        y1s.append(y1)
+        res.append(r[1:])                                                   # the first point is y0 itself
+    sigma = float(np.std(np.concatenate(res), ddof=1))
+    pbar = float(np.clip(np.mean(y), 0.05, 0.95))
+    episodes = int(max(4, round(pbar * (1 - pbar) / max(sigma, 1e-6) ** 2)))
+    sc = Scenario(name=f"deep E={e}, fitted to the re-roll", speedup=speedup, seeds=len(seeds), episodes=episodes,
+                  every=int(steps[1] - steps[0]), horizon=int(steps[-1]), y0=y0,
+                  y1=float(min(np.mean(y1s), 0.99)), tau=float(np.exp(np.mean(np.log(taus)))),
+                  seed_sd=float(np.std(np.log(taus), ddof=1)) if len(taus) > 1 else 0.0)
+    return sc, {"tau_s": taus, "y1_s": y1s, "residual_sd": sigma, "seeds": seeds}
+
+
+def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str = "reroll_noprefix") -> dict:
+    """Coverage of the sweep's intervals on a planted 1.9x (``prs.analysis.coverage.coverage_study``)
+    in a design fitted to each chain's reference arm (``fit_scenario``)."""
+    from prs.analysis.coverage import coverage_study
+
+    out = {}
+    for e, data in data_all.items():
+        if ref not in data or len(data[ref]) < 2:
+            continue
+        sc, fit = fit_scenario(data[ref], e=e)
+        out[e] = {"fit": fit, **coverage_study(sc, studies=studies, n_boot=n_boot)}
+    return out
+
+
+def coverage_lines(cov: dict) -> list[str]:
+    if not cov:
+        return []
+    lines = ["### Coverage of these intervals (simulation)", "",
+             "A planted 1.9x speed-up in a design fitted to each chain's re-roll arm (`fit_scenario`: its seeds' "
+             "exponential fits, their spread, and binomial noise with the residuals' variance), analysed as above "
+             "(`python -m experiments.studies.mechanism --coverage STUDIES`; `prs.analysis.coverage`). Coverage = "
+             "share of simulated studies whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
+             "| chain | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
+             "equal-step difference: coverage |", "|---|---|---|---|---|"]
+    for e, res in sorted(cov.items(), key=lambda kv: -int(kv[0])):
+        sc, est = res["scenario"], res["estimators"]
+        h = est["restricted_mean_curve:speedup"]
+        c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
+        lines.append(f"| E = {e} | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+                     f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
+                     f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
+                     f"{h['median']:.2f}, {c('restricted_mean_curve:speedup')} | {c('auc:auc')} | "
+                     f"{c('equal_step:equal_step')} |")
+    return lines + [""]
+
+
+def verdict(e: int, g: dict | None) -> str:
+    """The prediction's test for PS (fixed cut) against the re-roll on chain length ``e``."""
+    if g is None:
+        return "not enough paired seeds yet"
+    r = g[0.8]["speedup_steps"]
+    if not np.isfinite(r["value"]):
+        return "undefined (the re-roll's gap or the crossing is not defined; see the table)"
+    if e >= 12:
+        ok = r["value"] >= 1.5 and np.isfinite(r["lo"]) and r["lo"] > 1.2
+        return (f"prediction 1 {'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs >= 1.5 with CI lower bound > 1.2)")
+    ok = r["value"] <= 1.15
+    return f"prediction 2 {'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs <= 1.15)"
+
+
+def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov: dict | None = None) -> tuple[str, dict]:
+    """The page's section 7 (markdown between ``BEGIN`` and ``END``) and its summary; ``cov``: the
+    coverage results (``coverage``) to print, if any."""
+    data_all = load() if data_all is None else data_all
+    lines = [BEGIN, "", "## 7. The sweep: PS against the no-prefix re-roll on the hard step", "",
+             "Generated by `python -m experiments.studies.mechanism --write` from the complete runs in "
+             "`sweep/runs/` (`experiments/mechanism_sweep.sh`); the metric is the hard step's teacher-forced "
+             "accuracy E[q] on 512 held-out problems at every evaluation (`eval/mech/tf_hard_acc`). Speed-ups: "
+             "steps (and generated tokens) to 80% of the *reference* arm's gap, the restricted crossing of the "
+             "seed-mean curves with the level re-estimated in every paired resample (95% CI, 2,000 resamples); "
+             "AUC and equal-step differences paired, expanded percentile intervals.", ""]
+    summary: dict = {}
+    for e in sorted(data_all, reverse=True):
+        data = data_all[e]
+        rows = arm_rows(data)
+        lines += [f"### E = {e} ({'long' if e >= 12 else 'short'} chain)", "",
+                  "| arm | seeds | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
+                  "P(reach) there | gen. tokens / step | groups steered / step | output length (last 10 steps) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {LABEL[r['arm']]} (`{r['arm']}`) | {len(r['seeds'])} | {fmt(r['tf_start']['value'], 3)} | "
+                         f"{fmt_ci(r['tf_end'], 3)} ({r['horizon']}) | {fmt_ci(r['pass_end'], 3)} | "
+                         f"{fmt_ci(r['p_reach_end'], 3)} | {r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
+                         f"{r['out_len_last10']:.1f} |")
+        lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
+                  "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
+                  "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
+        comps = {}
+        for meth, ref, why in COMPARISONS:
+            g = compare(data, meth, ref, n_boot=n_boot)
+            if g is None:
+                continue
+            comps[f"{meth}|{ref}"] = g
+            lv, c = g["levels"], g[0.8]
+            gap = "no gap" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
+            auc = fmt_ci(g["auc"]["improvement"], 3) if "auc" in g else "-"
+            eq = fmt_ci(g["equal_step"]["improvement"], 3) if "equal_step" in g else "-"
+            lines.append(f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
+                         f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
+                         f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
+        v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
+        lines += ["", f"**Verdict (E = {e}, fixed cut vs re-roll):** {v}.", ""]
+        summary[e] = {"arms": rows, "comparisons": {k: _jsonable(g) for k, g in comps.items()}, "verdict": v}
+    lines += coverage_lines(cov or {})
+    lines += [END]
+    return "\n".join(lines), summary
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return None if not np.isfinite(x) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
+    """Seed-mean curves with pointwise 95% bootstrap bands: the metric and held-out pass@1 per arm, one
+    row per chain length."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    es = sorted(data_all, reverse=True)
+    fig, axes = plt.subplots(len(es), 2, figsize=(11, 3.6 * len(es)), squeeze=False)
+    for row, e in zip(axes, es):
+        for arm in ARMS:
+            if arm not in data_all[e]:
+                continue
+            seeds = sorted(data_all[e][arm])
+            for ax, key, ylabel in ((row[0], "tf", "hard step, teacher-forced E[q]"), (row[1], "pass", "held-out pass@1")):
+                steps, y = _matrix(data_all[e][arm], seeds, key)
+                m, lo, hi = bootstrap_band(y)
+                ax.plot(steps, m, label=f"{LABEL[arm]} ({len(seeds)} seeds)")
+                ax.fill_between(steps, lo, hi, alpha=0.15)
+                ax.set_xlabel("RL step")
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"E = {e}: {ylabel}")
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_section(page: pathlib.Path, text: str) -> None:
+    s = page.read_text()
+    if BEGIN in s:
+        a, b = s.index(BEGIN), s.index(END) + len(END)
+        s = s[:a] + text + s[b:]
+    else:
+        anchor = "## Left open"
+        s = s.replace(anchor, text + "\n\n" + anchor, 1) if anchor in s else s + "\n" + text + "\n"
+    page.write_text(s)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.mechanism", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",
+                    help="simulate STUDIES studies per chain for the coverage table (sweep/coverage.json)")
+    ap.add_argument("--coverage-boot", type=int, default=1000)
+    a = ap.parse_args(argv)
+    data = load()
+    cov_file = OUT / "coverage.json"
+    if a.coverage:
+        cov_file.write_text(json.dumps(_jsonable(coverage(data, studies=a.coverage, n_boot=a.coverage_boot)),
+                                       indent=1) + "\n")
+    cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
+    text, summary = section(data, cov=cov)
+    if a.check:
+        s = PAGE.read_text()
+        got = s[s.index(BEGIN): s.index(END) + len(END)] if BEGIN in s else ""
+        if got != text:
+            print("results/mechanism/README.md: the sweep section differs from its records "
+                  "(run python -m experiments.studies.mechanism --write)")
+            return 1
+        return 0
+    print(text)
+    if a.write:
+        write_section(PAGE, text)
+        (OUT / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1) + "\n")
+        figure(data, OUT / "curves.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

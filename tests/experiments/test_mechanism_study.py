@@ -1,0 +1,87 @@
+"""The deep-horizon sweep's reading (``experiments.studies.mechanism``) on synthetic runs with a planted
+answer: a method whose metric curve is the reference's compressed 2x in time reads ~2x in steps to 80%
+of the reference's gap; an identical method reads 1x; incomplete runs are left out; the section the
+page carries is the function's output (``--check`` fails on an edit)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments.studies import mechanism as study
+
+
+def _curve(t, speed, seed):
+    # the reference rises 0.15 -> 0.65 with a time constant of 20 steps; seeds differ a little
+    return 0.15 + (0.5 + 0.02 * seed) * (1 - np.exp(-speed * np.asarray(t, float) / 20.0))
+
+
+def _write_run(root, e, arm, seed, speed, *, steps=60, every=5, complete=True, tokens=1000.0):
+    d = root / f"deep_e{e}-{arm}-s{seed}"
+    d.mkdir(parents=True)
+    recs = []
+    for t in range(steps + 1):
+        if t % every == 0:
+            recs.append({"kind": "eval", "step": t, study.METRIC: float(_curve(t, speed, seed)),
+                         "eval/pass_at_1": 0.1, "eval/mech/p_reach": 0.5})
+        if t < steps:
+            recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "mech/output_len": 28.0,
+                         "groups_steered": 3})
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    if complete:
+        (d / "summary.json").write_text("{}")
+
+
+@pytest.fixture
+def runs(tmp_path):
+    for s in range(4):
+        _write_run(tmp_path, 12, "reroll_noprefix", s, 1.0, tokens=2000.0)
+        _write_run(tmp_path, 12, "ps_cut", s, 2.0, tokens=1000.0)
+        _write_run(tmp_path, 12, "ps_ada", s, 1.0)
+        _write_run(tmp_path, 2, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, 2, "ps_cut", s, 1.0)
+    _write_run(tmp_path, 12, "ps_cut", 9, 2.0, complete=False)  # unfinished: left out
+    return tmp_path
+
+
+def test_planted_speedups_read_back(runs):
+    data = study.load(runs)
+    assert sorted(data[12]["ps_cut"]) == [0, 1, 2, 3]
+    g = study.compare(data[12], "ps_cut", "reroll_noprefix", n_boot=200)
+    r = g[0.8]["speedup_steps"]
+    # the time compression is 2 exactly; the chord between evaluations 5 steps apart moves the
+    # interpolated crossings a little (module docstring of prs.analysis.gap)
+    assert r["value"] == pytest.approx(2.0, rel=0.12)
+    assert g[0.8]["speedup_tokens"]["value"] == pytest.approx(4.0, rel=0.12)   # half the tokens per step too
+    same = study.compare(data[12], "ps_ada", "reroll_noprefix", n_boot=200)[0.8]["speedup_steps"]
+    assert same["value"] == pytest.approx(1.0, abs=1e-9)
+    assert "prediction 1 holds" in study.verdict(12, g)
+    assert "prediction 1 refuted" in study.verdict(12, study.compare(data[12], "ps_ada", "reroll_noprefix", n_boot=200))
+    assert "prediction 2 holds" in study.verdict(2, study.compare(data[2], "ps_cut", "reroll_noprefix", n_boot=200))
+    assert study.compare(data[12], "oracle", "baseline") is None                  # arms not run: no row
+
+
+def test_section_is_written_between_markers_and_checked(runs, tmp_path, monkeypatch):
+    text, summary = study.section(study.load(runs), n_boot=200)
+    assert text.startswith(study.BEGIN) and text.endswith(study.END)
+    assert "`ps_cut` vs `reroll_noprefix`" in text and "E = 2" in text and "E = 12" in text
+    assert summary[12]["verdict"].startswith("prediction 1 holds")
+    page = tmp_path / "README.md"
+    page.write_text("# page\n\n## Left open\n- x\n")
+    study.write_section(page, text)
+    s = page.read_text()
+    assert s.index(study.BEGIN) < s.index("## Left open")
+    study.write_section(page, text)                                            # idempotent
+    assert page.read_text() == s
+
+
+def test_fit_scenario_recovers_a_known_design(runs):
+    """The reference arm's curves are 0.15 + (0.5 + 0.02 s)(1 - exp(-t/20)) exactly: the fit gives τ = 20
+    for every seed (no spread), y1 = 0.65 + 0.02 mean(s), and a small residual noise."""
+    sc, fit = study.fit_scenario(study.load(runs)[12]["reroll_noprefix"], e=12)
+    assert sc.y0 == pytest.approx(0.15)
+    assert sc.tau == pytest.approx(20.0, rel=0.02) and sc.seed_sd < 0.02
+    assert sc.y1 == pytest.approx(0.65 + 0.02 * 1.5, abs=0.005)
+    assert fit["residual_sd"] < 0.005 and sc.episodes > 5000
+    assert (sc.seeds, sc.every, sc.horizon, sc.speedup) == (4, 5, 60, 1.9)
