@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import pathlib
 import sys
 
@@ -30,6 +31,7 @@ class Study:
     question: str
     command: str
     verdict: str
+    figure_skip: tuple[str, ...] = ()  # fnmatch patterns of figures the head does not list (per-run curves)
 
 
 STUDIES = (
@@ -132,18 +134,23 @@ STUDIES = (
           "0.109 -> 0.010). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
           "recovery task's warm start is calibrated with a length ramp (fault rate 0.15: base pass 0.729, groups at "
           "6/8-7/8 0.52, clean-draft pass 0.846 vs recovery 0.006), but it restarts at random, not on faults "
-          "(restarts after a faulty vs a clean draft 0.104 vs 0.107), so recovery has little RL signal yet."),
+          "(restarts after a faulty vs a clean draft 0.104 vs 0.107), so recovery has little RL signal yet.",
+          figure_skip=("sweep/runs/*",)),
 )
 
 
-def figures(folder: pathlib.Path) -> list[str]:
-    """The study's figures: ``*.png`` under its folder, relative paths, sorted."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.png"))
+def figures(folder: pathlib.Path, skip: tuple[str, ...] = ()) -> list[str]:
+    """The study's figures: ``*.png`` under its folder, relative paths, sorted; not those inside a
+    sweep's detached code worktree (``code-*``, ``experiments/sweep_lib.sh``: a copy of the whole repository)
+    nor those matching a ``skip`` pattern (``fnmatch`` on the relative path)."""
+    rel = (p.relative_to(folder) for p in folder.rglob("*.png"))
+    return sorted(str(r) for r in rel if not any(part.startswith("code-") for part in r.parts[:-1])
+                  and not any(fnmatch.fnmatch(str(r), pat) for pat in skip))
 
 
 def head(study: Study, folder: pathlib.Path) -> str:
     """The head of a study's page (between the BEGIN / END markers)."""
-    figs = figures(folder)
+    figs = figures(folder, study.figure_skip)
     fig = ", ".join(f"[{f}]({f})" for f in figs) if figs else "none"
     return "\n".join([BEGIN, f"# {study.title}", "", f"**Question.** {study.question}", "",
                       "**Command.**", "", "```bash", study.command, "```", "", f"**Verdict.** {study.verdict}", "",

@@ -35,3 +35,11 @@ def test_page_keeps_the_record_below_the_head(tmp_path):
     assert first.startswith(pages.BEGIN) and first.endswith("# old record\nkept\n") and "[a.png](a.png)" in first
     again = pages.page(pages.Study("x", "T2", "Q?", "cmd", "V2."), tmp_path / "x", first)
     assert "V2." in again and "V." not in again.replace("V2.", "") and again.endswith("# old record\nkept\n")
+
+
+def test_figures_leave_out_sweep_worktrees_and_skipped_patterns(tmp_path):
+    for rel in ("a.png", "sweep/curves.png", "sweep/runs/r1/curves.png", "sweep/code-abc/results/x/b.png"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    assert pages.figures(tmp_path) == ["a.png", "sweep/curves.png", "sweep/runs/r1/curves.png"]
+    assert pages.figures(tmp_path, ("sweep/runs/*",)) == ["a.png", "sweep/curves.png"]
