@@ -63,7 +63,7 @@ def test_planted_speedups_read_back(runs):
 
 
 def test_section_is_written_between_markers_and_checked(runs, tmp_path, monkeypatch):
-    text, summary = study.section(study.load(runs), n_boot=200)
+    text, summary = study.section(study.load(runs), n_boot=200, rec={})
     assert text.startswith(study.BEGIN) and text.endswith(study.END)
     assert "`ps_cut` vs `reroll_noprefix`" in text and "E = 2" in text and "E = 12" in text
     assert summary[12]["verdict"].startswith("prediction 1 holds")
@@ -85,3 +85,21 @@ def test_fit_scenario_recovers_a_known_design(runs):
     assert sc.y1 == pytest.approx(0.65 + 0.02 * 1.5, abs=0.005)
     assert fit["residual_sd"] < 0.005 and sc.episodes > 5000
     assert (sc.seeds, sc.every, sc.horizon, sc.speedup) == (4, 5, 60, 1.9)
+
+
+def test_recovery_table_reads_complete_runs(tmp_path):
+    for arm, seed, complete in (("baseline", 0, True), ("oracle", 0, True), ("oracle", 1, False)):
+        d = tmp_path / f"recovery-{arm}-s{seed}"
+        d.mkdir()
+        recs = [{"kind": "eval", "step": t, "eval/mech/recovery_rate": 0.01 + t / 100, "eval/mech/clean_pass_rate": 0.8,
+                 "eval/pass_at_1": 0.4, "eval/mech/restart_rate_faulty": 0.1, "eval/mech/restart_rate_clean": None}
+                for t in (0, 5)]
+        recs += [{"kind": "train", "step": 0, "tokens_generated": 100.0, "mech/oracle_groups": 3, "groups_steered": 0}]
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        if complete:
+            (d / "summary.json").write_text("{}")
+    rec = study.load_recovery(tmp_path)
+    assert sorted(rec) == ["baseline", "oracle"] and sorted(rec["oracle"]) == [0]
+    lines = study.recovery_lines(rec)
+    row = [x for x in lines if x.startswith("| injected-fault oracle")][0]
+    assert "0.010 -> 0.060" in row and "0.100 / -" in row and "| 3.0 |" in row
