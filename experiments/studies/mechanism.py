@@ -166,6 +166,8 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
         rows.append({"arm": arm, "seeds": seeds, "horizon": int(steps[-1]),
                      "tf_start": bootstrap_mean(tf[:, 0]), "tf_end": bootstrap_mean(tf[:, -1]),
                      "pass_end": bootstrap_mean(p1[:, -1]), "p_reach_end": bootstrap_mean(pr[:, -1]),
+                     "p_reach_path": [(int(t), float(np.nanmean(pr[:, j]))) for j, t in enumerate(steps)
+                                      if t in (0, 10, 20)],
                      "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
                      "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds])),
                      "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds]))})
@@ -277,12 +279,14 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
         rows = arm_rows(data)
         lines += [f"### E = {e} ({'long' if e >= 12 else 'short'} chain)", "",
                   "| arm | seeds | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
-                  "P(reach) there | gen. tokens / step | groups steered / step | output length (last 10 steps) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "P(reach) there | P(reach) at steps 0, 10, 20 (seed mean) | gen. tokens / step | groups steered / step | "
+                  "output length (last 10 steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {LABEL[r['arm']]} (`{r['arm']}`) | {len(r['seeds'])} | {fmt(r['tf_start']['value'], 3)} | "
                          f"{fmt_ci(r['tf_end'], 3)} ({r['horizon']}) | {fmt_ci(r['pass_end'], 3)} | "
-                         f"{fmt_ci(r['p_reach_end'], 3)} | {r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
+                         f"{fmt_ci(r['p_reach_end'], 3)} | {', '.join(f'{v:.2f}' for _, v in r['p_reach_path'])} | "
+                         f"{r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
                          f"{r['out_len_last10']:.1f} |")
         lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
                   "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
