@@ -177,7 +177,8 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
 def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
     """A ``prs.analysis.coverage.Scenario`` with this sweep's design and noise, fitted to one arm's
     metric curves (the reference arm): every seed's curve ``y0 + (y1_s - y0)(1 - exp(-t / τ_s))`` with
-    ``y0`` the common warm-start value, ``τ_s`` by grid search and ``y1_s`` by least squares given ``τ_s``;
+    ``y0`` the common warm-start value, ``τ_s`` by grid search and ``y1_s`` by least squares given ``τ_s``
+    (kept in [y0, 1]: an accuracy);
     ``τ`` = the geometric mean, ``seed_sd`` = the sd of ``log τ_s``, ``y1`` = the mean ``y1_s`` (clipped
     below 1); the evaluation noise as binomial with the episodes that give the residuals' variance at
     the curves' mean level (``episodes = p̄ (1 - p̄) / σ²``). Returns (scenario, fit details)."""
@@ -192,7 +193,8 @@ def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
         best = None
         for tau in grid:
             g = 1.0 - np.exp(-steps / tau)                                  # [E]
-            a = float(np.dot(g, row - y0) / max(np.dot(g, g), 1e-12))      # y1 - y0 by least squares
+            a = float(np.dot(g, row - y0) / max(np.dot(g, g), 1e-12))      # y1 - y0 by least squares,
+            a = min(max(a, 0.0), 1.0 - y0)                                  # an accuracy: y1 in [y0, 1]
             r = row - (y0 + a * g)
             sse = float(np.dot(r, r))
             if best is None or sse < best[0]:
@@ -211,17 +213,20 @@ def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
     return sc, {"tau_s": taus, "y1_s": y1s, "residual_sd": sigma, "seeds": seeds}
 
 
-def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str = "reroll_noprefix") -> dict:
-    """Coverage of the sweep's intervals on a planted 1.9x (``prs.analysis.coverage.coverage_study``)
-    in a design fitted to each chain's reference arm (``fit_scenario``)."""
+def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str = "reroll_noprefix",
+             speedups: tuple[float, ...] = (1.9, 1.0)) -> dict:
+    """Coverage of the sweep's intervals on a planted speed-up (1.9x, the paper's size, and 1.0x, none)
+    (``prs.analysis.coverage.coverage_study``) in a design fitted to each chain's reference arm
+    (``fit_scenario``). Keys ``"<E>|<speed-up>"``."""
     from prs.analysis.coverage import coverage_study
 
     out = {}
     for e, data in data_all.items():
         if ref not in data or len(data[ref]) < 2:
             continue
-        sc, fit = fit_scenario(data[ref], e=e)
-        out[e] = {"fit": fit, **coverage_study(sc, studies=studies, n_boot=n_boot)}
+        for sp in speedups:
+            sc, fit = fit_scenario(data[ref], e=e, speedup=sp)
+            out[f"{e}|{sp}"] = {"fit": fit, **coverage_study(sc, studies=studies, n_boot=n_boot)}
     return out
 
 
@@ -229,17 +234,18 @@ def coverage_lines(cov: dict) -> list[str]:
     if not cov:
         return []
     lines = ["### Coverage of these intervals (simulation)", "",
-             "A planted 1.9x speed-up in a design fitted to each chain's re-roll arm (`fit_scenario`: its seeds' "
+             "A planted speed-up (1.9x, the paper's; 1.0x, none) in a design fitted to each chain's re-roll arm (`fit_scenario`: its seeds' "
              "exponential fits, their spread, and binomial noise with the residuals' variance), analysed as above "
              "(`python -m experiments.studies.mechanism --coverage STUDIES`; `prs.analysis.coverage`). Coverage = "
              "share of simulated studies whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
-             "| chain | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
-             "equal-step difference: coverage |", "|---|---|---|---|---|"]
-    for e, res in sorted(cov.items(), key=lambda kv: -int(kv[0])):
+             "| chain | planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
+             "equal-step difference: coverage |", "|---|---|---|---|---|---|"]
+    for key, res in sorted(cov.items(), key=lambda kv: (-int(kv[0].split("|")[0]), -float(kv[0].split("|")[1]))):
+        e = key.split("|")[0]
         sc, est = res["scenario"], res["estimators"]
         h = est["restricted_mean_curve:speedup"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        lines.append(f"| E = {e} | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+        lines.append(f"| E = {e} | {sc['speedup']:.1f}x | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
                      f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
                      f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
                      f"{h['median']:.2f}, {c('restricted_mean_curve:speedup')} | {c('auc:auc')} | "

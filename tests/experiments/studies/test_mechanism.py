@@ -103,3 +103,12 @@ def test_recovery_table_reads_complete_runs(tmp_path):
     lines = study.recovery_lines(rec)
     row = [x for x in lines if x.startswith("| injected-fault oracle")][0]
     assert "0.010 -> 0.060" in row and "0.100 / -" in row and "| 3.0 |" in row
+
+
+def test_coverage_table_from_a_small_simulation(runs):
+    cov = study._jsonable(study.coverage(study.load(runs), studies=4, n_boot=50))
+    assert sorted(cov) == ["12|1.0", "12|1.9", "2|1.0", "2|1.9"]
+    lines = study.coverage_lines(json.loads(json.dumps(cov)))
+    rows = [x for x in lines if x.startswith("| E = ")]
+    assert [r.split(" | ")[0:2] for r in rows] == [["| E = 12", "1.9x"], ["| E = 12", "1.0x"], ["| E = 2", "1.9x"],
+                                                    ["| E = 2", "1.0x"]]
