@@ -3,7 +3,8 @@
 # paired seeds (same seed = same warm start and problem stream), STEPS steps, an evaluation every EVAL.
 #   TASK=deep (default): the deep-horizon chain of length E (12 long, 2 short) on its calibrated warm
 #     start; each evaluation logs held-out pass@1 on 256 x 2 and the hard step's teacher-forced accuracy
-#     on 512 x 4 (`eval/mech/tf_hard_acc`). Runs deep_e<E>-<arm>-s<seed>.
+#     on 512 x 4 (`eval/mech/tf_hard_acc`). Runs deep_e<E>-<arm>-s<seed>; W=1 (2, ...): the second warm
+#     start, the same overrides with sft.seed=W, runs deep_e<E>w<W>-<arm>-s<seed>.
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -27,6 +28,7 @@ case $TASK in
       *)  [ -n "${WARM:-}" ] || { echo "error: E=$E has no calibrated warm start; set WARM= (allowed E without it: 12, 2)"; exit 2; } ;;
     esac
     EXP="+experiment=mechanism_deep task.params.easy_steps=$E"; PREFIX=deep_e$E
+    if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=deep_e${E}w$W; fi
     ARMS=${ARMS:-"reroll_noprefix=method=reroll_noprefix
 ps_cut=method=ps_ada,task.params.fixed_cut=true
 ps_ada=method=ps_ada

@@ -54,12 +54,15 @@ LABEL = {"reroll_noprefix": "re-roll, no prefix", "ps_cut": "PS, cut before the 
 COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "reroll_noprefix", "prediction 1/2"),
                ("oracle", "baseline", "positive control"), ("ps_cut", "baseline", "PS against GRPO"),
                ("ps_ada", "baseline", "PS against GRPO"), ("reroll_noprefix", "baseline", "the re-roll itself"))
-NAME = re.compile(r"^deep_e(?P<e>\d+)-(?P<arm>[a-z_]+)-s(?P<seed>\d+)$")
+NAME = re.compile(r"^deep_e(?P<e>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z_]+)-s(?P<seed>\d+)$")
+WARM_STRIDE = 100  # a run's paired unit: warm start w, seed s -> w * WARM_STRIDE + s
 
 
 def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
-    """E -> arm -> seed -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
-    "steered" [T]} of every complete run (a run without ``summary.json`` is left out)."""
+    """E -> arm -> unit -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
+    "steered" [T]} of every complete run (a run without ``summary.json`` is left out). The paired unit is
+    the warm start and the seed (``deep_e<E>w<w>-<arm>-s<seed>``: ``w * WARM_STRIDE + seed``; no ``w``: 0):
+    the same unit in two arms shares the warm start and the problem stream."""
     out: dict[int, dict[str, dict[int, dict]]] = {}
     for d in sorted(runs.glob("deep_e*-s*")):
         m = NAME.match(d.name)
@@ -68,7 +71,8 @@ def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
         recs = read_records(d)
         ev = [r for r in recs if r.get("kind") == "eval"]
         tr = [r for r in recs if r.get("kind") == "train"]
-        out.setdefault(int(m["e"]), {}).setdefault(m["arm"], {})[int(m["seed"])] = {
+        unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
+        out.setdefault(int(m["e"]), {}).setdefault(m["arm"], {})[unit] = {
             "steps": np.array([r["step"] for r in ev]), "tf": np.array([r[METRIC] for r in ev], float),
             "pass": np.array([r["eval/pass_at_1"] for r in ev], float),
             "p_reach": np.array([r.get("eval/mech/p_reach", np.nan) for r in ev], float),
@@ -163,7 +167,8 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
         steps, tf = _matrix(data[arm], seeds, "tf")
         _, p1 = _matrix(data[arm], seeds, "pass")
         _, pr = _matrix(data[arm], seeds, "p_reach")
-        rows.append({"arm": arm, "seeds": seeds, "horizon": int(steps[-1]),
+        rows.append({"arm": arm, "seeds": seeds, "warm_starts": sorted({u // WARM_STRIDE for u in seeds}),
+                     "horizon": int(steps[-1]),
                      "tf_start": bootstrap_mean(tf[:, 0]), "tf_end": bootstrap_mean(tf[:, -1]),
                      "pass_end": bootstrap_mean(p1[:, -1]), "p_reach_end": bootstrap_mean(pr[:, -1]),
                      "p_reach_path": [(int(t), float(np.nanmean(pr[:, j]))) for j, t in enumerate(steps)
@@ -284,12 +289,13 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
         data = data_all[e]
         rows = arm_rows(data)
         lines += [f"### E = {e} ({'long' if e >= 12 else 'short'} chain)", "",
-                  "| arm | seeds | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
+                  "| arm | seeds (warm starts) | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
                   "P(reach) there | P(reach) at steps 0, 10, 20 (seed mean) | gen. tokens / step | groups steered / step | "
                   "output length (last 10 steps) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {LABEL[r['arm']]} (`{r['arm']}`) | {len(r['seeds'])} | {fmt(r['tf_start']['value'], 3)} | "
+            lines.append(f"| {LABEL[r['arm']]} (`{r['arm']}`) | {len(r['seeds'])} ({len(r['warm_starts'])}) | "
+                         f"{fmt(r['tf_start']['value'], 3)} | "
                          f"{fmt_ci(r['tf_end'], 3)} ({r['horizon']}) | {fmt_ci(r['pass_end'], 3)} | "
                          f"{fmt_ci(r['p_reach_end'], 3)} | {', '.join(f'{v:.2f}' for _, v in r['p_reach_path'])} | "
                          f"{r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "

@@ -112,3 +112,15 @@ def test_coverage_table_from_a_small_simulation(runs):
     rows = [x for x in lines if x.startswith("| E = ")]
     assert [r.split(" | ")[0:2] for r in rows] == [["| E = 12", "1.9x"], ["| E = 12", "1.0x"], ["| E = 2", "1.9x"],
                                                     ["| E = 2", "1.0x"]]
+
+
+def test_a_second_warm_start_pairs_by_warm_start_and_seed(tmp_path):
+    for w in ("", "w1"):
+        for s in range(2):
+            _write_run(tmp_path, f"12{w}", "reroll_noprefix", s, 1.0)
+            _write_run(tmp_path, f"12{w}", "ps_cut", s, 2.0)
+    data = study.load(tmp_path)
+    assert sorted(data) == [12] and sorted(data[12]["ps_cut"]) == [0, 1, 100, 101]
+    rows = {r["arm"]: r for r in study.arm_rows(data[12])}
+    assert rows["ps_cut"]["warm_starts"] == [0, 1]
+    assert study.compare(data[12], "ps_cut", "reroll_noprefix", n_boot=100)["seeds"] == [0, 1, 100, 101]
