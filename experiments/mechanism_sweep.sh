@@ -31,6 +31,7 @@ case $TASK in
     if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=deep_e${E}w$W; fi
     ARMS=${ARMS:-"reroll_noprefix=method=reroll_noprefix
 ps_cut=method=ps_ada,task.params.fixed_cut=true
+ps_cut_hard=method=ps_ada_hard,task.params.fixed_cut=true
 ps_ada=method=ps_ada
 baseline=method=baseline
 oracle=method=baseline,task.params.oracle_max_k=2"} ;;
