@@ -260,6 +260,10 @@ class Trainer:
             metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
         if hasattr(self.task, "episode_metrics") and s.fresh is not None:  # the fresh rollouts' task metrics
             metrics.update(self.task.episode_metrics(*s.fresh))            # (trap: hack rate, ...)
+        if hasattr(self.task, "batch_metrics") and s.fresh is not None:    # the update's batch, row r of problem
+            probs = s.fresh[0]                                             # r // n (not with appended groups)
+            if np.asarray(batch.advantages).shape[0] == np.asarray(probs.prompt_len).shape[0] * n:
+                metrics.update(self.task.batch_metrics(probs, batch))
         return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources)
 
     def assemble(self, train: Episodes, train_rewards, *, key) -> tuple["Batch", np.ndarray]:

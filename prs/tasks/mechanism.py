@@ -390,6 +390,15 @@ class DeepTask(ArithTask):
                                            samples=TF_SAMPLES, key=jax.random.PRNGKey(0))
         return {"mech/tf_hard_acc": rep["expected"], "mech/tf_hard_acc_sampled": rep["sampled"]}
 
+    def batch_metrics(self, problems: Problems, batch) -> dict[str, float]:
+        """``mech/adv_mass_hard``: the share of the update's advantage mass on the hard step's token
+        (``advantage_mass_share`` with ``hard_step_mask``; ``Trainer.collect`` passes the batch whose row
+        ``r`` belongs to problem ``r // N``)."""
+        tokens = np.asarray(batch.tokens)
+        n = tokens.shape[0] // np.asarray(problems.prompt_len).shape[0]
+        focus = hard_step_mask(problems, tokens.shape[1], group_size=n)
+        return {"mech/adv_mass_hard": advantage_mass_share(batch.advantages, batch.loss_mask, focus)}
+
     def episode_metrics(self, problems: Problems, ep: Episodes) -> dict[str, float]:
         n = ep.tokens.shape[0] // np.asarray(problems.prompt_len).shape[0]
         reached, hard_ok, rows = hard_step_rollout_accuracy(problems, ep.tokens, self.cfg, group_size=n)

@@ -245,6 +245,28 @@ def test_trainer_evaluation_logs_the_teacher_forced_hard_accuracy_of_its_paramet
     assert out["eval/mech/tf_hard_acc"] == tr.evaluate(params, 10)["eval/mech/tf_hard_acc"]  # a fixed key and set
 
 
+def test_trainer_logs_the_advantage_mass_on_the_hard_step():
+    """``mech/adv_mass_hard`` of a training step against a loop over the batch's rows: the hard step's
+    token of row r sits at prompt_len + 2 (h - 1) of problem r // N."""
+    from prs.core import prefix as ps
+    from prs.models.qwen3 import ModelConfig, init_params
+    from prs.rl.trainer import RLConfig, Trainer
+
+    task = make_task("arith_deep", easy_steps=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    tr = Trainer(task, model, RLConfig(tasks_per_step=4, group_size=4), ps.PrefixConfig(mode="baseline", n=4), seed=0)
+    c = tr.collect(tr.init_state(init_params(model, jax.random.PRNGKey(0))))
+    pr = task.train_problems(seed=0, step=0, count=4)
+    a, m = np.abs(np.asarray(c.batch.advantages)), np.asarray(c.batch.loss_mask)
+    hard = total = 0.0
+    for r in range(16):
+        pos = int(pr.prompt_len[r // 4]) + 2 * (int(pr.hard_step[r // 4]) - 1)
+        total += a[r] * m[r].sum()
+        hard += a[r] * m[r, pos]
+    assert c.metrics["mech/adv_mass_hard"] == pytest.approx(hard / total if total else 0.0, rel=1e-6)
+
+
 # ----------------------------------------------------------------------------- recovery
 def test_recovery_drafts_inject_one_fault_at_the_configured_rate():
     cfg = recovery_config(n_terms=6)
