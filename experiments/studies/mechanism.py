@@ -369,6 +369,15 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def pack(runs: pathlib.Path) -> list[pathlib.Path]:
+    """Every complete run's records for committing, in place (``prs.analysis.runs.copy_run_records``:
+    ``metrics.jsonl.gz`` beside the raw ``metrics.jsonl``, which is gitignored with the checkpoints, logs
+    and per-run figures); a run already packed is left as it is."""
+    from prs.analysis.runs import copy_run_records
+
+    return [copy_run_records(d, d) for d in sorted(runs.glob("*-s*")) if d.is_dir() and (d / "summary.json").exists()]
+
+
 def write_section(page: pathlib.Path, text: str) -> None:
     s = page.read_text()
     if BEGIN in s:
@@ -405,6 +414,7 @@ def main(argv=None) -> int:
         return 0
     print(text)
     if a.write:
+        pack(RUNS)
         write_section(PAGE, text)
         (OUT / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1) + "\n")
         figure(data, OUT / "curves.png")

@@ -124,3 +124,15 @@ def test_a_second_warm_start_pairs_by_warm_start_and_seed(tmp_path):
     rows = {r["arm"]: r for r in study.arm_rows(data[12])}
     assert rows["ps_cut"]["warm_starts"] == [0, 1]
     assert study.compare(data[12], "ps_cut", "reroll_noprefix", n_boot=100)["seeds"] == [0, 1, 100, 101]
+
+
+def test_pack_gzips_complete_runs_in_place_and_reads_back(runs):
+    before = study.load(runs)
+    done = study.pack(runs)
+    assert len(done) == 20 and all((d / "metrics.jsonl.gz").exists() for d in done)
+    assert not (runs / "deep_e12-ps_cut-s9" / "metrics.jsonl.gz").exists()       # unfinished: not packed
+    for d in done:
+        (d / "metrics.jsonl").unlink()                                           # a clean checkout has the .gz only
+    after = study.load(runs)
+    assert np.array_equal(after[12]["ps_cut"][0]["tf"], before[12]["ps_cut"][0]["tf"])
+    assert study.pack(runs) == done                                              # again: a no-op
