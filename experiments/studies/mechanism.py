@@ -80,7 +80,9 @@ def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
             "p_reach": np.array([r.get("eval/mech/p_reach", np.nan) for r in ev], float),
             "tokens": np.array([r["tokens_generated"] for r in tr], float),
             "out_len": np.array([r.get("mech/output_len", np.nan) for r in tr], float),
-            "steered": np.array([r.get("groups_steered", 0) for r in tr], float)}
+            "steered": np.array([r.get("groups_steered", 0) for r in tr], float),
+            "adv_mass": np.array([np.nan if r.get("mech/adv_mass_hard") is None else r["mech/adv_mass_hard"]
+                                  for r in tr], float)}
     return out
 
 
@@ -159,6 +161,16 @@ def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: 
     return g
 
 
+def _adv_mass(runs: dict[int, dict], seeds: list[int]) -> dict:
+    """The share of advantage mass on the hard step's token, mean over the first and the last 20 steps
+    of the runs that logged it (``mech/adv_mass_hard``), and their count."""
+    logged = [s for s in seeds if np.isfinite(runs[s]["adv_mass"]).any()]
+    if not logged:
+        return {"runs": 0, "first": float("nan"), "last": float("nan")}
+    return {"runs": len(logged), "first": float(np.mean([np.nanmean(runs[s]["adv_mass"][:20]) for s in logged])),
+            "last": float(np.mean([np.nanmean(runs[s]["adv_mass"][-20:]) for s in logged]))}
+
+
 def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
     """Per arm: seeds, the metric at step 0 and at the last common evaluation, pass@1, P(reach), tokens."""
     rows = []
@@ -177,7 +189,8 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
                                       if t in (0, 10, 20)],
                      "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
                      "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds])),
-                     "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds]))})
+                     "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
+                     "adv_mass": _adv_mass(data[arm], seeds)})
     return rows
 
 
@@ -293,15 +306,16 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
         lines += [f"### E = {e} ({'long' if e >= 12 else 'short'} chain)", "",
                   "| arm | seeds (warm starts) | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
                   "P(reach) there | P(reach) at steps 0, 10, 20 (seed mean) | gen. tokens / step | groups steered / step | "
-                  "output length (last 10 steps) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "output length (last 10 steps) | advantage mass on the hard step, steps 0-19 / 40-59 (runs) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {LABEL[r['arm']]} (`{r['arm']}`) | {len(r['seeds'])} ({len(r['warm_starts'])}) | "
                          f"{fmt(r['tf_start']['value'], 3)} | "
                          f"{fmt_ci(r['tf_end'], 3)} ({r['horizon']}) | {fmt_ci(r['pass_end'], 3)} | "
                          f"{fmt_ci(r['p_reach_end'], 3)} | {', '.join(f'{v:.2f}' for _, v in r['p_reach_path'])} | "
                          f"{r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
-                         f"{r['out_len_last10']:.1f} |")
+                         f"{r['out_len_last10']:.1f} | {fmt(r['adv_mass']['first'], 3)} / {fmt(r['adv_mass']['last'], 3)} "
+                         f"({r['adv_mass']['runs']}) |")
         lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
                   "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
                   "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]

@@ -136,3 +136,12 @@ def test_pack_gzips_complete_runs_in_place_and_reads_back(runs):
     after = study.load(runs)
     assert np.array_equal(after[12]["ps_cut"][0]["tf"], before[12]["ps_cut"][0]["tf"])
     assert study.pack(runs) == done                                              # again: a no-op
+
+
+def test_advantage_mass_means_over_the_runs_that_logged_it():
+    nan = np.full(60, np.nan)
+    runs = {0: {"adv_mass": np.r_[np.full(20, 0.1), np.full(20, 0.5), np.full(20, 0.05)]},
+            1: {"adv_mass": np.r_[np.full(20, 0.3), np.full(40, 0.03)]}, 2: {"adv_mass": nan}}
+    got = study._adv_mass(runs, [0, 1, 2])
+    assert got["runs"] == 2 and got["first"] == pytest.approx(0.2) and got["last"] == pytest.approx(0.04)
+    assert study._adv_mass(runs, [2])["runs"] == 0
