@@ -125,16 +125,19 @@ STUDIES = (
           "python -m experiments.k_histogram +experiment=mechanism_recovery task.params.fault_rate=0.15 "
           "+task.params.warm_start_min_terms=3 +task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 "
           "sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base --problems 128 "
-          "--out results/mechanism/calib/recovery_f0.15_fix0.5_ramp50_min3_c3",
-          "Not yet tested: no PS arm has run. The long chain (E = 12) now has a warm start calibrated on the "
-          "additions (a length ramp: additions 0.945, hard step 0.163 against a 0.3 target, base pass 0.084, 47% of "
-          "groups at 1/8-2/8), and its positive control works on the mechanism metric: teacher-forced hard-step "
-          "accuracy after 40 steps 0.552 vs 0.167 and 0.755 vs 0.572, oracle vs baseline (2 seeds, no CI), though "
-          "in one seed the oracle, replacing 15.7 of 16 groups per step, cost the additions (held-out pass@1 "
-          "0.109 -> 0.010). Short chain (E = 2): oracle = baseline (2 seeds x 40 steps), as predicted there. The "
-          "recovery task's warm start is calibrated with a length ramp (fault rate 0.15: base pass 0.729, groups at "
-          "6/8-7/8 0.52, clean-draft pass 0.846 vs recovery 0.006), but it restarts at random, not on faults "
-          "(restarts after a faulty vs a clean draft 0.104 vs 0.107), so recovery has little RL signal yet.",
+          "--out results/mechanism/calib/recovery_f0.15_fix0.5_ramp50_min3_c3\n"
+          "E=12 SEEDS=\"0 2 4 6\" experiments/mechanism_sweep.sh & E=12 SEEDS=\"1 3 5 7\" experiments/mechanism_sweep.sh  "
+          "# and E=2, E=12 W=1, TASK=recovery STEPS=40\n"
+          "python -m experiments.studies.mechanism --write --coverage 400   # section 7, summary, figure, coverage",
+          "Deep task: prediction 1 refuted at this calibration - on the long chain (E = 12) PS with the cut "
+          "before the hard step is no faster than the no-prefix re-roll of the same groups in hard-step accuracy "
+          "steps, 0.90 [0.74, 1.04] (8 seeds x 2 warm starts; AUC difference -0.022 [-0.076, 0.022]); on the "
+          "short chain 0.96 [0.84, 1.11] (prediction 2 holds, but there is no depth contrast). The positive "
+          "control works and bounds the effect: the oracle prefix beats the baseline by 1.25x [1.02, 1.54] "
+          "(AUC +0.046 [0.005, 0.105]), because RL lifts P(reach) from ~0.5 to ~0.8 within 20 steps and PS "
+          "steers ~2.3 hard-side groups per step. Recovery task: not tested - its positive control fails (every "
+          "arm, the injected-fault oracle included, unlearns restarting; recovery 0.000-0.008), so the task "
+          "needs a warm start that restarts on faults.",
           figure_skip=("sweep/runs/*",)),
 )
 
