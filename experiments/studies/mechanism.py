@@ -357,26 +357,32 @@ def _jsonable(x):
 
 def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
     """Seed-mean curves with pointwise 95% bootstrap bands: the metric and held-out pass@1 per arm, one
-    row per chain length."""
+    row per chain length and warm start (arms run on one warm start only are not pooled with the others)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    es = sorted(data_all, reverse=True)
-    fig, axes = plt.subplots(len(es), 2, figsize=(11, 3.6 * len(es)), squeeze=False)
-    for row, e in zip(axes, es):
+    panels = []
+    for e in sorted(data_all, reverse=True):
+        ws = sorted({u // WARM_STRIDE for arm in data_all[e].values() for u in arm})
+        for w in ws:
+            sub = {arm: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for arm, runs in data_all[e].items()}
+            panels.append((e, w, {arm: runs for arm, runs in sub.items() if runs}))
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for row, (e, w, data) in zip(axes, panels):
         for arm in ARMS:
-            if arm not in data_all[e]:
+            if arm not in data:
                 continue
-            seeds = sorted(data_all[e][arm])
+            seeds = sorted(data[arm])
             for ax, key, ylabel in ((row[0], "tf", "hard step, teacher-forced E[q]"), (row[1], "pass", "held-out pass@1")):
-                steps, y = _matrix(data_all[e][arm], seeds, key)
+                steps, y = _matrix(data[arm], seeds, key)
                 m, lo, hi = bootstrap_band(y)
-                ax.plot(steps, m, label=f"{LABEL[arm]} ({len(seeds)} seeds)")
-                ax.fill_between(steps, lo, hi, alpha=0.15)
+                c = f"C{ARMS.index(arm)}"  # one colour per arm in every panel
+                ax.plot(steps, m, color=c, label=f"{LABEL[arm]} ({len(seeds)} seeds)")
+                ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel)
-                ax.set_title(f"E = {e}: {ylabel}")
+                ax.set_title(f"E = {e}, warm start {'AB'[w] if w < 2 else w}: {ylabel}", fontsize=9)
         row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -145,3 +145,16 @@ def test_advantage_mass_means_over_the_runs_that_logged_it():
     got = study._adv_mass(runs, [0, 1, 2])
     assert got["runs"] == 2 and got["first"] == pytest.approx(0.2) and got["last"] == pytest.approx(0.04)
     assert study._adv_mass(runs, [2])["runs"] == 0
+
+
+def test_figure_has_a_row_per_chain_and_warm_start(tmp_path):
+    for w in ("", "w1"):
+        for s in range(2):
+            _write_run(tmp_path, f"12{w}", "reroll_noprefix", s, 1.0)
+    _write_run(tmp_path, 2, "ps_cut", 0, 1.0)
+    _write_run(tmp_path, 2, "ps_cut", 1, 1.0)
+    out = tmp_path / "curves.png"
+    study.figure(study.load(tmp_path), out)
+    import matplotlib.image as mpimg
+    h, w = mpimg.imread(out).shape[:2]
+    assert h == pytest.approx(3 * 3.6 * 110, rel=0.02) and w == pytest.approx(11 * 110, rel=0.02)  # 3 rows
