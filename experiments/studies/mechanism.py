@@ -38,7 +38,7 @@ import numpy as np
 from prs.analysis.bootstrap import bootstrap_band, bootstrap_mean
 from prs.analysis.gap import gap_compare
 from prs.analysis.runs import read_records
-from prs.analysis.tables import fmt, fmt_ci
+from prs.analysis.tables import fmt, fmt_ci, to_jsonable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNS = ROOT / "results" / "mechanism" / "sweep" / "runs"
@@ -60,29 +60,36 @@ NAME = re.compile(r"^deep_e(?P<e>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z_]+)-s(?P<seed
 WARM_STRIDE = 100  # a run's paired unit: warm start w, seed s -> w * WARM_STRIDE + s
 
 
+def _complete_runs(runs: pathlib.Path, pattern: str, name: re.Pattern):
+    """``(name match, eval records, train records)`` of every run directory under ``runs`` matching the
+    glob ``pattern`` and ``name`` that is complete (has a ``summary.json``), in name order."""
+    for d in sorted(runs.glob(pattern)):
+        m = name.match(d.name)
+        if not m or not d.is_dir() or not (d / "summary.json").exists():
+            continue
+        recs = read_records(d)
+        yield m, [r for r in recs if r.get("kind") == "eval"], [r for r in recs if r.get("kind") == "train"]
+
+
+def _column(recs: list[dict], key: str, missing: float = np.nan) -> np.ndarray:
+    """[len(recs)] float: ``key`` of each record, ``missing`` where it is absent or None (not logged)."""
+    return np.array([missing if r.get(key) is None else r[key] for r in recs], float)
+
+
 def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
     """E -> arm -> unit -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
     "steered" [T]} of every complete run (a run without ``summary.json`` is left out). The paired unit is
     the warm start and the seed (``deep_e<E>w<w>-<arm>-s<seed>``: ``w * WARM_STRIDE + seed``; no ``w``: 0):
     the same unit in two arms shares the warm start and the problem stream."""
     out: dict[int, dict[str, dict[int, dict]]] = {}
-    for d in sorted(runs.glob("deep_e*-s*")):
-        m = NAME.match(d.name)
-        if not m or not d.is_dir() or not (d / "summary.json").exists():
-            continue
-        recs = read_records(d)
-        ev = [r for r in recs if r.get("kind") == "eval"]
-        tr = [r for r in recs if r.get("kind") == "train"]
+    for m, ev, tr in _complete_runs(runs, "deep_e*-s*", NAME):
         unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
         out.setdefault(int(m["e"]), {}).setdefault(m["arm"], {})[unit] = {
             "steps": np.array([r["step"] for r in ev]), "tf": np.array([r[METRIC] for r in ev], float),
             "pass": np.array([r["eval/pass_at_1"] for r in ev], float),
-            "p_reach": np.array([r.get("eval/mech/p_reach", np.nan) for r in ev], float),
-            "tokens": np.array([r["tokens_generated"] for r in tr], float),
-            "out_len": np.array([r.get("mech/output_len", np.nan) for r in tr], float),
-            "steered": np.array([r.get("groups_steered", 0) for r in tr], float),
-            "adv_mass": np.array([np.nan if r.get("mech/adv_mass_hard") is None else r["mech/adv_mass_hard"]
-                                  for r in tr], float)}
+            "p_reach": _column(ev, "eval/mech/p_reach"), "tokens": np.array([r["tokens_generated"] for r in tr], float),
+            "out_len": _column(tr, "mech/output_len"), "steered": _column(tr, "groups_steered", 0.0),
+            "adv_mass": _column(tr, "mech/adv_mass_hard")}
     return out
 
 
@@ -98,19 +105,12 @@ def load_recovery(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
     """arm -> seed -> {"steps", REC_KEYS' names [E'], "tokens" [T], "oracle_groups" [T], "steered" [T]} of every
     complete recovery run (``recovery-<arm>-s<seed>``)."""
     out: dict[str, dict[int, dict]] = {}
-    for d in sorted(runs.glob("recovery-*-s*")):
-        m = REC_NAME.match(d.name)
-        if not m or not d.is_dir() or not (d / "summary.json").exists():
-            continue
-        recs = read_records(d)
-        ev = [r for r in recs if r.get("kind") == "eval"]
-        tr = [r for r in recs if r.get("kind") == "train"]
+    for m, ev, tr in _complete_runs(runs, "recovery-*-s*", REC_NAME):
         row = {"steps": np.array([r["step"] for r in ev])}
-        row.update({k: np.array([np.nan if r.get(key) is None else r[key] for r in ev], float)
-                    for k, key in REC_KEYS.items()})
+        row.update({k: _column(ev, key) for k, key in REC_KEYS.items()})
         row["tokens"] = np.array([r["tokens_generated"] for r in tr], float)
-        row["oracle_groups"] = np.array([r.get("mech/oracle_groups", 0) for r in tr], float)
-        row["steered"] = np.array([r.get("groups_steered", 0) for r in tr], float)
+        row["oracle_groups"] = _column(tr, "mech/oracle_groups", 0.0)
+        row["steered"] = _column(tr, "groups_steered", 0.0)
         out.setdefault(m["arm"], {})[int(m["seed"])] = row
     return out
 
@@ -334,25 +334,11 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
                          f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
         lines += ["", f"**Verdict (E = {e}, fixed cut vs re-roll):** {v}.", ""]
-        summary[e] = {"arms": rows, "comparisons": {k: _jsonable(g) for k, g in comps.items()}, "verdict": v}
+        summary[e] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdict": v}
     lines += coverage_lines(cov or {})
     lines += recovery_lines(load_recovery() if rec is None else rec)
     lines += [END]
     return "\n".join(lines), summary
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        return None if not np.isfinite(x) else float(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
 
 
 def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
@@ -420,7 +406,7 @@ def main(argv=None) -> int:
     data = load()
     cov_file = OUT / "coverage.json"
     if a.coverage:
-        cov_file.write_text(json.dumps(_jsonable(coverage(data, studies=a.coverage, n_boot=a.coverage_boot)),
+        cov_file.write_text(json.dumps(to_jsonable(coverage(data, studies=a.coverage, n_boot=a.coverage_boot)),
                                        indent=1) + "\n")
     cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
     text, summary = section(data, cov=cov)
@@ -436,7 +422,7 @@ def main(argv=None) -> int:
     if a.write:
         pack(RUNS)
         write_section(PAGE, text)
-        (OUT / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1) + "\n")
+        (OUT / "summary.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
         figure(data, OUT / "curves.png")
     return 0
 

@@ -106,7 +106,7 @@ def test_recovery_table_reads_complete_runs(tmp_path):
 
 
 def test_coverage_table_from_a_small_simulation(runs):
-    cov = study._jsonable(study.coverage(study.load(runs), studies=4, n_boot=50))
+    cov = study.to_jsonable(study.coverage(study.load(runs), studies=4, n_boot=50))
     assert sorted(cov) == ["12|1.0", "12|1.9", "2|1.0", "2|1.9"]
     lines = study.coverage_lines(json.loads(json.dumps(cov)))
     rows = [x for x in lines if x.startswith("| E = ")]
