@@ -47,16 +47,19 @@ PAGE = ROOT / "results" / "mechanism" / "README.md"
 BEGIN = "<!-- mechanism-sweep:begin (experiments/studies/mechanism.py; edits here are overwritten) -->"
 END = "<!-- mechanism-sweep:end -->"
 METRIC = "eval/mech/tf_hard_acc"
-ARMS = ("reroll_noprefix", "ps_cut", "ps_cut_hard", "ps_ada", "baseline", "oracle")
+ARMS = ("reroll_noprefix", "ps_cut", "ps_cut_hard", "ps_ada", "baseline", "oracle", "extra_tok", "baseline_2n")
 LABEL = {"reroll_noprefix": "re-roll, no prefix", "ps_cut": "PS, cut before the hard step",
          "ps_cut_hard": "PS hard side only, cut before the hard step", "ps_ada": "PS-ada",
-         "baseline": "baseline", "oracle": "oracle prefix (positive control)"}
+         "baseline": "baseline", "oracle": "oracle prefix (positive control)",
+         "extra_tok": "extra rollouts, matched to `ps_cut` in tokens", "baseline_2n": "baseline, 2N = 16 rollouts"}
 # (method, reference, why)
 COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "reroll_noprefix", "prediction 1/2"),
                ("oracle", "baseline", "positive control"), ("ps_cut", "baseline", "PS against GRPO"),
                ("ps_ada", "baseline", "PS against GRPO"), ("reroll_noprefix", "baseline", "the re-roll itself"),
-               ("ps_cut_hard", "reroll_noprefix", "the hard side alone"), ("ps_cut_hard", "baseline", "the hard side alone"))
-NAME = re.compile(r"^deep_e(?P<e>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z_]+)-s(?P<seed>\d+)$")
+               ("ps_cut_hard", "reroll_noprefix", "the hard side alone"), ("ps_cut_hard", "baseline", "the hard side alone"),
+               ("ps_cut", "extra_tok", "control matched in tokens"), ("extra_tok", "baseline", "the extra rollouts"),
+               ("ps_cut", "baseline_2n", "against 2N rollouts"), ("baseline_2n", "baseline", "2N rollouts"))
+NAME = re.compile(r"^deep_e(?P<e>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
 WARM_STRIDE = 100  # a run's paired unit: warm start w, seed s -> w * WARM_STRIDE + s
 
 

@@ -126,6 +126,19 @@ def test_a_second_warm_start_pairs_by_warm_start_and_seed(tmp_path):
     assert study.compare(data[12], "ps_cut", "reroll_noprefix", n_boot=100)["seeds"] == [0, 1, 100, 101]
 
 
+def test_arm_names_with_digits_load_and_compare(tmp_path):
+    # the 2N baseline (`baseline_2n`) and the token-matched control (`extra_tok`) are arms like any other
+    for s in range(3):
+        _write_run(tmp_path, 12, "baseline", s, 1.0, tokens=1000.0)
+        _write_run(tmp_path, 12, "baseline_2n", s, 2.0, tokens=2000.0)
+    data = study.load(tmp_path)
+    assert sorted(data[12]) == ["baseline", "baseline_2n"]
+    g = study.compare(data[12], "baseline_2n", "baseline", n_boot=100)[0.8]
+    assert g["speedup_steps"]["value"] == pytest.approx(2.0, rel=0.12)
+    assert g["speedup_tokens"]["value"] == pytest.approx(1.0, rel=0.12)       # twice as fast at twice the tokens
+    assert "baseline_2n" in study.LABEL and ("baseline_2n", "baseline", "2N rollouts") in study.COMPARISONS
+
+
 def test_pack_gzips_complete_runs_in_place_and_reads_back(runs):
     before = study.load(runs)
     done = study.pack(runs)
