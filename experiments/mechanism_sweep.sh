@@ -4,7 +4,9 @@
 #   TASK=deep (default): the deep-horizon chain of length E (12 long, 2 short) on its calibrated warm
 #     start; each evaluation logs held-out pass@1 on 256 x 2 and the hard step's teacher-forced accuracy
 #     on 512 x 4 (`eval/mech/tf_hard_acc`). Runs deep_e<E>-<arm>-s<seed>; W=1 (2, ...): the second warm
-#     start, the same overrides with sft.seed=W, runs deep_e<E>w<W>-<arm>-s<seed>.
+#     start, the same overrides with sft.seed=W, runs deep_e<E>w<W>-<arm>-s<seed>. TAG=lo with WARM= and
+#     BASE=: another calibration of the chain, runs deep_e<E>_<TAG>[w<W>]-<arm>-s<seed>, analysed apart
+#     (section 9).
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -23,12 +25,14 @@ RAMP="+task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 sft.a
 case $TASK in
   deep)
     case $E in
-      12) WARM=${WARM:-"task.params.demo_hard_error_rate=0.55 $RAMP"} ;;
+      12) WARM=${WARM:-"task.params.demo_hard_error_rate=0.55 $RAMP"}
+          [ -z "${TAG:-}" ] || [ "$WARM" != "task.params.demo_hard_error_rate=0.55 $RAMP" ] || {
+            echo "error: TAG=$TAG names another calibration of E=$E; set its WARM= (the default is warm start A's)"; exit 2; } ;;
       2)  WARM=${WARM:-"task.params.demo_hard_error_rate=0.7"} ;;
       *)  [ -n "${WARM:-}" ] || { echo "error: E=$E has no calibrated warm start; set WARM= (allowed E without it: 12, 2)"; exit 2; } ;;
     esac
-    EXP="+experiment=mechanism_deep task.params.easy_steps=$E"; PREFIX=deep_e$E
-    if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=deep_e${E}w$W; fi
+    EXP="+experiment=mechanism_deep task.params.easy_steps=$E"; PREFIX=deep_e$E${TAG:+_$TAG}
+    if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=${PREFIX}w$W; fi
     ARMS=${ARMS:-"reroll_noprefix=method=reroll_noprefix
 ps_cut=method=ps_ada,task.params.fixed_cut=true
 ps_cut_hard=method=ps_ada_hard,task.params.fixed_cut=true

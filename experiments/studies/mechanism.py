@@ -59,8 +59,25 @@ COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "rero
                ("ps_cut_hard", "reroll_noprefix", "the hard side alone"), ("ps_cut_hard", "baseline", "the hard side alone"),
                ("ps_cut", "extra_tok", "control matched in tokens"), ("extra_tok", "baseline", "the extra rollouts"),
                ("ps_cut", "baseline_2n", "against 2N rollouts"), ("baseline_2n", "baseline", "2N rollouts"))
-NAME = re.compile(r"^deep_e(?P<e>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
+NAME = re.compile(r"^deep_e(?P<e>\d+)(?:_(?P<tag>[a-z]+?))?(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
+# a chain's key: its length E (int), or "E_tag" for another calibration of it analysed apart (section 9: "12_lo")
+TAGS = {"lo": "lower reach, warm start C (section 9)"}
 WARM_STRIDE = 100  # a run's paired unit: warm start w, seed s -> w * WARM_STRIDE + s
+
+
+def chain_e(key) -> int:
+    """The chain length E of a chain key (``12``, ``2``, ``"12_lo"``)."""
+    return int(str(key).split("_")[0])
+
+
+def chain_order(keys) -> list:
+    """Chain keys longest first, a length's own calibration before its tagged ones."""
+    return sorted(keys, key=lambda k: (-chain_e(k), str(k)))
+
+
+def chain_name(key) -> str:
+    tag = str(key).partition("_")[2]
+    return f"E = {chain_e(key)}" + (f", {TAGS[tag]}" if tag else "")
 
 
 def _complete_runs(runs: pathlib.Path, pattern: str, name: re.Pattern):
@@ -87,7 +104,8 @@ def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
     out: dict[int, dict[str, dict[int, dict]]] = {}
     for m, ev, tr in _complete_runs(runs, "deep_e*-s*", NAME):
         unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
-        out.setdefault(int(m["e"]), {}).setdefault(m["arm"], {})[unit] = {
+        key = f"{m['e']}_{m['tag']}" if m["tag"] else int(m["e"])
+        out.setdefault(key, {}).setdefault(m["arm"], {})[unit] = {
             "steps": np.array([r["step"] for r in ev]), "tf": np.array([r[METRIC] for r in ev], float),
             "pass": np.array([r["eval/pass_at_1"] for r in ev], float),
             "p_reach": _column(ev, "eval/mech/p_reach"), "tokens": np.array([r["tokens_generated"] for r in tr], float),
@@ -263,12 +281,13 @@ def coverage_lines(cov: dict) -> list[str]:
              "share of simulated studies whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
              "| chain | planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
              "equal-step difference: coverage |", "|---|---|---|---|---|---|"]
-    for key, res in sorted(cov.items(), key=lambda kv: (-int(kv[0].split("|")[0]), -float(kv[0].split("|")[1]))):
+    for key, res in sorted(cov.items(), key=lambda kv: (-chain_e(kv[0].split("|")[0]), kv[0].split("|")[0],
+                                                        -float(kv[0].split("|")[1]))):
         e = key.split("|")[0]
         sc, est = res["scenario"], res["estimators"]
         h = est["restricted_mean_curve:speedup"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        lines.append(f"| E = {e} | {sc['speedup']:.1f}x | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+        lines.append(f"| {chain_name(e)} | {sc['speedup']:.1f}x | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
                      f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
                      f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
                      f"{h['median']:.2f}, {c('restricted_mean_curve:speedup')} | {c('auc:auc')} | "
@@ -283,11 +302,20 @@ def verdict(e: int, g: dict | None) -> str:
     r = g[0.8]["speedup_steps"]
     if not np.isfinite(r["value"]):
         return "undefined (the re-roll's gap or the crossing is not defined; see the table)"
-    if e >= 12:
+    if chain_e(e) >= 12:
         ok = r["value"] >= 1.5 and np.isfinite(r["lo"]) and r["lo"] > 1.2
         return (f"prediction 1 {'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs >= 1.5 with CI lower bound > 1.2)")
     ok = r["value"] <= 1.15
     return f"prediction 2 {'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs <= 1.15)"
+
+
+def gate(g: dict | None) -> str:
+    """Section 9's gate: the oracle beats the baseline by >= 1.5x in steps to 80% of the baseline's gap."""
+    if g is None:
+        return "oracle vs baseline not run yet"
+    r = g[0.8]["speedup_steps"]
+    ok = np.isfinite(r["value"]) and r["value"] >= 1.5
+    return f"oracle vs baseline {fmt_ci(r)}: {'passes' if ok else 'fails'} (needs >= 1.5)"
 
 
 def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov: dict | None = None,
@@ -303,10 +331,11 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
              "seed-mean curves with the level re-estimated in every paired resample (95% CI, 2,000 resamples); "
              "AUC and equal-step differences paired, expanded percentile intervals.", ""]
     summary: dict = {}
-    for e in sorted(data_all, reverse=True):
+    for e in chain_order(data_all):
         data = data_all[e]
         rows = arm_rows(data)
-        lines += [f"### E = {e} ({'long' if e >= 12 else 'short'} chain)", "",
+        title = chain_name(e) if str(e) != str(chain_e(e)) else f"E = {e} ({'long' if e >= 12 else 'short'} chain)"
+        lines += [f"### {title}", "",
                   "| arm | seeds (warm starts) | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
                   "P(reach) there | P(reach) at steps 0, 10, 20 (seed mean) | gen. tokens / step | groups steered / step | "
                   "output length (last 10 steps) | advantage mass on the hard step, steps 0-19 / 40-59 (runs) |",
@@ -335,8 +364,10 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
             lines.append(f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
                          f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
                          f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
+        if str(e) != str(chain_e(e)):  # a recalibrated chain: its positive control gates the prediction (section 9)
+            lines += ["", f"**Gate ({chain_name(e)}):** {gate(comps.get('oracle|baseline'))}."]
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
-        lines += ["", f"**Verdict (E = {e}, fixed cut vs re-roll):** {v}.", ""]
+        lines += ["", f"**Verdict ({chain_name(e)}, fixed cut vs re-roll):** {v}.", ""]
         summary[e] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdict": v}
     lines += coverage_lines(cov or {})
     lines += recovery_lines(load_recovery() if rec is None else rec)
@@ -352,7 +383,7 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = []
-    for e in sorted(data_all, reverse=True):
+    for e in chain_order(data_all):
         ws = sorted({u // WARM_STRIDE for arm in data_all[e].values() for u in arm})
         for w in ws:
             sub = {arm: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for arm, runs in data_all[e].items()}
@@ -371,7 +402,8 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel)
-                ax.set_title(f"E = {e}, warm start {'AB'[w] if w < 2 else w}: {ylabel}", fontsize=9)
+                ws_name = "" if str(e) != str(chain_e(e)) else f", warm start {'AB'[w] if w < 2 else w}"
+                ax.set_title(f"{chain_name(e)}{ws_name}: {ylabel}", fontsize=9)
         row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

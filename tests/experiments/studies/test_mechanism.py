@@ -139,6 +139,24 @@ def test_arm_names_with_digits_load_and_compare(tmp_path):
     assert "baseline_2n" in study.LABEL and ("baseline_2n", "baseline", "2N rollouts") in study.COMPARISONS
 
 
+def test_a_tagged_calibration_is_its_own_chain_with_its_gate(tmp_path):
+    # deep_e12_lo-*: another warm start of the long chain, analysed apart from deep_e12(w1)-*
+    for s in range(3):
+        _write_run(tmp_path, 12, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, "12_lo", "baseline", s, 1.0)
+        _write_run(tmp_path, "12_lo", "oracle", s, 2.0)
+        _write_run(tmp_path, "12_low1", "baseline", s, 1.0)
+    data = study.load(tmp_path)
+    assert study.chain_order(data) == [12, "12_lo"]
+    assert sorted(data[12]) == ["reroll_noprefix"] and sorted(data["12_lo"]["oracle"]) == [0, 1, 2]
+    assert sorted(data["12_lo"]["baseline"]) == [0, 1, 2, 100, 101, 102]
+    text, summary = study.section(data, n_boot=100, rec={})
+    assert "### E = 12, lower reach" in text and "**Gate (E = 12, lower reach" in text and ": passes (needs >= 1.5)" in text
+    assert study.gate(None) == "oracle vs baseline not run yet"
+    same = study.compare(data["12_lo"], "baseline", "baseline", n_boot=100)
+    assert "fails" in study.gate(same)
+
+
 def test_pack_gzips_complete_runs_in_place_and_reads_back(runs):
     before = study.load(runs)
     done = study.pack(runs)
