@@ -10,8 +10,9 @@ term, last two terms: the multiplier and the last addend), fitted on 20,000 trai
 scored on 4,000 held-out ones, for the answer alone and for what the grader checks (deep: the whole
 trace; recovery: the answer).
 ``tf``: teacher-forced accuracy of the hard step (``prs.tasks.mechanism.teacher_forced_hard_accuracy``)
-on ``--problems`` held-out problems x ``--samples`` draws, for each run directory's latest checkpoint
-and its warm start (``--base``: a warm start alone, from Hydra overrides, as ``experiments.train``
+on ``--problems`` held-out problems x ``--samples`` draws, and how the policy reaches it (``reach``:
+``teacher_forced_reach``, sampled against greedy), for each checkpoint a run directory keeps and its
+warm start (``--base``: a warm start alone, from Hydra overrides, as ``experiments.train``
 would build it).
 """
 from __future__ import annotations
@@ -115,7 +116,7 @@ def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples
     import jax
 
     from prs.rl.runner import base_params
-    from prs.tasks.mechanism import teacher_forced_hard_accuracy
+    from prs.tasks.mechanism import teacher_forced_hard_accuracy, teacher_forced_reach
 
     out = []
     jobs = []
@@ -135,6 +136,7 @@ def tf_report(runs: list[str], *, base: list[str] | None, problems: int, samples
         for label, params in rows:
             rep = teacher_forced_hard_accuracy(params, probs, task.cfg, model_cfg=model_cfg, samples=samples,
                                                key=jax.random.PRNGKey(0))
+            rep["reach"] = teacher_forced_reach(params, probs, task.cfg, model_cfg=model_cfg)
             rep["what"] = label
             out.append(rep)
             print(json.dumps(rep))

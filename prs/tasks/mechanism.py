@@ -239,6 +239,44 @@ def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *
             "problems": int(b), "samples": int(samples)}
 
 
+def teacher_forced_reach(params, problems: Problems, cfg: ArithConfig, *, model_cfg, forward=None) -> dict[str, float]:
+    """How the policy reaches the hard step: sampling noise or missing skill (teacher forcing).
+
+    One forward pass over each problem's prompt and correct trace before the hard step gives, at every
+    token ``j < c_i`` (``c_i = hard_step_cut``), ``q_ij = π(t_ij | prompt, t_i<j)``. Since the whole trace
+    is graded, a temperature-1 rollout reaches the hard step correctly with probability exactly
+    ``∏_j q_ij``; the greedy policy (argmax at each token) reaches it iff every ``t_ij`` is the argmax.
+    Returns the means over problems of both (``reach_sampled``, ``reach_greedy``) and, over the easy
+    steps' value tokens, ``E[q]`` (``easy_sampled``) and the argmax share (``easy_greedy``). Errors that
+    sharpening alone removes show as ``reach_greedy`` >> ``reach_sampled``.
+    """
+    if forward is None:
+        forward = _jit_forward()
+    sol, _ = solution_tokens(problems, cfg)
+    prompt, plen = np.asarray(problems.prompt), np.asarray(problems.prompt_len)
+    cut = hard_step_cut(problems)                                    # [B]
+    b, c = prompt.shape[0], int(cut.max())
+    width = prompt.shape[1] + c
+    rows = np.full((b, width), cfg.vocab.pad_id, np.int32)
+    for i in range(b):  # host-side assembly, once per call
+        rows[i, : plen[i]] = prompt[i, : plen[i]]
+        rows[i, plen[i]: plen[i] + cut[i]] = sol[i, : cut[i]]
+    j = np.arange(c)[None, :]                                        # [1, C] trace offset
+    live = j < cut[:, None]                                          # [B, C]
+    pos = np.where(live, plen[:, None] + j - 1, 0)                   # [B, C] position predicting t_ij
+    valid = np.arange(width)[None, :] < (plen + cut)[:, None]
+    logits = forward(params, jnp.asarray(rows), cfg=model_cfg, valid=jnp.asarray(valid))  # [B, W, V]
+    lp = jax.nn.log_softmax(logits[jnp.arange(b)[:, None], jnp.asarray(pos)], axis=-1)   # [B, C, V]
+    target = jnp.asarray(np.where(live, sol[:, :c], 0))
+    lq = np.asarray(jnp.take_along_axis(lp, target[..., None], axis=-1)[..., 0], np.float64)  # [B, C]
+    top = np.asarray(jnp.argmax(lp, axis=-1) == target)                                     # [B, C]
+    value = live & (j % 2 == 0)                                      # the easy steps' value tokens
+    return {"reach_sampled": float(np.exp(np.where(live, lq, 0.0).sum(1)).mean()),
+            "reach_greedy": float((top | ~live).all(1).mean()),
+            "easy_sampled": float(np.exp(lq[value]).mean()), "easy_greedy": float(top[value].mean()),
+            "problems": int(b)}
+
+
 @functools.lru_cache(maxsize=None)
 def _jit_forward():
     """``prs.models.qwen3.forward`` compiled once per model config and input shape (an evaluation

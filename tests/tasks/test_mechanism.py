@@ -29,6 +29,7 @@ from prs.tasks.mechanism import (
     recovery_split,
     solution_tokens,
     teacher_forced_hard_accuracy,
+    teacher_forced_reach,
 )
 from prs.tasks.registry import make_task
 
@@ -212,6 +213,48 @@ def test_teacher_forced_accuracy_reads_the_probability_after_the_correct_prefix(
     got = v.decode(seen["tokens"][i, : last[i] + 1])
     assert got == v.decode(pr.prompt[i, : pr.prompt_len[i]]) + ",".join(
         ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7).split(",")[:2]) + ","
+
+
+def test_teacher_forced_reach_against_a_numpy_reference_on_random_logits():
+    """P(reach) at temperature 1 = the product of the correct tokens' probabilities before the hard step
+    (targets from the string solver ``ref_trace``, softmax in numpy); greedy = every one the argmax."""
+    pr = DEEP.train_problems(seed=3, step=0, count=16)
+    v, m = DEEP.cfg.vocab, 7
+    rng = np.random.default_rng(0)
+    seen = {}
+
+    def fake_forward(params, tokens, *, cfg, valid):
+        seen["tokens"] = np.asarray(tokens)
+        logits = rng.normal(size=tokens.shape + (DEEP.vocab_size,)).astype(np.float32)
+        # make the right token likely (and the argmax) at most positions, so the products are not ~0
+        for i in range(tokens.shape[0]):
+            for t in range(tokens.shape[1] - 1):
+                logits[i, t, tokens[i, t + 1]] += -4.0 if i % 2 == 0 and (i + t) % 5 == 0 else 4.0
+        seen["logits"] = logits
+        return jnp.asarray(logits)
+
+    out = teacher_forced_reach(None, pr, DEEP.cfg, model_cfg=None, forward=fake_forward)
+    reach, greedy, easy_q, easy_top = [], [], [], []
+    for i in range(16):
+        prompt = v.decode(pr.prompt[i, : pr.prompt_len[i]])
+        trace = ref_trace(prompt, m)
+        before = ",".join(trace.split(",")[:12]) + ","   # the 12 easy values, each with its separator
+        ids = v.encode(before)
+        p0 = int(pr.prompt_len[i])
+        assert seen["tokens"][i, p0: p0 + len(ids)].tolist() == ids
+        lg = seen["logits"][i].astype(np.float64)
+        lsm = lg - np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1, keepdims=True)) - lg.max(-1, keepdims=True)
+        q = np.array([np.exp(lsm[p0 + j - 1, ids[j]]) for j in range(len(ids))])
+        top = np.array([lsm[p0 + j - 1].argmax() == ids[j] for j in range(len(ids))])
+        reach.append(q.prod())
+        greedy.append(top.all())
+        easy_q += q[0::2].tolist()
+        easy_top += top[0::2].tolist()
+    assert out["reach_sampled"] == pytest.approx(np.mean(reach), rel=1e-4)
+    assert out["reach_greedy"] == pytest.approx(np.mean(greedy))
+    assert out["easy_sampled"] == pytest.approx(np.mean(easy_q), rel=1e-4)
+    assert out["easy_greedy"] == pytest.approx(np.mean(easy_top))
+    assert 0 < out["reach_greedy"] < 1 and out["problems"] == 16
 
 
 def test_trainer_evaluation_logs_the_teacher_forced_hard_accuracy_of_its_parameters():
