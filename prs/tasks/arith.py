@@ -393,13 +393,16 @@ def _apply(s: int, a: int, k: int, hard_step: int, modulus: int) -> int:
 def _solution_text(
     terms: list[int], modulus: int, rng: np.random.Generator, *, error_rate: float, fix_rate: float,
     max_fix_delay: int, max_restarts: int, prefix: str = "", hard_step: int = 0,
-    hard_error_rate: float | None = None,
+    hard_error_rate: float | None = None, bad_pairs: dict | None = None, bad_rate: float = 0.0,
 ) -> str:
     """The rest (after ``prefix``, without EOS) of a solution written by the noisy solver of
     ``demonstrations``. A prefix whose current list holds a wrong step is noticed like the
     solver's own errors (probability ``fix_rate``, flagged ``U{0 … max_fix_delay}`` steps after
     the first wrong one, but not before the next separator). Step ``hard_step`` (0: none)
-    multiplies and errs with probability ``hard_error_rate`` (``None``: ``error_rate``)."""
+    multiplies and errs with probability ``hard_error_rate`` (``None``: ``error_rate``).
+    ``bad_pairs``: a systematically wrong addition table, ``{(s, a): w}``: an addition of ``a`` to the
+    value written last ``s`` writes ``w`` with probability ``bad_rate`` (a skill gap the greedy policy
+    keeps, unlike the uniform noise of ``error_rate``); empty or None draws nothing extra."""
     n = len(terms)
     her = error_rate if hard_error_rate is None else hard_error_rate
     restarts, vals, pending_sep = _parse_prefix(prefix, terms, modulus)
@@ -425,8 +428,11 @@ def _solution_text(
                 out.append(",")
         else:
             k += 1
+            last = s
             s = _apply(s, terms[k], k, hard_step, modulus)  # s_k from the value written last (errors propagate)
-            if rng.random() < (her if k == hard_step else error_rate):
+            if bad_pairs and k != hard_step and (last, terms[k]) in bad_pairs and rng.random() < bad_rate:
+                s = bad_pairs[(last, terms[k])]
+            elif rng.random() < (her if k == hard_step else error_rate):
                 s = (s + int(rng.integers(1, modulus))) % modulus  # a wrong value, uniform over m-1
                 if flag_at is None and restarts < max_restarts and rng.random() < fix_rate:
                     flag_at = min(k + int(rng.integers(0, max_fix_delay + 1)), n - 1)
@@ -436,7 +442,8 @@ def _solution_text(
 
 def demonstrations(
     problems: Problems, cfg: ArithConfig, *, seed: int, error_rate: float | None = None,
-    fix_rate: float | None = None, hard_error_rate: float | None = None,
+    fix_rate: float | None = None, hard_error_rate: float | None = None, bad_pairs: dict | None = None,
+    bad_rate: float = 0.0,
 ) -> Demonstrations:
     """Written solutions of a noisy solver, for a supervised warm start.
 
@@ -448,7 +455,8 @@ def demonstrations(
     are imperfect on purpose; with ``error_rate=0`` every demonstration is correct. The hard step
     (``problems.hard_step``) multiplies and errs with probability ``hard_error_rate`` (default
     ``cfg.hard_error_rate``; with ``error_rate=0`` and ``hard_error_rate=0`` every demonstration of
-    a hard variant is correct).
+    a hard variant is correct). ``bad_pairs``/``bad_rate``: a systematically wrong addition table
+    (``_solution_text``), off by default.
 
     Returns ``Demonstrations(tokens [B, L], loss_mask [B, L])`` with ``L = cfg.max_len``.
     """
@@ -468,7 +476,7 @@ def demonstrations(
         text = _solution_text(
             [int(a) for a in problems.terms[i, :n]], cfg.modulus, rng, error_rate=er, fix_rate=fr,
             max_fix_delay=cfg.max_fix_delay, max_restarts=cfg.max_restarts,
-            hard_step=int(problems.hard_step[i]), hard_error_rate=her,
+            hard_step=int(problems.hard_step[i]), hard_error_rate=her, bad_pairs=bad_pairs, bad_rate=bad_rate,
         )
         sol = v.encode(text) + [v.eos_id]
         p = int(problems.prompt_len[i])

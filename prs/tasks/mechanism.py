@@ -52,6 +52,7 @@ from prs.tasks.arith import (
     Problems,
     _solution_text,
     _step_values,
+    demonstrations,
     eval_problems,
     make_problems,
     verify,
@@ -77,6 +78,16 @@ def deep_config(*, easy_steps: int, demo_error_rate: float = 0.03, demo_hard_err
                        hard_multipliers=tuple(range(1, DEEP_MODULUS)), demo_error_rate=demo_error_rate,
                        demo_hard_error_rate=demo_hard_error_rate, demo_fix_rate=0.0, max_restarts=0,
                        warm_start_min_terms=warm_start_min_terms, eval_every=eval_every)
+
+
+def bad_addition_table(modulus: int, count: int, *, seed: int = 0) -> dict[tuple[int, int], int]:
+    """``count`` of the ``m²`` additions ``(s, a)`` (value written last, addend), drawn without replacement
+    at ``seed``, each mapped to one fixed wrong value ``(s + a + d) mod m``, ``d ~ U{1 … m-1}``."""
+    rng = np.random.default_rng([int(seed), 0xBAD])
+    pick = rng.choice(modulus * modulus, size=count, replace=False)
+    shift = rng.integers(1, modulus, size=count)
+    return {(int(i) // modulus, int(i) % modulus): int((i // modulus + i % modulus + d) % modulus)
+            for i, d in zip(pick, shift)}
 
 
 def solution_tokens(problems: Problems, cfg: ArithConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -361,10 +372,17 @@ class DeepTask(ArithTask):
     oracle_max_k: int = -1
     fixed_cut: bool = False
     warm_start_ramp: int = dataclasses.field(default=0, repr=False)  # in warm_start_key when > 0
+    demo_bad_pairs: int = dataclasses.field(default=0, repr=False)     # in warm_start_key when > 0
+    demo_bad_rate: float = dataclasses.field(default=0.8, repr=False)
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         check_ramp("arith_deep", self.warm_start_ramp)
+        if not (isinstance(self.demo_bad_pairs, int) and 0 <= self.demo_bad_pairs <= self.cfg.modulus ** 2):
+            raise ValueError(f"task 'arith_deep': demo_bad_pairs must be an int in [0, {self.cfg.modulus ** 2}] "
+                             f"(0: off), got {self.demo_bad_pairs!r}")
+        if not 0.0 <= self.demo_bad_rate <= 1.0:
+            raise ValueError(f"task 'arith_deep': demo_bad_rate must lie in [0, 1], got {self.demo_bad_rate!r}")
         if self.warm_start_ramp and self.cfg.warm_start_min_terms is None:
             raise ValueError("task 'arith_deep': warm_start_ramp needs warm_start_min_terms (the ramp's shortest chain)")
 
@@ -397,9 +415,23 @@ class DeepTask(ArithTask):
     @property
     def warm_start_key(self):
         """What the warm start depends on: not the arm options (every arm of a chain length shares one);
-        the length ramp when on (off: the key of a task without the option)."""
+        the length ramp and the wrong addition table when on (off: the key of a task without the options)."""
         base = dataclasses.replace(self, oracle_max_k=-1, fixed_cut=False)
-        return (base, ("warm_start_ramp", self.warm_start_ramp)) if self.warm_start_ramp else base
+        key = (base, ("warm_start_ramp", self.warm_start_ramp)) if self.warm_start_ramp else base
+        if self.demo_bad_pairs:
+            key = (key, ("demo_bad_pairs", self.demo_bad_pairs, self.demo_bad_rate))
+        return key
+
+    def demonstrations(self, problems: Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """``ArithTask``'s noisy solver, with ``demo_bad_pairs > 0`` also a systematically wrong addition
+        table (``bad_addition_table``) applied with probability ``demo_bad_rate``: errors the greedy
+        policy keeps, so reaching the hard step is a skill RL must learn, not sampling noise to sharpen
+        away (section 9 of results/mechanism/README.md)."""
+        if not self.demo_bad_pairs:
+            return super().demonstrations(problems, seed=seed)
+        d = demonstrations(problems, self.cfg, seed=seed, bad_pairs=bad_addition_table(self.cfg.modulus, self.demo_bad_pairs),
+                           bad_rate=self.demo_bad_rate)
+        return d.tokens, d.loss_mask
 
     @property
     def rollouts_class(self):
@@ -448,7 +480,7 @@ class DeepTask(ArithTask):
 
 
 def _deep(**params) -> DeepTask:
-    own = {"oracle_max_k", "fixed_cut", "warm_start_ramp"}
+    own = {"oracle_max_k", "fixed_cut", "warm_start_ramp", "demo_bad_pairs", "demo_bad_rate"}
     known = {"easy_steps", "demo_error_rate", "demo_hard_error_rate", "warm_start_min_terms", "eval_every"} | own
     unknown = sorted(set(params) - known)
     if unknown:

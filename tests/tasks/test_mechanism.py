@@ -257,6 +257,50 @@ def test_teacher_forced_reach_against_a_numpy_reference_on_random_logits():
     assert 0 < out["reach_greedy"] < 1 and out["problems"] == 16
 
 
+def test_bad_addition_table_is_a_fixed_set_of_wrong_additions():
+    from prs.tasks.mechanism import bad_addition_table
+
+    t = bad_addition_table(7, 5)
+    assert len(t) == 5 and t == bad_addition_table(7, 5)
+    assert all(0 <= s < 7 and 0 <= a < 7 and w != (s + a) % 7 for (s, a), w in t.items())
+    assert len(bad_addition_table(7, 49)) == 49
+
+
+def test_demonstrations_with_a_wrong_addition_table_follow_it_exactly():
+    """bad_rate 1, no noise: each demonstration is the string solver's trace except that an addition in
+    the table writes the table's value (and the chain continues from it); off: bit-identical to before."""
+    from prs.tasks.mechanism import bad_addition_table
+
+    kw = dict(easy_steps=12, demo_error_rate=0.0, demo_hard_error_rate=0.0)
+    plain = make_task("arith_deep", **kw)
+    bad = make_task("arith_deep", demo_bad_pairs=12, demo_bad_rate=1.0, **kw)
+    table = bad_addition_table(7, 12)
+    pr = plain.train_problems(seed=4, step=0, count=40)
+    v = plain.cfg.vocab
+    tok, mask = bad.demonstrations(pr, seed=2)
+    hits = 0
+    for i in range(40):
+        terms = [int(a) for a in pr.terms[i, : pr.n_terms[i]]]
+        s, vals = terms[0], []
+        for k, a in enumerate(terms[1:], start=1):
+            if k == int(pr.hard_step[i]):
+                s = (s * a) % 7
+            elif (s, a) in table:
+                s, hits = table[(s, a)], hits + 1
+            else:
+                s = (s + a) % 7
+            vals.append(str(s))
+        want = ",".join(vals) + f"#{s}$"
+        assert v.decode(tok[i][mask[i]]) == want
+    assert hits > 10                                                            # the table was exercised
+    off = make_task("arith_deep", demo_bad_pairs=0, **kw)
+    a, b = off.demonstrations(pr, seed=2), plain.demonstrations(pr, seed=2)
+    assert np.array_equal(a[0], b[0]) and repr(off.warm_start_key) == repr(plain.warm_start_key)
+    assert repr(bad.warm_start_key) != repr(plain.warm_start_key)
+    with pytest.raises(ValueError, match="demo_bad_pairs must be an int in \\[0, 49\\]"):
+        make_task("arith_deep", demo_bad_pairs=50, **kw)
+
+
 def test_trainer_evaluation_logs_the_teacher_forced_hard_accuracy_of_its_parameters():
     """``Trainer.evaluate`` carries ``DeepTask.policy_metrics``: E[q] over the 512 held-out problems,
     against a reference forward pass on the unpadded inputs (the short chain: every input has the same
