@@ -364,9 +364,12 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
             lines.append(f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
                          f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
                          f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
-        if str(e) != str(chain_e(e)):  # a recalibrated chain: its positive control gates the prediction (section 9)
-            lines += ["", f"**Gate ({chain_name(e)}):** {gate(comps.get('oracle|baseline'))}."]
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
+        if str(e) != str(chain_e(e)):  # a recalibrated chain: its positive control gates the prediction (section 9)
+            gt = gate(comps.get("oracle|baseline"))
+            lines += ["", f"**Gate ({chain_name(e)}):** {gt}."]
+            if "fails" in gt and "ps_cut|reroll_noprefix" not in comps:
+                v = "PS not run: the positive control failed the gate (section 9's rule)"
         lines += ["", f"**Verdict ({chain_name(e)}, fixed cut vs re-roll):** {v}.", ""]
         summary[e] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdict": v}
     lines += coverage_lines(cov or {})

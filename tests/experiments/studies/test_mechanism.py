@@ -153,6 +153,11 @@ def test_a_tagged_calibration_is_its_own_chain_with_its_gate(tmp_path):
     text, summary = study.section(data, n_boot=100, rec={})
     assert "### E = 12, lower reach" in text and "**Gate (E = 12, lower reach" in text and ": passes (needs >= 1.5)" in text
     assert study.gate(None) == "oracle vs baseline not run yet"
+    for s in range(3):                                                     # a gate that fails: PS is not run
+        _write_run(tmp_path, "12_bad", "baseline", s, 1.0)
+        _write_run(tmp_path, "12_bad", "oracle", s, 1.0)
+    text, _ = study.section(study.load(tmp_path), n_boot=100, rec={})
+    assert "fails (needs >= 1.5)" in text and "PS not run: the positive control failed the gate" in text
     same = study.compare(data["12_lo"], "baseline", "baseline", n_boot=100)
     assert "fails" in study.gate(same)
 
