@@ -11,6 +11,9 @@ the multiplier (no "x0 gives 0" guess). The whole trace is graded (``verify_trac
 running value must be right, no restart (``!``) is allowed, and the EOS must follow the answer.
 A rollout reaches the hard step with probability P(reach) = a_easy^E, so ``E = 12`` against
 ``E = 2`` changes how rarely fresh rollouts sample the hard step, with the hard step itself the same.
+The warm start's misses are sampling noise when its demonstrations err uniformly (``demo_error_rate``:
+the greedy policy reaches the hard step; ``teacher_forced_reach`` measures both); ``demo_bad_pairs``
+makes them a skill gap, a systematically wrong addition table (``bad_addition_table``).
 
 **Recovery** (``task=arith_recovery``; the easy side: learning to recover from failure states).
 An addition chain whose prompt already holds a *draft* of the first ``D`` running values written
