@@ -24,10 +24,10 @@ SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7"}
 RAMP="+task.params.warm_start_ramp=50 sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1"
 case $TASK in
   deep)
+    [ -z "${TAG:-}" ] || [ -n "${WARM:-}" ] || {
+      echo "error: TAG=$TAG names another calibration of E=$E; set its WARM= (a chain's default is its own)"; exit 2; }
     case $E in
-      12) WARM=${WARM:-"task.params.demo_hard_error_rate=0.55 $RAMP"}
-          [ -z "${TAG:-}" ] || [ "$WARM" != "task.params.demo_hard_error_rate=0.55 $RAMP" ] || {
-            echo "error: TAG=$TAG names another calibration of E=$E; set its WARM= (the default is warm start A's)"; exit 2; } ;;
+      12) WARM=${WARM:-"task.params.demo_hard_error_rate=0.55 $RAMP"} ;;
       2)  WARM=${WARM:-"task.params.demo_hard_error_rate=0.7"} ;;
       *)  [ -n "${WARM:-}" ] || { echo "error: E=$E has no calibrated warm start; set WARM= (allowed E without it: 12, 2)"; exit 2; } ;;
     esac

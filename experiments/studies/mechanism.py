@@ -70,13 +70,18 @@ def chain_e(key) -> int:
     return int(str(key).split("_")[0])
 
 
+def chain_tag(key) -> str:
+    """The calibration tag of a chain key (``"lo"`` for ``"12_lo"``; ``""`` for a chain's own, ``12``)."""
+    return str(key).partition("_")[2]
+
+
 def chain_order(keys) -> list:
     """Chain keys longest first, a length's own calibration before its tagged ones."""
     return sorted(keys, key=lambda k: (-chain_e(k), str(k)))
 
 
 def chain_name(key) -> str:
-    tag = str(key).partition("_")[2]
+    tag = chain_tag(key)
     return f"E = {chain_e(key)}" + (f", {TAGS[tag]}" if tag else "")
 
 
@@ -96,12 +101,12 @@ def _column(recs: list[dict], key: str, missing: float = np.nan) -> np.ndarray:
     return np.array([missing if r.get(key) is None else r[key] for r in recs], float)
 
 
-def load(runs: pathlib.Path = RUNS) -> dict[int, dict[str, dict[int, dict]]]:
-    """E -> arm -> unit -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
+def load(runs: pathlib.Path = RUNS) -> dict[int | str, dict[str, dict[int, dict]]]:
+    """chain key (``E``, or ``"E_tag"`` for ``deep_e<E>_<tag>-*``) -> arm -> unit -> {"steps" [E'], "tf" [E'], "pass" [E'], "p_reach" [E'], "tokens" [T], "out_len" [T],
     "steered" [T]} of every complete run (a run without ``summary.json`` is left out). The paired unit is
     the warm start and the seed (``deep_e<E>w<w>-<arm>-s<seed>``: ``w * WARM_STRIDE + seed``; no ``w``: 0):
     the same unit in two arms shares the warm start and the problem stream."""
-    out: dict[int, dict[str, dict[int, dict]]] = {}
+    out: dict[int | str, dict[str, dict[int, dict]]] = {}
     for m, ev, tr in _complete_runs(runs, "deep_e*-s*", NAME):
         unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
         key = f"{m['e']}_{m['tag']}" if m["tag"] else int(m["e"])
@@ -334,7 +339,7 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
     for e in chain_order(data_all):
         data = data_all[e]
         rows = arm_rows(data)
-        title = chain_name(e) if str(e) != str(chain_e(e)) else f"E = {e} ({'long' if e >= 12 else 'short'} chain)"
+        title = chain_name(e) if chain_tag(e) else f"E = {e} ({'long' if e >= 12 else 'short'} chain)"
         lines += [f"### {title}", "",
                   "| arm | seeds (warm starts) | hard step E[q] at 0 | at the last evaluation (step) | held-out pass@1 there | "
                   "P(reach) there | P(reach) at steps 0, 10, 20 (seed mean) | gen. tokens / step | groups steered / step | "
@@ -365,7 +370,7 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
                          f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
                          f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
-        if str(e) != str(chain_e(e)):  # a recalibrated chain: its positive control gates the prediction (section 9)
+        if chain_tag(e):  # a recalibrated chain: its positive control gates the prediction (section 9)
             gt = gate(comps.get("oracle|baseline"))
             lines += ["", f"**Gate ({chain_name(e)}):** {gt}."]
             if "fails" in gt and "ps_cut|reroll_noprefix" not in comps:
@@ -405,7 +410,7 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel)
-                ws_name = "" if str(e) != str(chain_e(e)) else f", warm start {'AB'[w] if w < 2 else w}"
+                ws_name = "" if chain_tag(e) else f", warm start {'AB'[w] if w < 2 else w}"
                 ax.set_title(f"{chain_name(e)}{ws_name}: {ylabel}", fontsize=9)
         row[0].legend(fontsize=7)
     fig.tight_layout()

@@ -11,9 +11,9 @@ the multiplier (no "x0 gives 0" guess). The whole trace is graded (``verify_trac
 running value must be right, no restart (``!``) is allowed, and the EOS must follow the answer.
 A rollout reaches the hard step with probability P(reach) = a_easy^E, so ``E = 12`` against
 ``E = 2`` changes how rarely fresh rollouts sample the hard step, with the hard step itself the same.
-The warm start's misses are sampling noise when its demonstrations err uniformly (``demo_error_rate``:
-the greedy policy reaches the hard step; ``teacher_forced_reach`` measures both); ``demo_bad_pairs``
-makes them a skill gap, a systematically wrong addition table (``bad_addition_table``).
+Demonstrations that err uniformly (``demo_error_rate``) teach misses around a right argmax, which
+sharpening alone removes; ``demo_bad_pairs`` teaches a systematically wrong addition table instead
+(``bad_addition_table``), misses the greedy policy keeps. ``teacher_forced_reach`` tells the two apart.
 
 **Recovery** (``task=arith_recovery``; the easy side: learning to recover from failure states).
 An addition chain whose prompt already holds a *draft* of the first ``D`` running values written
@@ -219,6 +219,20 @@ def hard_step_rollout_accuracy(problems: Problems, tokens, cfg: ArithConfig, *, 
     return int(pre_ok.sum()), int(hard_ok.sum()), int(len(cut))
 
 
+def _correct_prefix_rows(problems: Problems, cfg: ArithConfig):
+    """``(rows [B, W], prompt_len [B], cut [B], trace [B, S])``: each problem's prompt followed by its
+    correct trace up to the hard step (``cut = hard_step_cut``), PAD after; ``W = P + S`` whatever the
+    cuts, so every teacher-forced read of one problem set has one input shape (one compile)."""
+    sol, _ = solution_tokens(problems, cfg)
+    prompt, plen = np.asarray(problems.prompt), np.asarray(problems.prompt_len)
+    cut = hard_step_cut(problems)
+    rows = np.full((prompt.shape[0], prompt.shape[1] + sol.shape[1]), cfg.vocab.pad_id, np.int32)
+    for i in range(prompt.shape[0]):  # host-side assembly, once per call
+        rows[i, : plen[i]] = prompt[i, : plen[i]]
+        rows[i, plen[i]: plen[i] + cut[i]] = sol[i, : cut[i]]
+    return rows, plen, cut, sol
+
+
 def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *, model_cfg, samples: int = 4,
                                  key=None, forward=None) -> dict[str, float]:
     """Accuracy of the hard step given the correct prefix (teacher forcing).
@@ -230,15 +244,8 @@ def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *
     """
     if forward is None:
         forward = _jit_forward()
-    sol, _ = solution_tokens(problems, cfg)
-    prompt, plen = np.asarray(problems.prompt), np.asarray(problems.prompt_len)
-    cut = hard_step_cut(problems)
-    b = prompt.shape[0]
-    width = prompt.shape[1] + sol.shape[1]
-    rows = np.full((b, width), cfg.vocab.pad_id, np.int32)
-    for i in range(b):  # host-side assembly, once per evaluation
-        rows[i, : plen[i]] = prompt[i, : plen[i]]
-        rows[i, plen[i]: plen[i] + cut[i]] = sol[i, : cut[i]]
+    rows, plen, cut, sol = _correct_prefix_rows(problems, cfg)
+    b, width = rows.shape
     last = plen + cut - 1                                            # [B] position predicting the value
     valid = np.arange(width)[None, :] <= last[:, None]
     logits = forward(params, jnp.asarray(rows), cfg=model_cfg, valid=jnp.asarray(valid))  # [B, W, V]
@@ -266,15 +273,9 @@ def teacher_forced_reach(params, problems: Problems, cfg: ArithConfig, *, model_
     """
     if forward is None:
         forward = _jit_forward()
-    sol, _ = solution_tokens(problems, cfg)
-    prompt, plen = np.asarray(problems.prompt), np.asarray(problems.prompt_len)
-    cut = hard_step_cut(problems)                                    # [B]
-    b, c = prompt.shape[0], int(cut.max())
-    width = prompt.shape[1] + c
-    rows = np.full((b, width), cfg.vocab.pad_id, np.int32)
-    for i in range(b):  # host-side assembly, once per call
-        rows[i, : plen[i]] = prompt[i, : plen[i]]
-        rows[i, plen[i]: plen[i] + cut[i]] = sol[i, : cut[i]]
+    rows, plen, cut, sol = _correct_prefix_rows(problems, cfg)       # the same [B, W] as the hard step's
+    b, width = rows.shape
+    c = int(cut.max())
     j = np.arange(c)[None, :]                                        # [1, C] trace offset
     live = j < cut[:, None]                                          # [B, C]
     pos = np.where(live, plen[:, None] + j - 1, 0)                   # [B, C] position predicting t_ij

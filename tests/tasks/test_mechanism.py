@@ -9,6 +9,7 @@ mass, a fake forward pass with known probabilities, and the guesser on the old m
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -297,6 +298,12 @@ def test_demonstrations_with_a_wrong_addition_table_follow_it_exactly():
     a, b = off.demonstrations(pr, seed=2), plain.demonstrations(pr, seed=2)
     assert np.array_equal(a[0], b[0]) and repr(off.warm_start_key) == repr(plain.warm_start_key)
     assert repr(bad.warm_start_key) != repr(plain.warm_start_key)
+    # off, the noisy solver draws the same random stream as before the option existed: digest of the
+    # demonstrations computed with the code before it (commit 8e00e5b), noise on
+    noisy = make_task("arith_deep", easy_steps=12, demo_error_rate=0.1, demo_hard_error_rate=0.4)
+    tok, mask = noisy.demonstrations(noisy.train_problems(seed=4, step=0, count=40), seed=2)
+    digest = hashlib.sha256(np.ascontiguousarray(tok).tobytes() + np.ascontiguousarray(mask).tobytes()).hexdigest()
+    assert digest[:16] == "0c22a0d62c73c675"
     with pytest.raises(ValueError, match="demo_bad_pairs must be an int in \\[0, 49\\]"):
         make_task("arith_deep", demo_bad_pairs=50, **kw)
 
