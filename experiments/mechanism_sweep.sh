@@ -7,6 +7,9 @@
 #     start, the same overrides with sft.seed=W, runs deep_e<E>w<W>-<arm>-s<seed>. TAG=lo with WARM= and
 #     BASE=: another calibration of the chain, runs deep_e<E>_<TAG>[w<W>]-<arm>-s<seed>, analysed apart
 #     (section 9).
+#   TASK=flaky: the flaky-tool chain (task=flaky_chain, section 10): the deep chain as an agent task whose
+#     tool calls crash at random (crash_rate 0.1), E easy turns; runs deep_e<E>_flaky[w<W>]-<arm>-s<seed>,
+#     analysed as the tagged chain "E_flaky" (its oracle gate first).
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -39,6 +42,14 @@ ps_cut_hard=method=ps_ada_hard,task.params.fixed_cut=true
 ps_ada=method=ps_ada
 baseline=method=baseline
 oracle=method=baseline,task.params.oracle_max_k=2"} ;;
+  flaky)
+    WARM=${WARM:-"sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1"}
+    EXP="+experiment=mechanism_flaky task.params.easy_steps=$E"; PREFIX=deep_e${E}_flaky
+    if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=${PREFIX}w$W; fi
+    ARMS=${ARMS:-"baseline=method=baseline
+oracle=method=baseline,task.params.oracle_max_k=2
+reroll_noprefix=method=reroll_noprefix
+ps_cut=method=ps_ada,task.params.fixed_cut=true"} ;;
   recovery)
     WARM=${WARM:-"task.params.fault_rate=0.15 +task.params.warm_start_min_terms=3 $RAMP"}
     EXP="+experiment=mechanism_recovery"; PREFIX=recovery
@@ -46,7 +57,7 @@ oracle=method=baseline,task.params.oracle_max_k=2"} ;;
 oracle=method=baseline,task.params.oracle_min_k=6
 ps_ada_easy=method=ps_ada_easy
 extra_rollouts=method=extra_rollouts"} ;;
-  *) echo "error: TASK=$TASK; allowed: deep, recovery"; exit 2 ;;
+  *) echo "error: TASK=$TASK; allowed: deep, flaky, recovery"; exit 2 ;;
 esac
 BASE=${BASE:-$REPO/results/mechanism/base}
 sweep_setup ${1:-$REPO/results/mechanism/sweep}

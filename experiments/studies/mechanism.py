@@ -61,7 +61,8 @@ COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "rero
                ("ps_cut", "baseline_2n", "against 2N rollouts"), ("baseline_2n", "baseline", "2N rollouts"))
 NAME = re.compile(r"^deep_e(?P<e>\d+)(?:_(?P<tag>[a-z]+?))?(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
 # a chain's key: its length E (int), or "E_tag" for another calibration of it analysed apart (section 9: "12_lo")
-TAGS = {"lo": "lower reach, warm start C (section 9)", "bad": "wrong addition table, warm start D (section 9)"}
+TAGS = {"lo": "lower reach, warm start C (section 9)", "bad": "wrong addition table, warm start D (section 9)",
+        "flaky": "flaky-tool agent chain, crash rate 0.1 (section 10)"}
 WARM_STRIDE = 100  # a run's paired unit: warm start w, seed s -> w * WARM_STRIDE + s
 
 

@@ -262,7 +262,7 @@ class Trainer:
             metrics.update(self.task.episode_metrics(*s.fresh))            # (trap: hack rate, ...)
         if hasattr(self.task, "batch_metrics") and s.fresh is not None:    # the update's batch, row r of problem
             probs = s.fresh[0]                                             # r // n (not with appended groups)
-            if batch.advantages.shape[0] == np.shape(probs.prompt_len)[0] * n:  # shapes only: no device read
+            if batch.advantages.shape[0] == np.shape(probs[0])[0] * n:  # shapes only (a problem set is a NamedTuple of [B, ...])
                 metrics.update(self.task.batch_metrics(probs, batch))
         return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources)
 

@@ -129,6 +129,15 @@ class AgentEnv:
       verify(problems, index, state, *, reward) -> the episode's reward.
       demo_actions(problems, index, cfg, rng) -> the scripted demonstrator's actions (strings).
       encode(text) -> ids, decode(ids) -> text (``codec(TOKENS)``).
+      seeded_reset(problems, index, cfg, *, seed) -> the initial state with the environment's own
+        randomness drawn from ``seed`` (a stochastic environment, e.g. ``prs.tasks.flaky``: tool calls
+        that crash at random); None: a deterministic environment, ``reset`` is used everywhere.
+      restore(problems, index, actions, observations, cfg, *, seed) -> the state after a recorded
+        prefix (``actions`` and the ``observations`` the environment gave them, id lists), the recorded
+        outcomes kept and the future drawn from ``seed``: replay-through-execution in a stochastic
+        environment (an environment whose re-execution would draw new outcomes rebuilds the lucky
+        state from the record, as a snapshot restore would). Required with ``seeded_reset``; a
+        recorded observation the environment cannot give is a ValueError.
     """
 
     name: str
@@ -146,6 +155,18 @@ class AgentEnv:
     encode: Callable[[str], list[int]]
     decode: Callable[..., str]
     MAX_ACTION_TOKENS: int = MAX_ACTION_TOKENS
+    seeded_reset: Callable[..., Any] | None = None
+    restore: Callable[..., Any] | None = None
+
+    def __post_init__(self):
+        if (self.seeded_reset is None) != (self.restore is None):
+            raise ValueError(f"AgentEnv {self.name}: seeded_reset and restore come together (a stochastic "
+                             f"environment needs both; a deterministic one neither)")
+
+    @property
+    def stochastic(self) -> bool:
+        """True when the environment draws outcomes of its own (``seeded_reset``)."""
+        return self.seeded_reset is not None
 
     def render(self, problems, index: int, actions: list, cfg):
         """Runs ``actions`` (strings or id lists) from problem ``index``'s initial state -> (ids, action
@@ -158,6 +179,6 @@ class AgentEnv:
         """Seeded demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (1 on action tokens
         only: the prompt and every observation token are 0). Host-side, once per SFT batch."""
         rng = np.random.default_rng(seed)
-        b = np.asarray(problems.program).shape[0]
+        b = len(self.prompts(problems)[1])
         eps = [self.render(problems, i, self.demo_actions(problems, i, cfg, rng), cfg)[:2] for i in range(b)]
         return pack_episodes(eps, cfg.episode_width, pad=self.PAD)

@@ -75,6 +75,22 @@ def action_spans(policy_mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
 
 
+def recorded_observations(tokens: np.ndarray, policy_mask: np.ndarray, valid: np.ndarray) -> list[list[int]]:
+    """One row's observation after each policy turn: the tokens from the turn's end to the next turn's
+    start (the last turn: to the row's last valid token) -> ``[o_1, …, o_n]`` id lists (``[]`` where
+    the episode ended after the turn)."""
+    spans = action_spans(policy_mask)
+    end = int(np.flatnonzero(np.asarray(valid, bool))[-1]) + 1 if np.any(valid) else 0
+    stops = [a for a, _ in spans[1:]] + [end]
+    return [np.asarray(tokens)[b:nxt].tolist() for (_, b), nxt in zip(spans, stops)]
+
+
+def row_seeds(key, rows: int) -> np.ndarray:
+    """[rows] int64 seeds of a stochastic environment's episodes, drawn from ``key`` (the same on
+    every process, so every process executes the same outcomes)."""
+    return np.asarray(jax.random.randint(jax.random.fold_in(key, 0x5EED), (rows,), 0, 2**31 - 1), np.int64)
+
+
 def _fit(x, width: int, fill) -> jax.Array:
     """[R, W] -> [R, width]: right-pad, or drop trailing columns (callers guarantee they are padding)."""
     x = jnp.asarray(x)
@@ -172,6 +188,10 @@ class AgentRollouts(EngineClient):
         if mode == "regenerate" and sampling.engine != "jax":
             raise ValueError(f"AgentRollouts: mode='regenerate' (task replay) builds the jax engine's KV cache; "
                              f"rollout.engine={sampling.engine!r} has none: use replay='replay' or rollout.engine=jax")
+        if mode == "regenerate" and environment.stochastic:
+            raise ValueError(f"AgentRollouts: mode='regenerate' re-executes the prefix, which in the stochastic "
+                             f"environment {environment.name} draws new outcomes; use mode='replay' (restores the "
+                             f"recorded ones)")
         if sampling.continuous_slots is not None:
             raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots)={sampling.continuous_slots}: "
                              "multi-turn agent rollouts carry each row's KV cache between turns, which continuous "
@@ -256,7 +276,7 @@ class AgentRollouts(EngineClient):
         prompt, plen = self.environment.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         R = rows.shape[0]
-        states = [self.environment.reset(problems, r // group_size) for r in range(R)]
+        states = self._initial_states(problems, group_size, key)
         k0, k1 = jax.random.split(key)
         with self.engine_for(params) as engine:
             t1 = time.perf_counter()
@@ -267,12 +287,23 @@ class AgentRollouts(EngineClient):
         ep = self._episodes(params, ro, states, problems, group_size, np.zeros((R,), np.int32), scfg)
         return (ep, states) if return_states else ep
 
+    def _initial_states(self, problems: Problems, group_size: int, key) -> list:
+        """The ``B * group_size`` initial states (row ``r`` on problem ``r // group_size``): ``reset``, or
+        in a stochastic environment ``seeded_reset`` with each row's seed (``row_seeds``)."""
+        b = len(self.environment.prompts(problems)[1])
+        if not self.environment.stochastic:
+            return [self.environment.reset(problems, r // group_size) for r in range(b * group_size)]
+        seeds = row_seeds(key, b * group_size)
+        return [self.environment.seeded_reset(problems, r // group_size, self.env, seed=int(seeds[r]))
+                for r in range(b * group_size)]
+
     # ------------------------------------------------------------------ replay-through-execution
-    def rebuild(self, problems: Problems, source: Episodes, cut: np.ndarray, *, group_size: int):
+    def rebuild(self, problems: Problems, source: Episodes, cut: np.ndarray, *, group_size: int, seeds=None):
         """The prefix of each source row [G] cut after ``cut[g]`` policy turns, rebuilt for its
         ``group_size`` re-rollouts by executing its actions -> dict with ``actions`` (per row, the
         replayed action id lists), ``states`` [R] (environment at the cut), ``context`` [R] (id
-        lists: prompt a_1 o_1 … a_c o_c). No model work."""
+        lists: prompt a_1 o_1 … a_c o_c). No model work. A stochastic environment (``AgentEnv.restore``)
+        keeps the source's recorded observations and draws each row's future from ``seeds [R]``."""
         src = np.asarray(source.tokens)
         pm = np.asarray(source.policy_mask)
         cut = np.asarray(cut).astype(np.int64)
@@ -286,16 +317,27 @@ class AgentRollouts(EngineClient):
             if not 1 <= cut[g] < len(spans) + 1:
                 raise ValueError(f"reroll: cut[{g}]={cut[g]} must be in [1, {len(spans)}] (the source's policy turns)")
             actions.append([src[g, a:b].tolist() for a, b in spans[: cut[g]]])
+        stochastic = self.environment.stochastic
+        if stochastic:
+            recorded = [recorded_observations(src[g], pm[g], np.asarray(source.valid)[g])[: cut[g]] for g in range(G)]
+            if seeds is None or len(seeds) != G * group_size:
+                raise ValueError(f"rebuild: a stochastic environment needs seeds [{G * group_size}] (row_seeds)")
         rows = {"actions": [], "states": [], "context": [], "obs": []}
         t0 = time.perf_counter()
         for r in range(G * group_size):
             g = r // group_size
-            state = self.environment.reset(problems, g)
             ctx, obs_all = prompt[g, : plen[g]].tolist(), []
-            for a in actions[g]:
-                state, o = self.environment.execute(state, a, self.env)
-                ctx += a + o
-                obs_all.append(o)
+            if stochastic:  # the recorded outcomes, not new draws (AgentEnv.restore)
+                state = self.environment.restore(problems, g, actions[g], recorded[g], self.env, seed=int(seeds[r]))
+                for a, o in zip(actions[g], recorded[g]):
+                    ctx += a + o
+                    obs_all.append(o)
+            else:
+                state = self.environment.reset(problems, g)
+                for a in actions[g]:
+                    state, o = self.environment.execute(state, a, self.env)
+                    ctx += a + o
+                    obs_all.append(o)
             if state.done:
                 raise ValueError(f"reroll: the source of group {g} ended within its first {cut[g]} turns")
             rows["actions"].append(actions[g])
@@ -310,7 +352,8 @@ class AgentRollouts(EngineClient):
                return_states: bool = False, return_prefix: bool = False):
         """``group_size`` continuations of each source row [G] after its first ``cut[g]`` turns."""
         t0 = time.perf_counter()
-        rb = self.rebuild(problems, source, cut, group_size=group_size)
+        seeds = row_seeds(key, len(np.asarray(cut)) * group_size) if self.environment.stochastic else None
+        rb = self.rebuild(problems, source, cut, group_size=group_size, seeds=seeds)
         R = len(rb["states"])
         ctx_len = np.array([len(c) for c in rb["context"]], np.int32)            # [R] prompt + prefix
         last = [o[-1] for o in rb["obs"]]

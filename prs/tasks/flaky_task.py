@@ -1,0 +1,200 @@
+"""The flaky-tool chain (``prs.tasks.flaky``) as the trainer sees it, registered as ``flaky_chain``, with
+the mechanism study's prefix sources and metrics (``results/mechanism/README.md``, section 10).
+
+Prefix sources (``FlakyRollouts``, an ``AgentRollouts``): ``oracle_max_k >= 0`` (the positive control)
+re-rolls every training group with at most that many successes from the solver's right, crash-free
+prefix cut just before the hard turn; ``fixed_cut`` makes every Prefix Sampling re-roll cut its
+source just before the hard turn (``min(E, turns - 1)``). Both are task options outside the warm
+start's key (every arm of a chain shares one warm start), as is ``crash_rate``.
+
+Metrics:
+* ``policy_metrics`` (every evaluation): ``mech/tf_hard_acc``, the hard step's teacher-forced
+  accuracy E[q] = mean_i pi(y_i | the right, crash-free prefix of problem i) on ``TF_PROBLEMS``
+  held-out problems, and ``mech/tf_reach_policy`` = mean_i prod_t pi(s_{t+1} | right prefix) (the
+  policy's own chance to write every running value right at temperature 1, crashes aside);
+* ``episode_metrics`` (fresh episodes, replayed == 0): ``mech/p_reach`` (alive at the hard turn
+  with every running value right), ``mech/p_alive`` (no crash, all turns taken), ``mech/crash_rate``,
+  ``mech/hard_acc_on_reach``, ``mech/output_len``, and the oracle's counts;
+* ``batch_metrics``: ``mech/adv_mass_hard``, the share of the update's advantage mass on the hard
+  turn's value token (``prs.tasks.mechanism.advantage_mass_share``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prs.rl.episodes import Episodes
+from prs.tasks import flaky as env_lib
+from prs.tasks.agent_env import AgentEnv, pack_episodes
+from prs.tasks.agent_rollouts import AgentRollouts, action_spans
+from prs.tasks.flaky import FlakyConfig, Problems
+from prs.tasks.mechanism import TF_PROBLEMS, _jit_forward, advantage_mass_share, output_length
+from prs.tasks.registry import register_task
+from prs.tasks.repair_task import AgentTask
+
+
+class _Source(NamedTuple):
+    tokens: np.ndarray       # [G, L] the solver's episodes
+    policy_mask: np.ndarray  # [G, L] their action tokens
+    valid: np.ndarray        # [G, L]
+
+
+def solver_episodes(problems: Problems, cfg: FlakyConfig, *, turns: int | None = None) -> _Source:
+    """The right, crash-free episode of every problem (its first ``turns`` turns; all by default),
+    as a re-roll source: tokens, policy mask, valid [B, L]."""
+    env = env_lib.ENVIRONMENT
+    b = np.asarray(problems.mult).shape[0]
+    eps = [env.render(problems, i, env_lib.solution_actions(problems, i)[:turns], cfg)[:2] for i in range(b)]
+    tokens, mask = pack_episodes(eps, cfg.episode_width, pad=env.PAD)
+    lens = np.array([len(ids) for ids, _ in eps])
+    return _Source(tokens, mask, np.arange(tokens.shape[1])[None, :] < lens[:, None])
+
+
+def hard_value_mask(tokens: np.ndarray) -> np.ndarray:
+    """[R, L] bool, True at each row's hard-turn value token: the token after the ``>*m|`` answer."""
+    tokens = np.asarray(tokens)
+    out = np.zeros(tokens.shape, bool)
+    r, c = np.nonzero(tokens == env_lib.STAR)
+    pos = c + 3
+    keep = pos < tokens.shape[1]
+    out[r[keep], pos[keep]] = True
+    return out
+
+
+def episode_values(tokens: np.ndarray, policy_mask: np.ndarray) -> list[list[int]]:
+    """Per row, the value each policy turn wrote (``flaky._value``; -1 for a turn that wrote none)."""
+    tokens, policy_mask = np.asarray(tokens), np.asarray(policy_mask)
+    return [[env_lib._value(tokens[r, a:b].tolist()) for a, b in action_spans(policy_mask[r])]
+            for r in range(tokens.shape[0])]
+
+
+def teacher_forced(params, problems: Problems, cfg: FlakyConfig, *, model_cfg, forward=None) -> dict[str, float]:
+    """One forward pass over each problem's right, crash-free prefix of its E easy turns (and the
+    multiplier's answer) -> ``hard`` = mean_i q_i, q_i = pi(y_i | prefix_i), and ``reach_policy`` =
+    mean_i prod_t pi(s_{t+1,i} | prefix_i before turn t) over the E easy values."""
+    forward = _jit_forward() if forward is None else forward
+    src = solver_episodes(problems, cfg, turns=cfg.easy_steps)
+    rows = src.tokens[:, : cfg.prompt_width + cfg.easy_steps * (2 + cfg.max_obs_tokens)]   # [B, W]
+    b, w = rows.shape
+    lens = src.valid.sum(axis=1)                                                           # [B] all W
+    logits = forward(params, jnp.asarray(rows), cfg=model_cfg, valid=jnp.asarray(src.valid[:, :w]))
+    lp = np.asarray(jax.nn.log_softmax(logits, axis=-1), np.float64)                      # [B, W, V]
+    want = env_lib.solution_values(problems)                                               # [B, E+1]
+    q_hard = np.exp(lp[np.arange(b), lens - 1, env_lib.DIGIT0 + want[:, -1]])
+    starts = np.array([[a for a, _ in action_spans(src.policy_mask[i])] for i in range(b)])  # [B, E]
+    lq = lp[np.arange(b)[:, None], starts - 1, env_lib.DIGIT0 + want[:, :-1]]               # [B, E]
+    return {"hard": float(q_hard.mean()), "reach_policy": float(np.exp(lq.sum(axis=1)).mean()), "problems": int(b)}
+
+
+class FlakyRollouts(AgentRollouts):
+    """``AgentRollouts`` with the task's prefix sources (module docstring). A training call samples
+    as usual, then replaces the groups ``task.oracle_max_k`` selects by ``N`` re-rolls from the
+    solver's prefix (every group is re-rolled, so the call has one shape; the unselected copies are
+    dropped, the replaced groups' first samples too: ``mech/oracle_discarded_tokens``)."""
+
+    def __init__(self, *, task, **kw):
+        super().__init__(**kw)
+        self.task = task
+
+    def rollout(self, params, problems, key, *, group_size: int, evaluation: bool = False, return_states: bool = False):
+        out = super().rollout(params, problems, key, group_size=group_size, evaluation=evaluation,
+                              return_states=return_states)
+        task = self.task
+        if evaluation or return_states or task.oracle_max_k < 0:
+            return out
+        ep = out
+        k = np.asarray(ep.rewards).reshape(-1, group_size).sum(axis=1)
+        sel = k <= task.oracle_max_k
+        task.side.update(oracle_groups=int(sel.sum()), oracle_discarded_tokens=0)
+        if not sel.any():
+            return ep
+        b = k.shape[0]
+        ep2 = super().reroll(params, problems, solver_episodes(problems, self.env), np.full((b,), self.env.easy_steps),
+                             jax.random.fold_in(key, 0x0AC1E), group_size=group_size)
+        take2 = np.repeat(sel, group_size)
+        task.side["oracle_discarded_tokens"] = int(np.asarray(ep.policy_mask)[take2].sum())
+        t = jnp.asarray(take2)
+        return Episodes(*(jnp.where(t.reshape((-1,) + (1,) * (a.ndim - 1)), a2, a) for a, a2 in zip(ep, ep2)))
+
+    def reroll(self, params, problems, source, cut, key, *, group_size: int, **kw):
+        if self.task.fixed_cut:  # just before the hard turn, within the source's proper prefixes
+            cut = np.minimum(self.env.easy_steps, np.asarray(source.units) - 1).astype(np.int32)
+        return super().reroll(params, problems, source, cut, key, group_size=group_size, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlakyTask(AgentTask):
+    """The flaky-tool chain behind the trainer's task protocol (module docstring)."""
+
+    cfg: FlakyConfig = FlakyConfig()
+    name: str = "flaky_chain"
+    oracle_max_k: int = -1
+    fixed_cut: bool = False
+    side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
+    environment: ClassVar[AgentEnv] = env_lib.ENVIRONMENT
+
+    def __post_init__(self):
+        if not (isinstance(self.oracle_max_k, int) and -1 <= self.oracle_max_k):
+            raise ValueError(f"task 'flaky_chain': oracle_max_k must be an int >= -1 (-1: off), got {self.oracle_max_k!r}")
+        if not isinstance(self.fixed_cut, bool):
+            raise ValueError(f"task 'flaky_chain': fixed_cut must be true or false, got {self.fixed_cut!r}")
+
+    @property
+    def warm_start_key(self):
+        """The task without its RL-only options (crash rate, oracle, fixed cut): demonstrations never
+        crash, so every arm and crash rate of one chain length starts from one warm start."""
+        return (self.name, dataclasses.replace(self.cfg, crash_rate=0.0))
+
+    def make_rollouts(self, *, model_cfg, sampling, mesh=None):
+        return FlakyRollouts(task=self, env=self.cfg, model_cfg=model_cfg, sampling=sampling, mesh=mesh,
+                             mode=self.cfg.replay, environment=self.environment)
+
+    def policy_metrics(self, params, *, model_cfg) -> dict[str, float]:
+        rep = teacher_forced(params, self.eval_problems(count=TF_PROBLEMS), self.cfg, model_cfg=model_cfg)
+        return {"mech/tf_hard_acc": rep["hard"], "mech/tf_reach_policy": rep["reach_policy"]}
+
+    def batch_metrics(self, problems: Problems, batch) -> dict[str, float]:
+        return {"mech/adv_mass_hard": advantage_mass_share(batch.advantages, batch.loss_mask,
+                                                           hard_value_mask(batch.tokens))}
+
+    def episode_metrics(self, problems: Problems, ep) -> dict[str, float]:
+        """Reach, survival and hard-step accuracy of the fresh rows of ``ep`` (row r on problem r // N)."""
+        b = np.asarray(problems.mult).shape[0]
+        r = np.asarray(ep.tokens).shape[0]
+        n = r // b
+        fresh = np.asarray(ep.replayed) == 0
+        want = env_lib.solution_values(problems)
+        vals = episode_values(ep.tokens, ep.policy_mask)
+        e = self.cfg.easy_steps
+        alive = np.array([len(v) == e + 1 for v in vals])
+        reach = np.array([len(v) == e + 1 and v[:e] == want[i // n, :e].tolist() for i, v in enumerate(vals)])
+        hard = np.array([bool(reach[i]) and vals[i][e] == want[i // n, e] for i in range(r)])
+        ended = np.array([len(v) <= e for v in vals])
+        eos = np.array([bool(np.any(np.asarray(ep.tokens)[i][np.asarray(ep.policy_mask)[i]] == env_lib.EOS))
+                        for i in range(r)])
+        m = max(int(fresh.sum()), 1)
+        out = {"mech/p_reach": float((reach & fresh).sum() / m), "mech/p_alive": float((alive & fresh).sum() / m),
+               "mech/crash_rate": float((ended & ~eos & fresh).sum() / m),
+               "mech/hard_acc_on_reach": float((hard & fresh).sum() / (reach & fresh).sum()) if (reach & fresh).any() else None,
+               "mech/output_len": output_length(np.asarray(ep.policy_mask)[fresh]) if fresh.any() else None}
+        out.update({f"mech/{k}": v for k, v in self.side.items()})
+        self.side.clear()
+        return out
+
+
+def _flaky(**params) -> FlakyTask:
+    own = {"oracle_max_k", "fixed_cut"}
+    known = {f.name for f in dataclasses.fields(FlakyConfig)} | own
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"task 'flaky_chain': unknown parameter(s) {unknown}; known: {sorted(known)}")
+    opts = {k: params.pop(k) for k in own if k in params}
+    return FlakyTask(FlakyConfig(**params), **opts)
+
+
+register_task("flaky_chain", _flaky)
+
