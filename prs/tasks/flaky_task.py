@@ -176,9 +176,12 @@ class FlakyTask(AgentTask):
         ended = np.array([len(v) <= e for v in vals])
         eos = np.array([bool(np.any(np.asarray(ep.tokens)[i][np.asarray(ep.policy_mask)[i]] == env_lib.EOS))
                         for i in range(r)])
-        m = max(int(fresh.sum()), 1)
-        out = {"mech/p_reach": float((reach & fresh).sum() / m), "mech/p_alive": float((alive & fresh).sum() / m),
-               "mech/crash_rate": float((ended & ~eos & fresh).sum() / m),
+        m = int(fresh.sum())
+
+        def share(x):  # None when every row was re-rolled (the oracle arm's replaced groups)
+            return float((x & fresh).sum() / m) if m else None
+
+        out = {"mech/p_reach": share(reach), "mech/p_alive": share(alive), "mech/crash_rate": share(ended & ~eos),
                "mech/hard_acc_on_reach": float((hard & fresh).sum() / (reach & fresh).sum()) if (reach & fresh).any() else None,
                "mech/output_len": output_length(np.asarray(ep.policy_mask)[fresh]) if fresh.any() else None}
         out.update({f"mech/{k}": v for k, v in self.side.items()})

@@ -223,6 +223,8 @@ def test_episode_metrics_count_reach_survival_and_the_hard_step():
     m = task.episode_metrics(probs, ep)
     assert m["mech/p_reach"] == 0.5 and m["mech/p_alive"] == 0.75 and m["mech/crash_rate"] == 0.25
     assert m["mech/hard_acc_on_reach"] == 0.5
+    ep.replayed = np.full(4, 3, np.int32)                                      # no fresh row: rates undefined
+    assert all(task.episode_metrics(probs, ep)[k] is None for k in ("mech/p_reach", "mech/p_alive", "mech/crash_rate"))
     assert episode_values(tokens, mask)[0] == F.solution_values(probs)[0].tolist()
     hm = hard_value_mask(tokens)
     assert hm.sum() == 3 and all(tokens[r, hm[r]][0] - F.DIGIT0 == int(eps_a[-1][0])
