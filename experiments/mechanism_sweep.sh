@@ -10,6 +10,8 @@
 #   TASK=flaky: the flaky-tool chain (task=flaky_chain, section 10): the deep chain as an agent task whose
 #     tool calls crash at random (crash_rate 0.1), E easy turns; runs deep_e<E>_flaky[w<W>]-<arm>-s<seed>,
 #     analysed as the tagged chain "E_flaky" (its oracle gate first).
+#   TASK=flaky_recovery: recoverable tool errors on the flaky chain (E = 4, error rate 0.1, section 10);
+#     runs recovery_flaky-<arm>-s<seed> (not yet calibrated or run).
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -50,6 +52,13 @@ oracle=method=baseline,task.params.oracle_max_k=2"} ;;
 oracle=method=baseline,task.params.oracle_max_k=2
 reroll_noprefix=method=reroll_noprefix
 ps_cut=method=ps_ada,task.params.fixed_cut=true"} ;;
+  flaky_recovery)
+    WARM=${WARM:-"sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1"}
+    EXP="+experiment=mechanism_flaky_recovery"; PREFIX=recovery_flaky
+    ARMS=${ARMS:-"baseline=method=baseline
+oracle=method=baseline,task.params.oracle_min_k=6
+ps_ada_easy=method=ps_ada_easy,task.params.error_cut=true
+extra_rollouts=method=extra_rollouts"} ;;
   recovery)
     WARM=${WARM:-"task.params.fault_rate=0.15 +task.params.warm_start_min_terms=3 $RAMP"}
     EXP="+experiment=mechanism_recovery"; PREFIX=recovery
@@ -57,7 +66,7 @@ ps_cut=method=ps_ada,task.params.fixed_cut=true"} ;;
 oracle=method=baseline,task.params.oracle_min_k=6
 ps_ada_easy=method=ps_ada_easy
 extra_rollouts=method=extra_rollouts"} ;;
-  *) echo "error: TASK=$TASK; allowed: deep, flaky, recovery"; exit 2 ;;
+  *) echo "error: TASK=$TASK; allowed: deep, flaky, flaky_recovery, recovery"; exit 2 ;;
 esac
 BASE=${BASE:-$REPO/results/mechanism/base}
 sweep_setup ${1:-$REPO/results/mechanism/sweep}

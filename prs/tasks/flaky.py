@@ -33,6 +33,16 @@ answered in the source) and draws only the turns after the cut.
 Demonstrations (``demo_actions``): a scripted solver that writes a wrong running value with
 probability ``demo_error_rate`` (and continues from what it wrote) and a wrong ``y`` with
 probability ``demo_hard_error_rate``; demonstrations never crash (``reset``).
+
+**Recoverable tool errors** (the easy side, issue #31 mechanism 4; off by default): with
+``error_rate = g > 0`` a tool call answers ``>!|`` with probability ``g``, independently per turn
+(drawn from the episode's seed, apart from the crashes): the value is *not* recorded and the next
+addend not given, so the agent must notice and **retry** (write the same value again, a new turn);
+``max_retries`` extra turns allow for it. Writing anything else after an error records that instead
+(the trace then fails, or a guess happens to be right). Recovery rate = pass rate of episodes with
+at least one error. The demonstrations meet an error with probability ``demo_fault_rate`` per call
+and retry it with probability ``demo_retry_rate`` (else they guess a value): the warm start's
+recovery rate is a knob. Episodes: ``… s;>!|s;>+a| …`` (an error, then the retry).
 """
 from __future__ import annotations
 
@@ -50,7 +60,7 @@ TOKENS: tuple[str, ...] = repair.TOKENS + ("*",)
 _INDEX = {t: i for i, t in enumerate(TOKENS)}
 PAD, BOS, EOS, EOT = _INDEX["_"], _INDEX["^"], _INDEX["$"], _INDEX[";"]
 DIGIT0 = _INDEX["0"]
-PLUS, STAR, OBS_OPEN, OBS_CLOSE, PROMPT_END = (_INDEX[c] for c in "+*>|#")
+PLUS, STAR, OBS_OPEN, OBS_CLOSE, PROMPT_END, ERROR = (_INDEX[c] for c in "+*>|#!")
 encode, decode = codec(TOKENS)
 
 
@@ -62,6 +72,9 @@ class FlakyConfig:
       easy_steps: E tool calls (easy steps) before the hard step, 1 … 14.
       crash_rate: f, the probability that one tool call crashes, in [0, 1).
       demo_error_rate, demo_hard_error_rate: the demonstrator's wrong-value rates (easy, hard), in [0, 1].
+      error_rate: g, the probability that one tool call answers an error ``>!|`` (recoverable: retry), in [0, 1).
+      max_retries: extra turns beyond the E + 1 a crash-free, error-free episode takes (>= 0).
+      demo_fault_rate, demo_retry_rate: the demonstrations' errors per call and their retry rate, in [0, 1].
       reward: ``"binary"`` only (the whole trace graded).  replay: ``"replay"`` only (``regenerate``
         re-executes, which would draw new crashes).
     """
@@ -72,13 +85,21 @@ class FlakyConfig:
     demo_hard_error_rate: float = 0.75
     reward: str = "binary"
     replay: str = "replay"
+    error_rate: float = 0.0
+    max_retries: int = 0
+    demo_fault_rate: float = 0.0
+    demo_retry_rate: float = 1.0
 
     def __post_init__(self):
         if not (isinstance(self.easy_steps, int) and 1 <= self.easy_steps <= 14):
             raise ValueError(f"FlakyConfig.easy_steps must be an int in [1, 14], got {self.easy_steps!r}")
         if not 0.0 <= self.crash_rate < 1.0:
             raise ValueError(f"FlakyConfig.crash_rate must be in [0, 1), got {self.crash_rate!r}")
-        for rate in ("demo_error_rate", "demo_hard_error_rate"):
+        if not 0.0 <= self.error_rate < 1.0:
+            raise ValueError(f"FlakyConfig.error_rate must be in [0, 1), got {self.error_rate!r}")
+        if not (isinstance(self.max_retries, int) and 0 <= self.max_retries <= 8):
+            raise ValueError(f"FlakyConfig.max_retries must be an int in [0, 8], got {self.max_retries!r}")
+        for rate in ("demo_error_rate", "demo_hard_error_rate", "demo_fault_rate", "demo_retry_rate"):
             if not 0.0 <= getattr(self, rate) <= 1.0:
                 raise ValueError(f"FlakyConfig.{rate} must be in [0, 1], got {getattr(self, rate)!r}")
         if self.reward != "binary":
@@ -89,8 +110,8 @@ class FlakyConfig:
 
     @property
     def max_turns(self) -> int:
-        """E easy turns and the hard one."""
-        return self.easy_steps + 1
+        """E easy turns, the hard one and ``max_retries``."""
+        return self.easy_steps + 1 + self.max_retries
 
     @property
     def prompt_width(self) -> int:
@@ -123,11 +144,14 @@ class EnvState(NamedTuple):
 
     terms: tuple[int, ...]
     mult: int
-    crashes: tuple[bool, ...]    # [E] whether tool call t crashes (drawn at reset)
-    values: tuple[int, ...] = ()  # the values written so far (-1: a turn that wrote none)
+    crashes: tuple[bool, ...]    # [E] whether easy call j crashes (drawn at reset)
+    values: tuple[int, ...] = ()  # the values recorded so far (-1: a turn that wrote none)
     turns: int = 0
     done: bool = False
     crashed: bool = False
+    errors: tuple[bool, ...] = ()  # [T] whether the tool answers an error at turn t (drawn at reset)
+    max_turns: int = 0             # the turn budget (0: E + 1)
+    errors_seen: int = 0
 
 
 def make_problems(cfg: FlakyConfig, *, seed: int, count: int) -> Problems:
@@ -169,9 +193,19 @@ def draw_crashes(cfg: FlakyConfig, seed: int) -> tuple[bool, ...]:
     return tuple(bool(x) for x in u < cfg.crash_rate)
 
 
+def draw_errors(cfg: FlakyConfig, seed: int) -> tuple[bool, ...]:
+    """[T] independent tool errors, one draw per turn with probability ``error_rate``, from ``seed``
+    (a stream apart from the crashes'; ``()`` when ``error_rate`` is 0)."""
+    if cfg.error_rate == 0.0:
+        return ()
+    u = np.random.default_rng([int(seed), 0xE44]).random(cfg.max_turns)
+    return tuple(bool(x) for x in u < cfg.error_rate)
+
+
 def seeded_reset(problems: Problems, index: int, cfg: FlakyConfig, *, seed: int) -> EnvState:
-    """Problem ``index``'s initial state with its crashes drawn from ``seed`` (``draw_crashes``)."""
-    return reset(problems, index)._replace(crashes=draw_crashes(cfg, seed))
+    """Problem ``index``'s initial state with its crashes and errors drawn from ``seed``."""
+    return reset(problems, index)._replace(crashes=draw_crashes(cfg, seed), errors=draw_errors(cfg, seed),
+                                           max_turns=cfg.max_turns)
 
 
 def _value(action: list[int]) -> int:
@@ -189,41 +223,56 @@ def execute(state: EnvState, action, cfg: FlakyConfig) -> tuple[EnvState, list[i
         raise ValueError("execute: the episode is already done")
     act = [int(t) for t in np.asarray(action).reshape(-1)]
     turns = state.turns + 1
+    e, j = len(state.crashes), len(state.values)                 # E calls; j values recorded so far
+    budget = state.max_turns or e + 1
+    if j < e and EOS not in act and turns <= len(state.errors) and state.errors[turns - 1]:
+        nxt = state._replace(turns=turns, errors_seen=state.errors_seen + 1, done=turns >= budget)
+        return nxt, ([] if nxt.done else [OBS_OPEN, ERROR, OBS_CLOSE])  # not recorded: retry
     nxt = state._replace(turns=turns, values=state.values + (_value(act),))
-    e = len(state.crashes)
-    if EOS in act or turns > e:
+    if EOS in act or j >= e:
         return nxt._replace(done=True), []
-    if state.crashes[turns - 1]:
+    if state.crashes[j]:
         return nxt._replace(done=True, crashed=True), []
-    if turns < e:
-        return nxt, [OBS_OPEN, PLUS, DIGIT0 + state.terms[turns + 1], OBS_CLOSE]
+    if turns >= budget:  # out of turns before the hard step
+        return nxt._replace(done=True), []
+    if j + 1 < e:
+        return nxt, [OBS_OPEN, PLUS, DIGIT0 + state.terms[j + 2], OBS_CLOSE]
     return nxt, [OBS_OPEN, STAR, DIGIT0 + state.mult, OBS_CLOSE]
 
 
 def restore(problems: Problems, index: int, actions: list, observations: list, cfg: FlakyConfig, *,
             seed: int) -> EnvState:
-    """The state after the recorded prefix ``actions`` / ``observations`` (id lists): each recorded
-    answer means the tool did not crash there, an empty one that it did; the calls after the prefix
-    crash as drawn from ``seed``. A recorded observation that execution does not give is a ValueError."""
+    """The state after the recorded prefix ``actions`` / ``observations`` (id lists): a recorded error
+    ``>!|`` means the tool erred at that turn, another answer that it neither erred nor crashed, an
+    empty one that it crashed; the turns and calls after the prefix draw from ``seed``. A recorded
+    observation that execution does not give is a ValueError."""
     if len(actions) != len(observations):
         raise ValueError(f"restore: {len(actions)} actions but {len(observations)} observations")
-    c = len(actions)
-    state = seeded_reset(problems, index, cfg, seed=seed)
-    past = tuple(len(o) == 0 and i < len(state.crashes) for i, o in enumerate(observations))
-    state = state._replace(crashes=past[: len(state.crashes)] + state.crashes[c:])
+    fresh = seeded_reset(problems, index, cfg, seed=seed)
+    e, t_max = len(fresh.crashes), len(fresh.errors)
+    state = fresh._replace(crashes=(False,) * e, errors=(False,) * t_max)
     for i, (a, o) in enumerate(zip(actions, observations)):
-        state, got = execute(state, a, cfg)
-        if list(got) != [int(t) for t in o]:
+        o = [int(t) for t in o]
+        if i < t_max:  # the recorded answer says whether the tool erred at this turn
+            errs = list(state.errors)
+            errs[i] = o == [OBS_OPEN, ERROR, OBS_CLOSE]
+            state = state._replace(errors=tuple(errs))
+        nxt, got = execute(state, a, cfg)
+        j = len(state.values)
+        if got != o and o == [] and j < e:  # no answer where the tool would answer: it crashed
+            nxt, got = execute(state._replace(crashes=state.crashes[:j] + (True,) + state.crashes[j + 1:]), a, cfg)
+        if got != o:
             raise ValueError(f"restore: problem {index} turn {i + 1}: recorded observation {decode(o)!r}, "
                              f"the environment gives {decode(got)!r}")
-    return state
+        state = nxt
+    j, t = len(state.values), state.turns
+    return state._replace(crashes=state.crashes[:j] + fresh.crashes[j:], errors=state.errors[:t] + fresh.errors[t:])
 
 
 def verify(problems: Problems, index: int, state: EnvState, *, reward: str = "binary") -> float:
-    """R = 1[no crash ∧ E + 1 turns ∧ every value written right]."""
+    """R = 1[no crash ∧ E + 1 values recorded ∧ every one right] (errors retried cost turns, not reward)."""
     want = solution_values(problems)[index]
-    ok = (not state.crashed and state.turns == len(want) and tuple(int(v) for v in want) == state.values)
-    return float(ok)
+    return float(not state.crashed and tuple(int(v) for v in want) == state.values)
 
 
 def demo_actions(problems: Problems, index: int, cfg: FlakyConfig, rng: np.random.Generator) -> list[str]:
@@ -239,6 +288,41 @@ def demo_actions(problems: Problems, index: int, cfg: FlakyConfig, rng: np.rando
     if rng.random() < cfg.demo_hard_error_rate:
         y = (y + int(rng.integers(1, MODULUS))) % MODULUS
     return acts + [f"{y};"]
+
+
+def demo_episode(problems: Problems, index: int, cfg: FlakyConfig, rng: np.random.Generator):
+    """A demonstration that meets tool errors (``demo_fault_rate > 0``): -> (initial state, turns).
+    Each easy call errs with probability ``demo_fault_rate`` (at most once); the demonstrator then
+    retries (writes the same value again) with probability ``demo_retry_rate``, else writes a value
+    drawn uniformly from Z_7 and continues from it. Values err as in ``demo_actions``."""
+    terms, m = [int(x) for x in problems.terms[index]], int(problems.mult[index])
+    s, acts, errs = terms[0], [], []
+    for a in terms[1:]:
+        s = (s + a) % MODULUS
+        if rng.random() < cfg.demo_error_rate:
+            s = (s + int(rng.integers(1, MODULUS))) % MODULUS
+        if rng.random() < cfg.demo_fault_rate:
+            acts.append(f"{s};")
+            errs.append(True)
+            if rng.random() >= cfg.demo_retry_rate:
+                s = int(rng.integers(0, MODULUS))
+        acts.append(f"{s};")
+        errs.append(False)
+    y = (s * m) % MODULUS
+    if rng.random() < cfg.demo_hard_error_rate:
+        y = (y + int(rng.integers(1, MODULUS))) % MODULUS
+    errs = (errs + [False] * cfg.max_turns)[: cfg.max_turns]
+    return reset(problems, index)._replace(errors=tuple(errs), max_turns=cfg.max_turns), acts + [f"{y};"]
+
+
+def error_source(problems: Problems, index: int, cfg: FlakyConfig, at: int):
+    """The injected-fault oracle's source: the right turns with the tool erring at easy call ``at``
+    (0-based) and the right retry after it -> (initial state, turns); cut after ``at + 1`` turns."""
+    sol = solution_actions(problems, index)
+    errs = [False] * cfg.max_turns
+    errs[at] = True
+    return (reset(problems, index)._replace(errors=tuple(errs), max_turns=cfg.max_turns),
+            sol[:at] + [sol[at]] + sol[at:])
 
 
 def solution_actions(problems: Problems, index: int) -> list[str]:

@@ -29,8 +29,8 @@ import numpy as np
 
 from prs.rl.episodes import Episodes
 from prs.tasks import flaky as env_lib
-from prs.tasks.agent_env import AgentEnv, pack_episodes
-from prs.tasks.agent_rollouts import AgentRollouts, action_spans
+from prs.tasks.agent_env import AgentEnv, pack_episodes, run_actions, take
+from prs.tasks.agent_rollouts import AgentRollouts, action_spans, recorded_observations
 from prs.tasks.flaky import FlakyConfig, Problems
 from prs.tasks.mechanism import TF_PROBLEMS, _jit_forward, advantage_mass_share, output_length
 from prs.tasks.registry import register_task
@@ -49,9 +49,39 @@ def solver_episodes(problems: Problems, cfg: FlakyConfig, *, turns: int | None =
     env = env_lib.ENVIRONMENT
     b = np.asarray(problems.mult).shape[0]
     eps = [env.render(problems, i, env_lib.solution_actions(problems, i)[:turns], cfg)[:2] for i in range(b)]
-    tokens, mask = pack_episodes(eps, cfg.episode_width, pad=env.PAD)
+    return _pack(eps, cfg)
+
+
+def _pack(eps, cfg: FlakyConfig) -> _Source:
+    tokens, mask = pack_episodes(eps, cfg.episode_width, pad=env_lib.PAD)
     lens = np.array([len(ids) for ids, _ in eps])
     return _Source(tokens, mask, np.arange(tokens.shape[1])[None, :] < lens[:, None])
+
+
+def error_sources(problems: Problems, cfg: FlakyConfig, at: np.ndarray) -> _Source:
+    """The injected-fault oracle's sources (``flaky.error_source``): problem ``i``'s right episode
+    with the tool erring at easy call ``at[i]`` and the retry after it."""
+    eps = []
+    for i, a in enumerate(np.asarray(at)):
+        state, acts = env_lib.error_source(problems, i, cfg, int(a))
+        prompt, _ = env_lib.prompts(take(problems, [i]))
+        eps.append(run_actions(prompt[0], state, acts, cfg, execute=env_lib.execute, encode=env_lib.encode)[:2])
+    return _pack(eps, cfg)
+
+
+def first_error_cut(source, max_cut) -> np.ndarray:
+    """[G] turns up to and including each source's first tool error (its ``>!|`` answer), the
+    easy-side cut that puts a re-roll at the error; 0 where the source met none or the cut would
+    not leave a proper prefix (``>= max_cut[g]``)."""
+    tokens, pm, valid = np.asarray(source.tokens), np.asarray(source.policy_mask), np.asarray(source.valid)
+    err = [env_lib.OBS_OPEN, env_lib.ERROR, env_lib.OBS_CLOSE]
+    out = np.zeros((tokens.shape[0],), np.int32)
+    for g in range(tokens.shape[0]):
+        obs = recorded_observations(tokens[g], pm[g], valid[g])
+        hit = next((i for i, o in enumerate(obs) if o == err), None)
+        if hit is not None and hit + 1 < int(np.asarray(max_cut)[g]):
+            out[g] = hit + 1
+    return out
 
 
 def hard_value_mask(tokens: np.ndarray) -> np.ndarray:
@@ -66,7 +96,8 @@ def hard_value_mask(tokens: np.ndarray) -> np.ndarray:
 
 
 def episode_values(tokens: np.ndarray, policy_mask: np.ndarray) -> list[list[int]]:
-    """Per row, the value each policy turn wrote (``flaky._value``; -1 for a turn that wrote none)."""
+    """Per row, the value each policy turn wrote (``flaky._value``; -1 for a turn that wrote none;
+    a turn the tool answered with an error is listed too)."""
     tokens, policy_mask = np.asarray(tokens), np.asarray(policy_mask)
     return [[env_lib._value(tokens[r, a:b].tolist()) for a, b in action_spans(policy_mask[r])]
             for r in range(tokens.shape[0])]
@@ -104,17 +135,22 @@ class FlakyRollouts(AgentRollouts):
         out = super().rollout(params, problems, key, group_size=group_size, evaluation=evaluation,
                               return_states=return_states)
         task = self.task
-        if evaluation or return_states or task.oracle_max_k < 0:
+        if evaluation or return_states or (task.oracle_max_k < 0 and task.oracle_min_k < 0):
             return out
         ep = out
         k = np.asarray(ep.rewards).reshape(-1, group_size).sum(axis=1)
-        sel = k <= task.oracle_max_k
+        b = k.shape[0]
+        if task.oracle_max_k >= 0:  # hard side: the solver's crash-free prefix before the hard turn
+            sel = k <= task.oracle_max_k
+            src, cut = solver_episodes(problems, self.env), np.full((b,), self.env.easy_steps)
+        else:  # easy side: an injected tool error at a seeded easy call, the re-roll starting at it
+            sel = k >= task.oracle_min_k
+            at = np.asarray(jax.random.randint(jax.random.fold_in(key, 0xE44), (b,), 0, self.env.easy_steps))
+            src, cut = error_sources(problems, self.env, at), at + 1
         task.side.update(oracle_groups=int(sel.sum()), oracle_discarded_tokens=0)
         if not sel.any():
             return ep
-        b = k.shape[0]
-        ep2 = super().reroll(params, problems, solver_episodes(problems, self.env), np.full((b,), self.env.easy_steps),
-                             jax.random.fold_in(key, 0x0AC1E), group_size=group_size)
+        ep2 = super().reroll(params, problems, src, cut, jax.random.fold_in(key, 0x0AC1E), group_size=group_size)
         take2 = np.repeat(sel, group_size)
         task.side["oracle_discarded_tokens"] = int(np.asarray(ep.policy_mask)[take2].sum())
         t = jnp.asarray(take2)
@@ -123,6 +159,9 @@ class FlakyRollouts(AgentRollouts):
     def reroll(self, params, problems, source, cut, key, *, group_size: int, **kw):
         if self.task.fixed_cut:  # just before the hard turn, within the source's proper prefixes
             cut = np.minimum(self.env.easy_steps, np.asarray(source.units) - 1).astype(np.int32)
+        if self.task.error_cut:  # just after the source's first tool error, where it has one
+            at = first_error_cut(source, np.asarray(source.units))
+            cut = np.where(at > 0, at, np.asarray(cut)).astype(np.int32)
         return super().reroll(params, problems, source, cut, key, group_size=group_size, **kw)
 
 
@@ -134,20 +173,43 @@ class FlakyTask(AgentTask):
     name: str = "flaky_chain"
     oracle_max_k: int = -1
     fixed_cut: bool = False
+    oracle_min_k: int = -1
+    error_cut: bool = False
     side: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
     environment: ClassVar[AgentEnv] = env_lib.ENVIRONMENT
 
     def __post_init__(self):
         if not (isinstance(self.oracle_max_k, int) and -1 <= self.oracle_max_k):
             raise ValueError(f"task 'flaky_chain': oracle_max_k must be an int >= -1 (-1: off), got {self.oracle_max_k!r}")
-        if not isinstance(self.fixed_cut, bool):
-            raise ValueError(f"task 'flaky_chain': fixed_cut must be true or false, got {self.fixed_cut!r}")
+        if not (isinstance(self.oracle_min_k, int) and -1 <= self.oracle_min_k):
+            raise ValueError(f"task 'flaky_chain': oracle_min_k must be an int >= -1 (-1: off), got {self.oracle_min_k!r}")
+        for name in ("fixed_cut", "error_cut"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"task 'flaky_chain': {name} must be true or false, got {getattr(self, name)!r}")
+        if self.oracle_max_k >= 0 and self.oracle_min_k >= 0:
+            raise ValueError("task 'flaky_chain': oracle_max_k (hard side) and oracle_min_k (easy side) exclude each other")
+        if self.oracle_min_k >= 0 and self.cfg.max_retries < 1:
+            raise ValueError("task 'flaky_chain': oracle_min_k injects a tool error, which needs max_retries >= 1")
 
     @property
     def warm_start_key(self):
-        """The task without its RL-only options (crash rate, oracle, fixed cut): demonstrations never
-        crash, so every arm and crash rate of one chain length starts from one warm start."""
-        return (self.name, dataclasses.replace(self.cfg, crash_rate=0.0))
+        """The task without its RL-only options (crash and error rates, oracles, cuts): demonstrations
+        never crash and meet errors only at ``demo_fault_rate``, so every arm and rate of one chain
+        starts from one warm start."""
+        return (self.name, dataclasses.replace(self.cfg, crash_rate=0.0, error_rate=0.0))
+
+    def demonstrations(self, problems: Problems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The scripted solver's episodes (``AgentEnv.demonstrations``); with ``demo_fault_rate > 0``
+        episodes that meet tool errors and retry them at ``demo_retry_rate`` (``flaky.demo_episode``)."""
+        if self.cfg.demo_fault_rate == 0.0:
+            return super().demonstrations(problems, seed=seed)
+        rng = np.random.default_rng(seed)
+        prompt, _ = env_lib.prompts(problems)
+        eps = []
+        for i in range(prompt.shape[0]):
+            state, acts = env_lib.demo_episode(problems, i, self.cfg, rng)
+            eps.append(run_actions(prompt[i], state, acts, self.cfg, execute=env_lib.execute, encode=env_lib.encode)[:2])
+        return pack_episodes(eps, self.cfg.episode_width, pad=env_lib.PAD)
 
     def make_rollouts(self, *, model_cfg, sampling, mesh=None):
         return FlakyRollouts(task=self, env=self.cfg, model_cfg=model_cfg, sampling=sampling, mesh=mesh,
@@ -162,35 +224,58 @@ class FlakyTask(AgentTask):
                                                            hard_value_mask(batch.tokens))}
 
     def episode_metrics(self, problems: Problems, ep) -> dict[str, float]:
-        """Reach, survival and hard-step accuracy of the fresh rows of ``ep`` (row r on problem r // N)."""
+        """Reach, survival, the hard step and recovery from tool errors over the fresh rows of ``ep``
+        (row r on problem r // N; replayed rows are left out). Each row's outcome is read back by
+        restoring its recorded turns (``flaky.restore``, which checks every recorded answer)."""
         b = np.asarray(problems.mult).shape[0]
-        r = np.asarray(ep.tokens).shape[0]
+        tokens, pm = np.asarray(ep.tokens), np.asarray(ep.policy_mask)
+        valid = np.asarray(getattr(ep, "valid", tokens != env_lib.PAD))
+        r = tokens.shape[0]
         n = r // b
-        fresh = np.asarray(ep.replayed) == 0
         want = env_lib.solution_values(problems)
-        vals = episode_values(ep.tokens, ep.policy_mask)
         e = self.cfg.easy_steps
-        alive = np.array([len(v) == e + 1 for v in vals])
-        reach = np.array([len(v) == e + 1 and v[:e] == want[i // n, :e].tolist() for i, v in enumerate(vals)])
-        hard = np.array([bool(reach[i]) and vals[i][e] == want[i // n, e] for i in range(r)])
-        ended = np.array([len(v) <= e for v in vals])
-        eos = np.array([bool(np.any(np.asarray(ep.tokens)[i][np.asarray(ep.policy_mask)[i]] == env_lib.EOS))
-                        for i in range(r)])
-        m = int(fresh.sum())
+        rows = [i for i in range(r) if int(np.asarray(ep.replayed)[i]) == 0]
+        c = {k: 0 for k in ("reach", "alive", "crash", "hard", "faulty", "faulty_pass", "clean", "clean_pass",
+                            "errors", "retried")}
+        err = [env_lib.OBS_OPEN, env_lib.ERROR, env_lib.OBS_CLOSE]
+        for i in rows:
+            spans = action_spans(pm[i])
+            acts = [tokens[i, a:z].tolist() for a, z in spans]
+            obs = recorded_observations(tokens[i], pm[i], valid[i])
+            st = env_lib.restore(problems, i // n, acts, obs, self.cfg, seed=0)
+            v, w = st.values, want[i // n].tolist()
+            alive = len(v) == e + 1 and not st.crashed
+            reach = alive and list(v[:e]) == w[:e]
+            c["alive"] += alive
+            c["reach"] += reach
+            c["hard"] += reach and v[e] == w[e]
+            c["crash"] += st.crashed
+            ok = env_lib.verify(problems, i // n, st) == 1.0
+            key = "faulty" if st.errors_seen else "clean"
+            c[key] += 1
+            c[key + "_pass"] += ok
+            for t, o in enumerate(obs[:-1]):  # a retry writes the erred turn's value again
+                if o == err:
+                    c["errors"] += 1
+                    c["retried"] += env_lib._value(acts[t + 1]) == env_lib._value(acts[t]) != -1
+        c["rows"] = len(rows)
 
-        def share(x):  # None when every row was re-rolled (the oracle arm's replaced groups)
-            return float((x & fresh).sum() / m) if m else None
+        def rate(num: str, den: str):  # None when there is nothing to count (all re-rolled; no error met)
+            return float(c[num] / c[den]) if c[den] else None
 
-        out = {"mech/p_reach": share(reach), "mech/p_alive": share(alive), "mech/crash_rate": share(ended & ~eos),
-               "mech/hard_acc_on_reach": float((hard & fresh).sum() / (reach & fresh).sum()) if (reach & fresh).any() else None,
-               "mech/output_len": output_length(np.asarray(ep.policy_mask)[fresh]) if fresh.any() else None}
+        out = {"mech/p_reach": rate("reach", "rows"), "mech/p_alive": rate("alive", "rows"),
+               "mech/crash_rate": rate("crash", "rows"), "mech/hard_acc_on_reach": rate("hard", "reach"),
+               "mech/output_len": output_length(pm[rows]) if rows else None}
+        if self.cfg.error_rate > 0:
+            out.update({"mech/recovery_rate": rate("faulty_pass", "faulty"), "mech/clean_pass_rate": rate("clean_pass", "clean"),
+                        "mech/faulty_share": rate("faulty", "rows"), "mech/retry_rate": rate("retried", "errors")})
         out.update({f"mech/{k}": v for k, v in self.side.items()})
         self.side.clear()
         return out
 
 
 def _flaky(**params) -> FlakyTask:
-    own = {"oracle_max_k", "fixed_cut"}
+    own = {"oracle_max_k", "fixed_cut", "oracle_min_k", "error_cut"}
     known = {f.name for f in dataclasses.fields(FlakyConfig)} | own
     unknown = sorted(set(params) - known)
     if unknown:

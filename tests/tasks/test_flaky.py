@@ -14,6 +14,7 @@ import pytest
 from prs.models.qwen3 import ModelConfig, forward, init_params
 from prs.rl.episodes import SamplingSettings
 from prs.tasks import flaky as F
+from prs.tasks.agent_env import pack_episodes, run_actions
 from prs.tasks.agent_rollouts import action_spans, recorded_observations, row_seeds
 from prs.tasks.flaky_task import FlakyTask, episode_values, hard_value_mask, solver_episodes, teacher_forced
 from prs.tasks.registry import make_task
@@ -211,9 +212,9 @@ def test_episode_metrics_count_reach_survival_and_the_hard_step():
     acts = [F.solution_actions(probs, i) for i in range(2)]
     eps = [env.render(probs, 0, acts[0], CFG)[:2],                             # right: reach, hard right
            env.render(probs, 0, acts[0][:-1] + [f"{(int(acts[0][-1][0]) + 1) % 7};"], CFG)[:2],  # hard wrong
-           env.render(probs, 1, acts[1][:2], CFG)[:2],                         # stopped after 2 (a crash)
+           run_actions(env.prompts(probs)[0][1], F.reset(probs, 1)._replace(crashes=(False, True, False, False)),
+                       acts[1], CFG, execute=F.execute, encode=F.encode)[:2],  # the tool crashed at call 2
            env.render(probs, 1, [f"{(int(acts[1][0][0]) + 1) % 7};"] + acts[1][1:], CFG)[:2]]  # wrong easy value
-    from prs.tasks.agent_env import pack_episodes
     tokens, mask = pack_episodes(eps, CFG.episode_width, pad=F.PAD)
 
     class Ep:
@@ -249,3 +250,117 @@ def test_teacher_forced_metrics_against_a_per_row_reference_forward():
         reach.append(np.prod([p[a - 1, F.DIGIT0 + want[i, t]] for t, a in enumerate(starts)]))
     assert got["hard"] == pytest.approx(np.mean(hard), rel=1e-4)
     assert got["reach_policy"] == pytest.approx(np.mean(reach), rel=1e-4)
+
+
+# ------------------------------------------------------------------ recoverable tool errors (easy side)
+RCFG = F.FlakyConfig(easy_steps=4, crash_rate=0.0, error_rate=0.3, max_retries=2, demo_hard_error_rate=0.0)
+
+
+def _run(probs, i, state, acts, cfg=RCFG):
+    prompt = F.prompts(probs)[0][i]
+    return run_actions(prompt, state, acts, cfg, execute=F.execute, encode=F.encode)
+
+
+def test_a_tool_error_records_nothing_and_a_retry_recovers():
+    probs = F.make_problems(RCFG, seed=2, count=1)
+    sol = F.solution_actions(probs, 0)
+    st0 = F.reset(probs, 0)._replace(errors=(False, True, False, False, False, False, False), max_turns=RCFG.max_turns)
+    ids, mask, states = _run(probs, 0, st0, sol[:2] + [sol[1]] + sol[2:])    # error at turn 2, then the retry
+    assert "|" + sol[1] + ">!|" + sol[1] + ">+" in F.decode(ids)
+    assert states[-1].values == tuple(F.solution_values(probs)[0]) and states[-1].errors_seen == 1
+    assert F.verify(probs, 0, states[-1]) == 1.0
+    guess = f"{(int(sol[1][0]) + 1) % 7};"                                     # writes another value instead
+    _, _, st = _run(probs, 0, st0, sol[:2] + [guess] + sol[2:])
+    assert F.verify(probs, 0, st[-1]) == 0.0
+    many = F.reset(probs, 0)._replace(errors=(True,) * RCFG.max_turns, max_turns=RCFG.max_turns)
+    _, _, st = _run(probs, 0, many, [sol[0]] * RCFG.max_turns)                  # the budget runs out
+    assert st[-1].done and len(st[-1].values) == 0 and F.verify(probs, 0, st[-1]) == 0.0
+
+
+def test_errors_are_drawn_per_turn_apart_from_the_crashes():
+    draws = np.array([F.draw_errors(RCFG, s) for s in range(10_000)])
+    assert draws.shape == (10_000, RCFG.max_turns)
+    assert abs(draws.mean() - 0.3) < 4 * np.sqrt(0.3 * 0.7 / draws.size)
+    cfg = dataclasses.replace(RCFG, crash_rate=0.2)
+    assert F.draw_crashes(cfg, 5) == F.draw_crashes(dataclasses.replace(cfg, error_rate=0.0), 5)
+    assert F.draw_errors(dataclasses.replace(RCFG, error_rate=0.0), 5) == ()
+
+
+def test_restore_reads_errors_back_from_the_record():
+    probs = F.make_problems(RCFG, seed=4, count=1)
+    sol = F.solution_actions(probs, 0)
+    st0 = F.reset(probs, 0)._replace(errors=(True, False, False, False, False, False, False), max_turns=RCFG.max_turns)
+    acts = [F.encode(a) for a in [sol[0]] + sol]
+    ids, mask, states = _run(probs, 0, st0, acts)
+    obs = recorded_observations(np.array(ids), np.array(mask), np.ones(len(ids), bool))
+    seed = next(s for s in range(500) if not F.draw_errors(RCFG, s)[0])        # the seed itself would not err
+    st = F.restore(probs, 0, acts[:2], obs[:2], RCFG, seed=seed)
+    assert st.errors[:2] == (True, False) and st.errors[2:] == F.draw_errors(RCFG, seed)[2:]
+    assert st.values == tuple(F.solution_values(probs)[0][:1]) and st.errors_seen == 1 and st.turns == 2
+    with pytest.raises(ValueError, match="recorded observation"):
+        F.restore(probs, 0, acts[:1], [obs[0]], dataclasses.replace(RCFG, error_rate=0.0), seed=0)  # no errors there
+
+
+def test_demonstrations_meet_errors_and_retry_at_the_configured_rates():
+    cfg = dataclasses.replace(RCFG, demo_fault_rate=0.25, demo_retry_rate=0.4, max_retries=4, demo_error_rate=0.0)
+    task = FlakyTask(cfg)
+    probs = task.train_problems(seed=0, step=0, count=400)
+    toks, mask = task.demonstrations(probs, seed=3)
+    vals = episode_values(toks, mask)
+    errs = retried = 0
+    for r in range(toks.shape[0]):
+        obs = recorded_observations(toks[r], mask[r], toks[r] != F.PAD)
+        for t, o in enumerate(obs[:-1]):
+            if F.decode(o) == ">!|":
+                errs += 1
+                retried += vals[r][t + 1] == vals[r][t]
+    n_calls = 400 * cfg.easy_steps
+    assert abs(errs / n_calls - 0.25) < 4 * np.sqrt(0.25 * 0.75 / n_calls)
+    # a guess equals the erred value 1/7 of the time: P(same value) = 0.4 + 0.6 / 7
+    p = 0.4 + 0.6 / 7
+    assert abs(retried / errs - p) < 4 * np.sqrt(p * (1 - p) / errs)
+    assert np.array_equal(toks, task.demonstrations(probs, seed=3)[0])
+    plain = FlakyTask(dataclasses.replace(cfg, demo_fault_rate=0.0))
+    assert not any(">!|" in F.decode(t) for t in plain.demonstrations(probs, seed=3)[0])
+
+
+def test_injected_error_oracle_and_error_cut_put_rerolls_at_the_error():
+    task = FlakyTask(RCFG, oracle_min_k=0)                                    # every group (k >= 0)
+    ar = _rollouts(task)
+    params = init_params(_model(task), jax.random.PRNGKey(0))
+    probs = task.train_problems(seed=0, step=0, count=3)
+    key = jax.random.PRNGKey(7)
+    ep = ar.rollout(params, probs, key, group_size=2)
+    at = np.asarray(jax.random.randint(jax.random.fold_in(key, 0xE44), (3,), 0, RCFG.easy_steps))
+    assert np.array_equal(np.asarray(ep.replayed), 2 * np.repeat(at + 1, 2))  # the prefix ends at the error
+    for r in range(6):
+        head = F.decode(np.asarray(ep.tokens)[r][: 5 + 6 * at[r // 2] + 5])         # prompt, at turns, the erring one
+        assert head.endswith(">!|")
+    src = solver_episodes(probs, RCFG)
+    from prs.tasks.flaky_task import error_sources, first_error_cut
+    es = error_sources(probs, RCFG, np.array([0, 2, 3]))
+    assert np.array_equal(first_error_cut(es, np.full(3, 9)), [1, 3, 4])
+    assert np.array_equal(first_error_cut(src, np.full(3, 9)), [0, 0, 0])      # no error: the schedule's cut
+    with pytest.raises(ValueError, match="max_retries"):
+        FlakyTask(dataclasses.replace(RCFG, max_retries=0), oracle_min_k=6)
+
+
+def test_recovery_metrics_split_passes_by_whether_an_error_was_met():
+    task = FlakyTask(RCFG)
+    probs = task.train_problems(seed=0, step=0, count=3)
+    sol = [F.solution_actions(probs, i) for i in range(3)]
+    errs = (False, True) + (False,) * (RCFG.max_turns - 2)
+    st = [F.reset(probs, i)._replace(errors=errs, max_turns=RCFG.max_turns) for i in range(3)]
+    guess = f"{(int(sol[1][1][0]) + 3) % 7};"
+    eps = [_run(probs, 0, st[0], sol[0][:2] + [sol[0][1]] + sol[0][2:])[:2],   # error, retry: pass
+           _run(probs, 1, st[1], sol[1][:2] + [guess] + sol[1][2:])[:2],       # error, guess: fail
+           F.ENVIRONMENT.render(probs, 2, sol[2], RCFG)[:2]]                   # clean: pass
+    tokens, mask = pack_episodes(eps, RCFG.episode_width, pad=F.PAD)
+
+    class Ep:
+        pass
+    ep = Ep()
+    ep.tokens, ep.policy_mask, ep.replayed = tokens, mask, np.zeros(3, np.int32)
+    m = task.episode_metrics(probs, ep)
+    assert m["mech/recovery_rate"] == 0.5 and m["mech/clean_pass_rate"] == 1.0
+    assert m["mech/retry_rate"] == 0.5 and m["mech/faulty_share"] == pytest.approx(2 / 3)
