@@ -116,7 +116,7 @@ def load(runs: pathlib.Path = RUNS) -> dict[int | str, dict[str, dict[int, dict]
             "pass": np.array([r["eval/pass_at_1"] for r in ev], float),
             "p_reach": _column(ev, "eval/mech/p_reach"), "tokens": np.array([r["tokens_generated"] for r in tr], float),
             "out_len": _column(tr, "mech/output_len"), "steered": _column(tr, "groups_steered", 0.0),
-            "adv_mass": _column(tr, "mech/adv_mass_hard")}
+            "adv_mass": _column(tr, "mech/adv_mass_hard"), "p_alive": _column(ev, "eval/mech/p_alive")}
     return out
 
 
@@ -301,6 +301,18 @@ def coverage_lines(cov: dict) -> list[str]:
     return lines + [""]
 
 
+def alive_check(data: dict[str, dict[int, dict]]) -> dict[str, dict[str, float]]:
+    """arm -> mean / min / max over every evaluation of every unit of ``p_alive`` (held-out fresh
+    episodes alive at the hard turn): on the flaky chain it must stay at (1 - f)^E in every arm."""
+    out = {}
+    for arm in sorted(data):
+        x = np.concatenate([r["p_alive"] for r in data[arm].values()])
+        x = x[np.isfinite(x)]
+        if x.size:
+            out[arm] = {"mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
+    return out
+
+
 def verdict(e: int, g: dict | None) -> str:
     """The prediction's test for PS (fixed cut) against the re-roll on chain length ``e``."""
     if g is None:
@@ -370,6 +382,12 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
             lines.append(f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
                          f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
                          f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
+        if chain_tag(e) == "flaky":  # the design check: no policy lifts survival above (1 - f)^E
+            alive = alive_check(data)
+            lines += ["", "**Design check (section 10):** held-out episodes alive at the hard turn (no crash), "
+                      "mean over every evaluation of every seed [lowest, highest evaluation]: "
+                      + "; ".join(f"`{a}` {v['mean']:.3f} [{v['min']:.3f}, {v['max']:.3f}]" for a, v in alive.items())
+                      + "."]
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
         if chain_tag(e):  # a recalibrated chain: its positive control gates the prediction (section 9)
             gt = gate(comps.get("oracle|baseline"))

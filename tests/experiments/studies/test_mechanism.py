@@ -17,14 +17,15 @@ def _curve(t, speed, seed):
     return 0.15 + (0.5 + 0.02 * seed) * (1 - np.exp(-speed * np.asarray(t, float) / 20.0))
 
 
-def _write_run(root, e, arm, seed, speed, *, steps=60, every=5, complete=True, tokens=1000.0):
+def _write_run(root, e, arm, seed, speed, *, steps=60, every=5, complete=True, tokens=1000.0, alive=None):
     d = root / f"deep_e{e}-{arm}-s{seed}"
     d.mkdir(parents=True)
     recs = []
     for t in range(steps + 1):
         if t % every == 0:
             recs.append({"kind": "eval", "step": t, study.METRIC: float(_curve(t, speed, seed)),
-                         "eval/pass_at_1": 0.1, "eval/mech/p_reach": 0.5})
+                         "eval/pass_at_1": 0.1, "eval/mech/p_reach": 0.5,
+                         **({} if alive is None else {"eval/mech/p_alive": alive(t)})})
         if t < steps:
             recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "mech/output_len": 28.0,
                          "groups_steered": 3})
@@ -194,3 +195,16 @@ def test_figure_has_a_row_per_chain_and_warm_start(tmp_path):
     import matplotlib.image as mpimg
     h, w = mpimg.imread(out).shape[:2]
     assert h == pytest.approx(3 * 3.6 * 110, rel=0.02) and w == pytest.approx(11 * 110, rel=0.02)  # 3 rows
+
+
+def test_the_flaky_chain_prints_its_survival_check_per_arm(tmp_path):
+    # deep_e12_flaky-*: the design check reads held-out p_alive over every evaluation of every seed
+    for s in range(3):
+        _write_run(tmp_path, "12_flaky", "baseline", s, 1.0, alive=lambda t: 0.28)
+        _write_run(tmp_path, "12_flaky", "oracle", s, 2.0, alive=lambda t, s=s: 0.2 + 0.01 * s + t / 600)
+    data = study.load(tmp_path)
+    chk = study.alive_check(data["12_flaky"])
+    assert chk["baseline"] == pytest.approx({"mean": 0.28, "min": 0.28, "max": 0.28})
+    assert chk["oracle"]["min"] == pytest.approx(0.2) and chk["oracle"]["max"] == pytest.approx(0.22 + 0.1)
+    text, _ = study.section(data, n_boot=100, rec={})
+    assert "### E = 12, flaky-tool agent chain" in text and "`baseline` 0.280 [0.280, 0.280]" in text
