@@ -389,7 +389,12 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
                       + "; ".join(f"`{a}` {v['mean']:.3f} [{v['min']:.3f}, {v['max']:.3f}]" for a, v in alive.items())
                       + "."]
         v = verdict(e, comps.get("ps_cut|reroll_noprefix"))
-        if chain_tag(e):  # a recalibrated chain: its positive control gates the prediction (section 9)
+        if chain_tag(e) and chain_e(e) < 12:  # a short chain's oracle is the depth contrast, not a gate
+            g = comps.get("oracle|baseline")
+            if g is not None:
+                lines += ["", f"**Oracle vs baseline ({chain_name(e)}):** {fmt_ci(g[0.8]['speedup_steps'])} "
+                          "(the short chain's depth contrast; the gate applies to the long chain)."]
+        elif chain_tag(e):  # a recalibrated chain: its positive control gates the prediction (section 9)
             gt = gate(comps.get("oracle|baseline"))
             lines += ["", f"**Gate ({chain_name(e)}):** {gt}."]
             if "fails" in gt and "ps_cut|reroll_noprefix" not in comps:

@@ -135,6 +135,8 @@ STUDIES = (
           "sft.attempts=1\" E=12 ARMS=\"baseline=method=baseline\noracle=method=baseline,task.params.oracle_max_k=2\" "
           "SEEDS=\"0 1 2 3\" experiments/mechanism_sweep.sh   # section 9's gate; TAG=bad: warm start D\n"
           "python -m experiments.mechanism tf RUN_DIR ... --out results/mechanism/reach_tf_CD.json   # sampled vs greedy reach\n"
+          "TASK=flaky E=12 SEEDS=\"0 1 2 3\" experiments/mechanism_sweep.sh & TASK=flaky E=12 SEEDS=\"4 5 6 7\" "
+          "experiments/mechanism_sweep.sh   # section 10, the flaky-tool agent chain; and E=2 BASE=...\n"
           "python -m experiments.studies.mechanism --write --coverage 400   # section 7, summary, figure, coverage",
           "Deep task: prediction 1 refuted at this calibration - on the long chain (E = 12) PS with the cut "
           "before the hard step is no faster than the no-prefix re-roll of the same groups in hard-step accuracy "
@@ -147,7 +149,12 @@ STUDIES = (
           "Two recalibrations of the long chain fail the oracle gate (>= 1.5x) before PS is run: the issue's "
           "target P(reach) 0.26 (1.18 [1.12, 1.25]) and a wrong addition table (0.76 [0.70, 1.20]); the greedy policy "
           "reaches the hard step where sampling misses it, and RL removes even systematic misses within 10-20 steps, "
-          "so this task family cannot keep the hard side deep. Recovery task: not tested - its positive control fails (every "
+          "so this task family cannot keep the hard side deep. On an agent chain whose tool calls crash at random "
+          "(the misses belong to the environment: survival 0.28 at E = 12 in every arm) the oracle passes the gate, "
+          "2.56x [1.44, 4.43] (E = 2: 1.20x), but PS with the cut before the hard step is slower than the re-roll, "
+          "0.71 [0.60, 0.81] (8 seeds; E = 2: 1.03 [0.90, 1.20]): it can steer only the ~2 groups per step that "
+          "already hold a success, and training continuations alone erodes the easy steps (policy reach 0.79 -> "
+          "0.4-0.5). Recovery task: not tested - its positive control fails (every "
           "arm, the injected-fault oracle included, unlearns restarting; recovery 0.000-0.008), so the task "
           "needs a warm start that restarts on faults. The long chain's intervals cover a planted 1.9x in 95% of "
           "simulated studies fitted to its runs (the short chain's 90%).",
