@@ -168,12 +168,13 @@ class AgentEnv:
         """True when the environment draws outcomes of its own (``seeded_reset``)."""
         return self.seeded_reset is not None
 
-    def render(self, problems, index: int, actions: list, cfg):
-        """Runs ``actions`` (strings or id lists) from problem ``index``'s initial state -> (ids, action
-        mask, states after each action). Stops at the end of the episode."""
+    def render(self, problems, index: int, actions: list, cfg, *, state=None):
+        """Runs ``actions`` (strings or id lists) from problem ``index``'s initial state (``reset``, or
+        ``state``: e.g. a stochastic environment's state with chosen outcomes) -> (ids, action mask,
+        states after each action). Stops at the end of the episode."""
         prompt, _ = self.prompts(take(problems, [index]))
-        return run_actions(prompt[0], self.reset(problems, index), actions, cfg, execute=self.execute,
-                           encode=self.encode)
+        state = self.reset(problems, index) if state is None else state
+        return run_actions(prompt[0], state, actions, cfg, execute=self.execute, encode=self.encode)
 
     def demonstrations(self, problems, cfg, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Seeded demonstrations -> tokens [B, L] (pad-filled), loss mask [B, L] (1 on action tokens

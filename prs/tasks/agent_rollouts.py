@@ -276,7 +276,7 @@ class AgentRollouts(EngineClient):
         prompt, plen = self.environment.prompts(problems)
         rows, rlen = np.repeat(prompt, group_size, axis=0), np.repeat(plen, group_size)
         R = rows.shape[0]
-        states = self._initial_states(problems, group_size, key)
+        states = self._initial_states(problems, R, group_size, key)
         k0, k1 = jax.random.split(key)
         with self.engine_for(params) as engine:
             t1 = time.perf_counter()
@@ -287,15 +287,14 @@ class AgentRollouts(EngineClient):
         ep = self._episodes(params, ro, states, problems, group_size, np.zeros((R,), np.int32), scfg)
         return (ep, states) if return_states else ep
 
-    def _initial_states(self, problems: Problems, group_size: int, key) -> list:
-        """The ``B * group_size`` initial states (row ``r`` on problem ``r // group_size``): ``reset``, or
-        in a stochastic environment ``seeded_reset`` with each row's seed (``row_seeds``)."""
-        b = len(self.environment.prompts(problems)[1])
+    def _initial_states(self, problems: Problems, rows: int, group_size: int, key) -> list:
+        """The ``rows`` initial states (row ``r`` on problem ``r // group_size``): ``reset``, or in a
+        stochastic environment ``seeded_reset`` with each row's seed (``row_seeds``)."""
         if not self.environment.stochastic:
-            return [self.environment.reset(problems, r // group_size) for r in range(b * group_size)]
-        seeds = row_seeds(key, b * group_size)
+            return [self.environment.reset(problems, r // group_size) for r in range(rows)]
+        seeds = row_seeds(key, rows)
         return [self.environment.seeded_reset(problems, r // group_size, self.env, seed=int(seeds[r]))
-                for r in range(b * group_size)]
+                for r in range(rows)]
 
     # ------------------------------------------------------------------ replay-through-execution
     def rebuild(self, problems: Problems, source: Episodes, cut: np.ndarray, *, group_size: int, seeds=None):
@@ -326,18 +325,17 @@ class AgentRollouts(EngineClient):
         t0 = time.perf_counter()
         for r in range(G * group_size):
             g = r // group_size
-            ctx, obs_all = prompt[g, : plen[g]].tolist(), []
             if stochastic:  # the recorded outcomes, not new draws (AgentEnv.restore)
                 state = self.environment.restore(problems, g, actions[g], recorded[g], self.env, seed=int(seeds[r]))
-                for a, o in zip(actions[g], recorded[g]):
-                    ctx += a + o
-                    obs_all.append(o)
+                obs_all = list(recorded[g])
             else:
-                state = self.environment.reset(problems, g)
+                state, obs_all = self.environment.reset(problems, g), []
                 for a in actions[g]:
                     state, o = self.environment.execute(state, a, self.env)
-                    ctx += a + o
                     obs_all.append(o)
+            ctx = prompt[g, : plen[g]].tolist()
+            for a, o in zip(actions[g], obs_all):
+                ctx += a + o
             if state.done:
                 raise ValueError(f"reroll: the source of group {g} ended within its first {cut[g]} turns")
             rows["actions"].append(actions[g])

@@ -208,7 +208,7 @@ def seeded_reset(problems: Problems, index: int, cfg: FlakyConfig, *, seed: int)
                                            max_turns=cfg.max_turns)
 
 
-def _value(action: list[int]) -> int:
+def turn_value(action: list[int]) -> int:
     """The digit a turn writes (``d ;`` with ``d`` in Z_7), -1 for anything else."""
     if len(action) == 2 and action[1] == EOT and DIGIT0 <= action[0] < DIGIT0 + MODULUS:
         return action[0] - DIGIT0
@@ -228,7 +228,7 @@ def execute(state: EnvState, action, cfg: FlakyConfig) -> tuple[EnvState, list[i
     if j < e and EOS not in act and turns <= len(state.errors) and state.errors[turns - 1]:
         nxt = state._replace(turns=turns, errors_seen=state.errors_seen + 1, done=turns >= budget)
         return nxt, ([] if nxt.done else [OBS_OPEN, ERROR, OBS_CLOSE])  # not recorded: retry
-    nxt = state._replace(turns=turns, values=state.values + (_value(act),))
+    nxt = state._replace(turns=turns, values=state.values + (turn_value(act),))
     if EOS in act or j >= e:
         return nxt._replace(done=True), []
     if state.crashes[j]:

@@ -29,12 +29,12 @@ import numpy as np
 
 from prs.rl.episodes import Episodes
 from prs.tasks import flaky as env_lib
-from prs.tasks.agent_env import AgentEnv, pack_episodes, run_actions, take
+from prs.tasks.agent_env import AgentEnv, pack_episodes
 from prs.tasks.agent_rollouts import AgentRollouts, action_spans, recorded_observations
 from prs.tasks.flaky import FlakyConfig, Problems
-from prs.tasks.mechanism import TF_PROBLEMS, _jit_forward, advantage_mass_share, output_length
+from prs.tasks.mechanism import TF_PROBLEMS, advantage_mass_share, jit_forward, output_length
 from prs.tasks.registry import register_task
-from prs.tasks.repair_task import AgentTask
+from prs.tasks.repair_task import AgentTask, task_factory
 
 
 class _Source(NamedTuple):
@@ -64,8 +64,7 @@ def error_sources(problems: Problems, cfg: FlakyConfig, at: np.ndarray) -> _Sour
     eps = []
     for i, a in enumerate(np.asarray(at)):
         state, acts = env_lib.error_source(problems, i, cfg, int(a))
-        prompt, _ = env_lib.prompts(take(problems, [i]))
-        eps.append(run_actions(prompt[0], state, acts, cfg, execute=env_lib.execute, encode=env_lib.encode)[:2])
+        eps.append(env_lib.ENVIRONMENT.render(problems, i, acts, cfg, state=state)[:2])
     return _pack(eps, cfg)
 
 
@@ -95,19 +94,11 @@ def hard_value_mask(tokens: np.ndarray) -> np.ndarray:
     return out
 
 
-def episode_values(tokens: np.ndarray, policy_mask: np.ndarray) -> list[list[int]]:
-    """Per row, the value each policy turn wrote (``flaky._value``; -1 for a turn that wrote none;
-    a turn the tool answered with an error is listed too)."""
-    tokens, policy_mask = np.asarray(tokens), np.asarray(policy_mask)
-    return [[env_lib._value(tokens[r, a:b].tolist()) for a, b in action_spans(policy_mask[r])]
-            for r in range(tokens.shape[0])]
-
-
 def teacher_forced(params, problems: Problems, cfg: FlakyConfig, *, model_cfg, forward=None) -> dict[str, float]:
     """One forward pass over each problem's right, crash-free prefix of its E easy turns (and the
     multiplier's answer) -> ``hard`` = mean_i q_i, q_i = pi(y_i | prefix_i), and ``reach_policy`` =
     mean_i prod_t pi(s_{t+1,i} | prefix_i before turn t) over the E easy values."""
-    forward = _jit_forward() if forward is None else forward
+    forward = jit_forward() if forward is None else forward
     src = solver_episodes(problems, cfg, turns=cfg.easy_steps)
     rows = src.tokens[:, : cfg.prompt_width + cfg.easy_steps * (2 + cfg.max_obs_tokens)]   # [B, W]
     b, w = rows.shape
@@ -204,11 +195,10 @@ class FlakyTask(AgentTask):
         if self.cfg.demo_fault_rate == 0.0:
             return super().demonstrations(problems, seed=seed)
         rng = np.random.default_rng(seed)
-        prompt, _ = env_lib.prompts(problems)
         eps = []
-        for i in range(prompt.shape[0]):
+        for i in range(np.asarray(problems.mult).shape[0]):
             state, acts = env_lib.demo_episode(problems, i, self.cfg, rng)
-            eps.append(run_actions(prompt[i], state, acts, self.cfg, execute=env_lib.execute, encode=env_lib.encode)[:2])
+            eps.append(self.environment.render(problems, i, acts, self.cfg, state=state)[:2])
         return pack_episodes(eps, self.cfg.episode_width, pad=env_lib.PAD)
 
     def make_rollouts(self, *, model_cfg, sampling, mesh=None):
@@ -229,7 +219,7 @@ class FlakyTask(AgentTask):
         restoring its recorded turns (``flaky.restore``, which checks every recorded answer)."""
         b = np.asarray(problems.mult).shape[0]
         tokens, pm = np.asarray(ep.tokens), np.asarray(ep.policy_mask)
-        valid = np.asarray(getattr(ep, "valid", tokens != env_lib.PAD))
+        valid = np.asarray(ep.valid)
         r = tokens.shape[0]
         n = r // b
         want = env_lib.solution_values(problems)
@@ -257,7 +247,7 @@ class FlakyTask(AgentTask):
             for t, o in enumerate(obs[:-1]):  # a retry writes the erred turn's value again
                 if o == err:
                     c["errors"] += 1
-                    c["retried"] += env_lib._value(acts[t + 1]) == env_lib._value(acts[t]) != -1
+                    c["retried"] += env_lib.turn_value(acts[t + 1]) == env_lib.turn_value(acts[t]) != -1
         c["rows"] = len(rows)
 
         def rate(num: str, den: str):  # None when there is nothing to count (all re-rolled; no error met)
@@ -274,15 +264,6 @@ class FlakyTask(AgentTask):
         return out
 
 
-def _flaky(**params) -> FlakyTask:
-    own = {"oracle_max_k", "fixed_cut", "oracle_min_k", "error_cut"}
-    known = {f.name for f in dataclasses.fields(FlakyConfig)} | own
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"task 'flaky_chain': unknown parameter(s) {unknown}; known: {sorted(known)}")
-    opts = {k: params.pop(k) for k in own if k in params}
-    return FlakyTask(FlakyConfig(**params), **opts)
-
-
-register_task("flaky_chain", _flaky)
+register_task("flaky_chain", task_factory("flaky_chain", FlakyTask, FlakyConfig,
+                                          options=("oracle_max_k", "fixed_cut", "oracle_min_k", "error_cut")))
 

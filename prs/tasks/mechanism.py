@@ -243,7 +243,7 @@ def teacher_forced_hard_accuracy(params, problems: Problems, cfg: ArithConfig, *
     draws per problem, and the sampled estimate's standard error.
     """
     if forward is None:
-        forward = _jit_forward()
+        forward = jit_forward()
     rows, plen, cut, sol = _correct_prefix_rows(problems, cfg)
     b, width = rows.shape
     last = plen + cut - 1                                            # [B] position predicting the value
@@ -272,7 +272,7 @@ def teacher_forced_reach(params, problems: Problems, cfg: ArithConfig, *, model_
     sharpening alone removes show as ``reach_greedy`` >> ``reach_sampled``.
     """
     if forward is None:
-        forward = _jit_forward()
+        forward = jit_forward()
     rows, plen, cut, sol = _correct_prefix_rows(problems, cfg)       # the same [B, W] as the hard step's
     b, width = rows.shape
     c = int(cut.max())
@@ -293,7 +293,7 @@ def teacher_forced_reach(params, problems: Problems, cfg: ArithConfig, *, model_
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_forward():
+def jit_forward():
     """``prs.models.qwen3.forward`` compiled once per model config and input shape (an evaluation
     calls it every time on the same [B, W])."""
     from prs.models.qwen3 import forward

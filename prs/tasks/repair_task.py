@@ -82,16 +82,19 @@ class RepairTask(AgentTask):
     environment: ClassVar[AgentEnv] = _repair.ENVIRONMENT
 
 
-def task_factory(name: str, task_cls, cfg_cls):
-    """``factory(**params) -> task_cls(cfg_cls(**params))`` for ``register_task``; an unknown
-    parameter is a ValueError naming the task and the parameters it knows."""
-    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+def task_factory(name: str, task_cls, cfg_cls, *, options: tuple[str, ...] = ()):
+    """``factory(**params) -> task_cls(cfg_cls(**config params), **option params)`` for
+    ``register_task``: ``options`` are the task's own fields (RL-only switches kept out of the
+    environment's config); an unknown parameter is a ValueError naming the task and the parameters
+    it knows."""
+    fields = {f.name for f in dataclasses.fields(cfg_cls)} | set(options)
 
     def factory(**params):
         unknown = sorted(set(params) - fields)
         if unknown:
             raise ValueError(f"task {name!r}: unknown parameter(s) {unknown}; known: {sorted(fields)}")
-        return task_cls(cfg_cls(**params))
+        opts = {k: params.pop(k) for k in options if k in params}
+        return task_cls(cfg_cls(**params), **opts)
 
     return factory
 

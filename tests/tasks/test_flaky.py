@@ -6,6 +6,8 @@ their closed-form survival (1 - f)^E, a per-row reference forward with a numpy s
 teacher-forced metrics, and the environment's own ``execute`` for every recorded observation.
 """
 import dataclasses
+import re
+import types
 
 import jax
 import numpy as np
@@ -14,12 +16,26 @@ import pytest
 from prs.models.qwen3 import ModelConfig, forward, init_params
 from prs.rl.episodes import SamplingSettings
 from prs.tasks import flaky as F
-from prs.tasks.agent_env import pack_episodes, run_actions
+from prs.tasks.agent_env import pack_episodes
 from prs.tasks.agent_rollouts import action_spans, recorded_observations, row_seeds
-from prs.tasks.flaky_task import FlakyTask, episode_values, hard_value_mask, solver_episodes, teacher_forced
+from prs.tasks.flaky_task import FlakyTask, hard_value_mask, solver_episodes, teacher_forced
 from prs.tasks.registry import make_task
 
 CFG = F.FlakyConfig(easy_steps=4, crash_rate=0.3)
+
+
+def episode_values(tokens, mask):
+    """Per row, the digit each policy turn wrote, read from its text (``d;`` with d in 0-6; else -1)."""
+    out = []
+    for r in range(tokens.shape[0]):
+        texts = [F.decode(tokens[r, a:b]) for a, b in action_spans(mask[r])]
+        out.append([int(t[0]) if re.fullmatch(r"[0-6];", t) else -1 for t in texts])
+    return out
+
+
+def _episodes(tokens, mask, replayed):
+    """The fields of ``Episodes`` that ``episode_metrics`` reads, for hand-built episodes."""
+    return types.SimpleNamespace(tokens=tokens, policy_mask=mask, valid=tokens != F.PAD, replayed=replayed)
 
 
 def _string_solver(terms, m):
@@ -212,15 +228,11 @@ def test_episode_metrics_count_reach_survival_and_the_hard_step():
     acts = [F.solution_actions(probs, i) for i in range(2)]
     eps = [env.render(probs, 0, acts[0], CFG)[:2],                             # right: reach, hard right
            env.render(probs, 0, acts[0][:-1] + [f"{(int(acts[0][-1][0]) + 1) % 7};"], CFG)[:2],  # hard wrong
-           run_actions(env.prompts(probs)[0][1], F.reset(probs, 1)._replace(crashes=(False, True, False, False)),
-                       acts[1], CFG, execute=F.execute, encode=F.encode)[:2],  # the tool crashed at call 2
+           env.render(probs, 1, acts[1], CFG, state=F.reset(probs, 1)._replace(crashes=(False, True, False, False)))[:2],
+           # the tool crashed at call 2
            env.render(probs, 1, [f"{(int(acts[1][0][0]) + 1) % 7};"] + acts[1][1:], CFG)[:2]]  # wrong easy value
     tokens, mask = pack_episodes(eps, CFG.episode_width, pad=F.PAD)
-
-    class Ep:
-        pass
-    ep = Ep()
-    ep.tokens, ep.policy_mask, ep.replayed = tokens, mask, np.zeros(4, np.int32)
+    ep = _episodes(tokens, mask, np.zeros(4, np.int32))
     m = task.episode_metrics(probs, ep)
     assert m["mech/p_reach"] == 0.5 and m["mech/p_alive"] == 0.75 and m["mech/crash_rate"] == 0.25
     assert m["mech/hard_acc_on_reach"] == 0.5
@@ -257,8 +269,7 @@ RCFG = F.FlakyConfig(easy_steps=4, crash_rate=0.0, error_rate=0.3, max_retries=2
 
 
 def _run(probs, i, state, acts, cfg=RCFG):
-    prompt = F.prompts(probs)[0][i]
-    return run_actions(prompt, state, acts, cfg, execute=F.execute, encode=F.encode)
+    return F.ENVIRONMENT.render(probs, i, acts, cfg, state=state)
 
 
 def test_a_tool_error_records_nothing_and_a_retry_recovers():
@@ -356,11 +367,7 @@ def test_recovery_metrics_split_passes_by_whether_an_error_was_met():
            _run(probs, 1, st[1], sol[1][:2] + [guess] + sol[1][2:])[:2],       # error, guess: fail
            F.ENVIRONMENT.render(probs, 2, sol[2], RCFG)[:2]]                   # clean: pass
     tokens, mask = pack_episodes(eps, RCFG.episode_width, pad=F.PAD)
-
-    class Ep:
-        pass
-    ep = Ep()
-    ep.tokens, ep.policy_mask, ep.replayed = tokens, mask, np.zeros(3, np.int32)
+    ep = _episodes(tokens, mask, np.zeros(3, np.int32))
     m = task.episode_metrics(probs, ep)
     assert m["mech/recovery_rate"] == 0.5 and m["mech/clean_pass_rate"] == 1.0
     assert m["mech/retry_rate"] == 0.5 and m["mech/faulty_share"] == pytest.approx(2 / 3)
