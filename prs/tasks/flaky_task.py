@@ -11,7 +11,9 @@ Metrics:
 * ``policy_metrics`` (every evaluation): ``mech/tf_hard_acc``, the hard step's teacher-forced
   accuracy E[q] = mean_i pi(y_i | the right, crash-free prefix of problem i) on ``TF_PROBLEMS``
   held-out problems, and ``mech/tf_reach_policy`` = mean_i prod_t pi(s_{t+1} | right prefix) (the
-  policy's own chance to write every running value right at temperature 1, crashes aside);
+  policy's own chance to write every running value right at temperature 1, crashes aside); with
+  ``max_retries >= 1`` also ``mech/tf_retry``, the recovery skill teacher-forced: mean_i pi(retry_i |
+  the right prefix with a tool error injected at a seeded easy call), whatever the run's error rate;
 * ``episode_metrics`` (fresh episodes, replayed == 0): ``mech/p_reach`` (alive at the hard turn
   with every running value right), ``mech/p_alive`` (no crash, all turns taken), ``mech/crash_rate``,
   ``mech/hard_acc_on_reach``, ``mech/output_len``, and the oracle's counts;
@@ -112,6 +114,29 @@ def teacher_forced(params, problems: Problems, cfg: FlakyConfig, *, model_cfg, f
     return {"hard": float(q_hard.mean()), "reach_policy": float(np.exp(lq.sum(axis=1)).mean()), "problems": int(b)}
 
 
+def teacher_forced_retry(params, problems: Problems, cfg: FlakyConfig, *, model_cfg, forward=None,
+                         seed: int = env_lib.EVAL_SEED + 1) -> dict[str, float]:
+    """The recovery skill at an injected tool error, teacher-forced (issue #31, mechanism 4): problem
+    ``i``'s right episode with the tool erring at easy call ``at_i`` (uniform on 0 … E-1 from ``seed``;
+    ``error_sources``) -> ``retry`` = mean_i prod_{tokens of the retry turn} pi(token | everything
+    before it), the chance that the policy writes the erred turn's value again (``d ;``) at
+    temperature 1. One forward pass; needs ``max_retries >= 1`` (the retry is an extra turn)."""
+    if cfg.max_retries < 1:
+        raise ValueError(f"teacher_forced_retry: needs FlakyConfig.max_retries >= 1, got {cfg.max_retries}")
+    forward = jit_forward() if forward is None else forward
+    b = np.asarray(problems.mult).shape[0]
+    at = np.random.default_rng(seed).integers(0, cfg.easy_steps, size=b)                  # [B]
+    src = error_sources(problems, cfg, at)
+    logits = forward(params, jnp.asarray(src.tokens), cfg=model_cfg, valid=jnp.asarray(src.valid))
+    lp = np.asarray(jax.nn.log_softmax(logits, axis=-1), np.float64)                      # [B, L, V]
+    q = np.empty((b,))
+    for i in range(b):
+        s, z = action_spans(src.policy_mask[i])[at[i] + 1]                                 # the retry turn
+        pos = np.arange(s, z)
+        q[i] = np.exp(lp[i, pos - 1, src.tokens[i, pos]].sum())
+    return {"retry": float(q.mean()), "problems": int(b)}
+
+
 class FlakyRollouts(AgentRollouts):
     """``AgentRollouts`` with the task's prefix sources (module docstring). A training call samples
     as usual, then replaces the groups ``task.oracle_max_k`` selects by ``N`` re-rolls from the
@@ -206,8 +231,12 @@ class FlakyTask(AgentTask):
                              mode=self.cfg.replay, environment=self.environment)
 
     def policy_metrics(self, params, *, model_cfg) -> dict[str, float]:
-        rep = teacher_forced(params, self.eval_problems(count=TF_PROBLEMS), self.cfg, model_cfg=model_cfg)
-        return {"mech/tf_hard_acc": rep["hard"], "mech/tf_reach_policy": rep["reach_policy"]}
+        probs = self.eval_problems(count=TF_PROBLEMS)
+        rep = teacher_forced(params, probs, self.cfg, model_cfg=model_cfg)
+        out = {"mech/tf_hard_acc": rep["hard"], "mech/tf_reach_policy": rep["reach_policy"]}
+        if self.cfg.max_retries >= 1:
+            out["mech/tf_retry"] = teacher_forced_retry(params, probs, self.cfg, model_cfg=model_cfg)["retry"]
+        return out
 
     def batch_metrics(self, problems: Problems, batch) -> dict[str, float]:
         return {"mech/adv_mass_hard": advantage_mass_share(batch.advantages, batch.loss_mask,

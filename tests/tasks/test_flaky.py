@@ -356,6 +356,34 @@ def test_injected_error_oracle_and_error_cut_put_rerolls_at_the_error():
         FlakyTask(dataclasses.replace(RCFG, max_retries=0), oracle_min_k=6)
 
 
+def test_teacher_forced_retry_against_a_per_row_reference_forward():
+    from prs.tasks.flaky_task import teacher_forced_retry
+    task = FlakyTask(RCFG)
+    cfg_m = _model(task)
+    params = init_params(cfg_m, jax.random.PRNGKey(5))
+    probs = task.eval_problems(count=5)
+    got = teacher_forced_retry(params, probs, RCFG, model_cfg=cfg_m, seed=11)
+    at = np.random.default_rng(11).integers(0, RCFG.easy_steps, size=5)
+    want = []
+    for i in range(5):  # the retry's text, built from the definition: the erred value, then ';'
+        s = _string_solver([int(x) for x in probs.terms[i]], int(probs.mult[i]))[at[i]]
+        errs = tuple(t == at[i] for t in range(RCFG.max_turns))
+        state = F.reset(probs, i)._replace(errors=errs, max_turns=RCFG.max_turns)
+        acts = F.solution_actions(probs, i)
+        ids, mask, _ = _run(probs, i, state, acts[: at[i] + 1] + [f"{s};"])
+        a, z = action_spans(np.array(mask))[-1]                                  # the retry turn
+        assert F.decode(ids[:z]).endswith(f"{s};>!|{s};")                       # the error, then the retry
+        x = np.asarray(forward(params, np.array([ids[:z]]), cfg=cfg_m), np.float64)[0]
+        p = np.exp(x - x.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        want.append(p[a - 1, F.DIGIT0 + s] * p[a, F.EOT])
+    assert got["retry"] == pytest.approx(np.mean(want), rel=1e-4)
+    with pytest.raises(ValueError, match="max_retries"):
+        teacher_forced_retry(params, probs, CFG, model_cfg=cfg_m)
+    assert "mech/tf_retry" in task.policy_metrics(params, model_cfg=cfg_m)
+    assert "mech/tf_retry" not in FlakyTask(CFG).policy_metrics(params, model_cfg=cfg_m)
+
+
 def test_recovery_metrics_split_passes_by_whether_an_error_was_met():
     task = FlakyTask(RCFG)
     probs = task.train_problems(seed=0, step=0, count=3)
