@@ -10,8 +10,9 @@
 #   TASK=flaky: the flaky-tool chain (task=flaky_chain, section 10): the deep chain as an agent task whose
 #     tool calls crash at random (crash_rate 0.1), E easy turns; runs deep_e<E>_flaky[w<W>]-<arm>-s<seed>,
 #     analysed as the tagged chain "E_flaky" (its oracle gate first).
-#   TASK=flaky_recovery: recoverable tool errors on the flaky chain (E = 4, error rate 0.1, section 10);
-#     runs recovery_flaky-<arm>-s<seed> (not yet calibrated or run).
+#   TASK=flaky_recovery: recoverable tool errors on the flaky chain (E = 4, error rate G per call, default
+#     0.05; section 11); runs recovery_flaky_g<G without the dot>-<arm>-s<seed> (the section-10 pilot at
+#     0.1 ran under the older name recovery_flaky-<arm>-s<seed>); XS= extra_tok's extra_share.
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -54,11 +55,16 @@ reroll_noprefix=method=reroll_noprefix
 ps_cut=method=ps_ada,task.params.fixed_cut=true"} ;;
   flaky_recovery)
     WARM=${WARM:-"sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1"}
-    EXP="+experiment=mechanism_flaky_recovery"; PREFIX=recovery_flaky
+    G=${G:-0.05}
+    EXP="+experiment=mechanism_flaky_recovery task.params.error_rate=$G"; PREFIX=recovery_flaky_g${G//./}
+    XS=${XS:-0.5}   # extra_tok's schedule.extra_share: set it so its tokens per step match ps_easy_cut's (section 11)
     ARMS=${ARMS:-"baseline=method=baseline
 oracle=method=baseline,task.params.oracle_min_k=6
-ps_ada_easy=method=ps_ada_easy,task.params.error_cut=true
-extra_rollouts=method=extra_rollouts"} ;;
+ps_easy_cut=method=ps_ada_easy,task.params.error_cut=true
+reroll_easy=method=reroll_noprefix,method.hard_max=0
+ps_easy=method=ps_ada_easy
+extra_tok=method=extra_rollouts,method.hard_max=0,schedule.extra_share=$XS
+baseline_2n=method=baseline,algo.group_size=16"} ;;
   recovery)
     WARM=${WARM:-"task.params.fault_rate=0.15 +task.params.warm_start_min_terms=3 $RAMP"}
     EXP="+experiment=mechanism_recovery"; PREFIX=recovery
