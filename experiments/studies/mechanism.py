@@ -3,6 +3,7 @@
     python -m experiments.studies.mechanism                 # print the section
     python -m experiments.studies.mechanism --write         # rewrite it on the page, write summary.json and figures
     python -m experiments.studies.mechanism --check         # exit 1 if the committed section differs
+    python -m experiments.studies.mechanism --write --recovery-coverage 400   # + section 11's coverage
 
 Runs are ``results/mechanism/sweep/runs/deep_e<E>-<arm>-s<seed>`` (``experiments/mechanism_sweep.sh``);
 only complete runs (a ``summary.json``) are read, and an arm is compared with a reference arm on the
@@ -161,6 +162,131 @@ def recovery_lines(rec: dict[str, dict[int, dict]]) -> list[str]:
     return lines + [""]
 
 
+RF_NAME = re.compile(r"^recovery_flaky_g(?P<g>\d+)(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
+RF_METRIC = "eval/mech/tf_retry"
+RF_ARMS = ("baseline", "oracle", "ps_easy_cut", "ps_easy", "reroll_easy", "extra_tok", "baseline_2n")
+RF_LABEL = {"baseline": "baseline", "oracle": "injected-error oracle (positive control)",
+            "ps_easy_cut": "PS easy side, cut at the source's first error", "ps_easy": "PS easy side, controller's cut",
+            "reroll_easy": "re-roll of the same groups, no prefix",
+            "extra_tok": "extra rollouts, matched to `ps_easy_cut` in tokens", "baseline_2n": "baseline, 2N = 16 rollouts"}
+# (method, reference, why): section 11's gate and predictions first
+RF_COMPARISONS = (("oracle", "baseline", "gate (positive control)"), ("ps_easy_cut", "extra_tok", "R1"),
+                  ("ps_easy_cut", "reroll_easy", "R2"), ("ps_easy_cut", "baseline", "PS against GRPO"),
+                  ("ps_easy", "extra_tok", "the controller's cut"), ("ps_easy", "reroll_easy", "the controller's cut"),
+                  ("reroll_easy", "baseline", "the re-roll itself"), ("extra_tok", "baseline", "the extra rollouts"),
+                  ("baseline_2n", "baseline", "2N rollouts"), ("ps_easy_cut", "baseline_2n", "against 2N rollouts"))
+RF_EVAL = {"tf": RF_METRIC, "pass": "eval/pass_at_1", "recovery": "eval/mech/recovery_rate",
+           "clean": "eval/mech/clean_pass_rate", "reach_tf": "eval/mech/tf_reach_policy"}
+RF_EROSION = 0.85  # R3: the PS arms' teacher-forced P(all easy values right) stays at or above this
+
+
+def rf_key_name(key: str) -> str:
+    """``"g005"`` -> ``"tool-error rate 0.05"`` (the digits of the rate without its dot)."""
+    d = key[1:]
+    return f"tool-error rate {d[0]}.{d[1:]}"
+
+
+def load_flaky_recovery(runs: pathlib.Path = RUNS) -> dict[str, dict[str, dict[int, dict]]]:
+    """``"g<rate digits>"`` -> arm -> unit -> {"steps", "tf" (= ``tf_retry``), ``RF_EVAL``'s other names [E'],
+    "tokens", "out_len", "steered" [T]} of every complete ``recovery_flaky_g<digits>[w<w>]-<arm>-s<seed>`` run
+    (section 11); the unit is ``w * WARM_STRIDE + seed`` as in ``load``; "steered" counts the groups an arm
+    re-rolls or steers per step (the oracle's replaced groups, PS's steered ones)."""
+    out: dict[str, dict[str, dict[int, dict]]] = {}
+    for m, ev, tr in _complete_runs(runs, "recovery_flaky_g*-s*", RF_NAME):
+        unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
+        row = {"steps": np.array([r["step"] for r in ev])}
+        row.update({k: _column(ev, key) for k, key in RF_EVAL.items()})
+        row["tokens"] = np.array([r["tokens_generated"] for r in tr], float)
+        row["out_len"] = _column(tr, "mech/output_len")
+        row["steered"] = np.maximum(_column(tr, "mech/oracle_groups", 0.0), _column(tr, "groups_steered", 0.0))
+        out.setdefault(f"g{m['g']}", {}).setdefault(m["arm"], {})[unit] = row
+    return out
+
+
+def rf_verdicts(comps: dict, data: dict[str, dict[int, dict]]) -> dict[str, str]:
+    """Section 11's gate and predictions R1-R3 read from the comparisons (``compare``) and the runs."""
+    out = {"gate": gate(comps.get("oracle|baseline"))}
+    g = comps.get("ps_easy_cut|extra_tok")
+    if g is None:
+        out["R1"] = "not enough paired seeds yet"
+    else:
+        a, r = g["auc"]["improvement"], g[0.8]["speedup_steps"]
+        ok = np.isfinite(a["lo"]) and a["lo"] > 0 and np.isfinite(r["value"]) and r["value"] >= 1.5
+        out["R1"] = (f"{'holds' if ok else 'refuted'}: AUC difference {fmt_ci(a, 3)}, steps {fmt_ci(r)} "
+                     "(needs the AUC CI above 0 and >= 1.5x)")
+    g = comps.get("ps_easy_cut|reroll_easy")
+    if g is None:
+        out["R2"] = "not enough paired seeds yet"
+    else:
+        r = g[0.8]["speedup_steps"]
+        ok = np.isfinite(r["value"]) and r["value"] >= 1.5
+        out["R2"] = f"{'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs >= 1.5x)"
+    lows = {}
+    for arm in ("ps_easy_cut", "ps_easy"):
+        if arm in data:
+            _, y = _matrix(data[arm], sorted(data[arm]), "reach_tf")
+            lows[arm] = float(np.nanmin(np.nanmean(y, axis=0)))
+    if lows:
+        ok = all(v >= RF_EROSION for v in lows.values())
+        out["R3"] = (f"{'holds' if ok else 'refuted'}: lowest seed-mean teacher-forced P(all easy values right) "
+                     + ", ".join(f"`{a}` {v:.3f}" for a, v in lows.items()) + f" (needs >= {RF_EROSION})")
+    else:
+        out["R3"] = "no PS run yet"
+    return out
+
+
+def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: int = 2000) -> tuple[list[str], dict]:
+    """Section 11's tables: per arm the retry skill (``tf_retry``) at the start and the horizon, the held-out
+    recovery / clean / pass@1 rates there, the easy steps' teacher-forced reach (erosion), the cost; then the
+    comparisons (``RF_COMPARISONS``, the same estimators as the deep chains) and the gate and predictions."""
+    lines, summary = [], {}
+    for key in sorted(rf):
+        data = rf[key]
+        lines += [f"### Recovery on the flaky environment, {rf_key_name(key)} (section 11)", "",
+                  "Metric: the retry skill teacher-forced at an injected tool error (`eval/mech/tf_retry`, 512 held-out "
+                  "problems, the same states in every arm). Held-out recovery rate: passes among the ~19% of 128 x 2 "
+                  "evaluation episodes that met an error (SE ~0.07: secondary). Seed means with 95% CIs.", "",
+                  "| arm | seeds | retry skill at 0 | at the last evaluation (step) | held-out recovery rate there | "
+                  "clean pass there | held-out pass@1 there | easy steps' reach, teacher-forced: lowest seed mean | "
+                  "gen. tokens / step | groups re-rolled or steered / step | output length (last 10 steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        rows = []
+        for arm in RF_ARMS:
+            if arm not in data:
+                continue
+            seeds = sorted(data[arm])
+            steps, tf = _matrix(data[arm], seeds, "tf")
+            cols = {k: _matrix(data[arm], seeds, k)[1] for k in ("recovery", "clean", "pass", "reach_tf")}
+            row = {"arm": arm, "seeds": seeds, "horizon": int(steps[-1]), "tf_start": bootstrap_mean(tf[:, 0]),
+                   "tf_end": bootstrap_mean(tf[:, -1]),
+                   **{f"{k}_end": bootstrap_mean(v[:, -1][np.isfinite(v[:, -1])]) for k, v in cols.items() if k != "reach_tf"},
+                   "reach_tf_low": float(np.nanmin(np.nanmean(cols["reach_tf"], axis=0))),
+                   "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
+                   "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
+                   "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds]))}
+            rows.append(row)
+            lines.append(f"| {RF_LABEL[arm]} (`{arm}`) | {len(seeds)} | {fmt(row['tf_start']['value'], 3)} | "
+                         f"{fmt_ci(row['tf_end'], 3)} ({row['horizon']}) | {fmt_ci(row['recovery_end'], 3)} | "
+                         f"{fmt_ci(row['clean_end'], 3)} | {fmt_ci(row['pass_end'], 3)} | {row['reach_tf_low']:.3f} | "
+                         f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {row['out_len_last10']:.1f} |")
+        lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
+                  "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
+                  "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
+        comps = {}
+        for meth, ref, why in RF_COMPARISONS:
+            g = compare(data, meth, ref, n_boot=n_boot)
+            if g is None:
+                continue
+            comps[f"{meth}|{ref}"] = g
+            lines.append(_comparison_row(meth, ref, why, g))
+        v = rf_verdicts(comps, data)
+        lines += ["", f"**Gate ({rf_key_name(key)}):** {v['gate']}.", "",
+                  f"**R1 (PS easy side, error cut, vs extra rollouts matched in tokens):** {v['R1']}.", "",
+                  f"**R2 (vs the no-prefix re-roll):** {v['R2']}.", "", f"**R3 (erosion):** {v['R3']}.", ""]
+        summary[key] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdicts": v}
+    return lines, summary
+
+
 def _matrix(runs: dict[int, dict], seeds: list[int], key: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps [E], y [S, E]) of ``key`` on ``seeds`` (the steps every one of them evaluated)."""
     steps = sorted(set.intersection(*(set(runs[s]["steps"].tolist()) for s in seeds)))
@@ -186,6 +312,17 @@ def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: 
                     cost_meth={"tokens": _cum_tokens(data[method], seeds)}, n_boot=n_boot)
     g["seeds"] = seeds
     return g
+
+
+def _comparison_row(meth: str, ref: str, why: str, g: dict) -> str:
+    """One row of a comparison table (``compare``'s result ``g``)."""
+    lv, c = g["levels"], g[0.8]
+    gap = "no gap" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
+    auc = fmt_ci(g["auc"]["improvement"], 3) if "auc" in g else "-"
+    eq = fmt_ci(g["equal_step"]["improvement"], 3) if "equal_step" in g else "-"
+    return (f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
+            f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
+            f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
 
 
 def _adv_mass(runs: dict[int, dict], seeds: list[int]) -> dict:
@@ -277,23 +414,25 @@ def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str =
     return out
 
 
-def coverage_lines(cov: dict) -> list[str]:
+def coverage_lines(cov: dict, *, name=None, ref: str = "re-roll", title: str = "Coverage of these intervals (simulation)") -> list[str]:
+    """The coverage table of ``coverage``'s result; ``name`` names a key's chain (default ``chain_name``),
+    ``ref`` the arm the design was fitted to."""
     if not cov:
         return []
-    lines = ["### Coverage of these intervals (simulation)", "",
-             "A planted speed-up (1.9x, the paper's; 1.0x, none) in a design fitted to each chain's re-roll arm (`fit_scenario`: its seeds' "
+    name = chain_name if name is None else name
+    lines = [f"### {title}", "",
+             f"A planted speed-up (1.9x, the paper's; 1.0x, none) in a design fitted to each chain's {ref} arm (`fit_scenario`: its seeds' "
              "exponential fits, their spread, and binomial noise with the residuals' variance), analysed as above "
              "(`python -m experiments.studies.mechanism --coverage STUDIES`; `prs.analysis.coverage`). Coverage = "
              "share of simulated studies whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
              "| chain | planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
              "equal-step difference: coverage |", "|---|---|---|---|---|---|"]
-    for key, res in sorted(cov.items(), key=lambda kv: (-chain_e(kv[0].split("|")[0]), kv[0].split("|")[0],
-                                                        -float(kv[0].split("|")[1]))):
+    for key, res in sorted(cov.items(), key=lambda kv: (name(kv[0].split("|")[0]), -float(kv[0].split("|")[1]))):
         e = key.split("|")[0]
         sc, est = res["scenario"], res["estimators"]
         h = est["restricted_mean_curve:speedup"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        lines.append(f"| {chain_name(e)} | {sc['speedup']:.1f}x | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+        lines.append(f"| {name(e)} | {sc['speedup']:.1f}x | {sc['seeds']} seeds, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
                      f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
                      f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
                      f"{h['median']:.2f}, {c('restricted_mean_curve:speedup')} | {c('auc:auc')} | "
@@ -337,9 +476,10 @@ def gate(g: dict | None) -> str:
 
 
 def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov: dict | None = None,
-            rec: dict | None = None) -> tuple[str, dict]:
+            rec: dict | None = None, rf: dict | None = None, rf_cov: dict | None = None) -> tuple[str, dict]:
     """The page's section 7 (markdown between ``BEGIN`` and ``END``) and its summary; ``cov``: the
-    coverage results (``coverage``) to print, if any; ``rec``: the recovery runs (default: ``load_recovery()``)."""
+    coverage results (``coverage``) to print, if any; ``rec``: the recovery runs (default: ``load_recovery()``);
+    ``rf``: the flaky environment's recovery runs (default: ``load_flaky_recovery()``), ``rf_cov`` their coverage."""
     data_all = load() if data_all is None else data_all
     lines = [BEGIN, "", "## 7. The sweep: PS against the no-prefix re-roll on the hard step", "",
              "Generated by `python -m experiments.studies.mechanism --write` from the complete runs in "
@@ -375,13 +515,7 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
             if g is None:
                 continue
             comps[f"{meth}|{ref}"] = g
-            lv, c = g["levels"], g[0.8]
-            gap = "no gap" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
-            auc = fmt_ci(g["auc"]["improvement"], 3) if "auc" in g else "-"
-            eq = fmt_ci(g["equal_step"]["improvement"], 3) if "equal_step" in g else "-"
-            lines.append(f"| `{meth}` vs `{ref}` | {why} | {len(g['seeds'])} | {gap} | {fmt_ci(c['speedup_steps'])} | "
-                         f"{fmt_ci(c.get('speedup_tokens', {'value': np.nan, 'lo': np.nan, 'hi': np.nan}))} | "
-                         f"{c['n_censored_baseline']} / {c['n_censored_method']} | {auc} | {eq} |")
+            lines.append(_comparison_row(meth, ref, why, g))
         if chain_tag(e) == "flaky":  # the design check: no policy lifts survival above (1 - f)^E
             alive = alive_check(data)
             lines += ["", "**Design check (section 10):** held-out episodes alive at the hard turn (no crash), "
@@ -403,6 +537,10 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
         summary[e] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdict": v}
     lines += coverage_lines(cov or {})
     lines += recovery_lines(load_recovery() if rec is None else rec)
+    rf_lines, summary["flaky_recovery"] = flaky_recovery_lines(load_flaky_recovery() if rf is None else rf, n_boot=n_boot)
+    lines += rf_lines
+    lines += coverage_lines(rf_cov or {}, name=rf_key_name, ref="extra-rollouts (`extra_tok`)",
+                            title="Coverage of the recovery intervals (simulation)")
     lines += [END]
     return "\n".join(lines), summary
 
@@ -442,6 +580,37 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Path) -> None:
+    """Section 11's curves: seed means with pointwise 95% bootstrap bands of the retry skill, the easy steps'
+    teacher-forced reach and held-out pass@1 per arm, a row per tool-error rate."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(rf)
+    panels = (("tf", "retry skill at an injected error, teacher-forced"),
+              ("reach_tf", "easy steps' reach, teacher-forced"), ("pass", "held-out pass@1"))
+    fig, axes = plt.subplots(len(keys), 3, figsize=(15, 3.8 * len(keys)), squeeze=False)
+    for row, key in zip(axes, keys):
+        for arm in RF_ARMS:
+            if arm not in rf[key]:
+                continue
+            seeds = sorted(rf[key][arm])
+            for ax, (col, ylabel) in zip(row, panels):
+                steps, y = _matrix(rf[key][arm], seeds, col)
+                m, lo, hi = bootstrap_band(y)
+                c = f"C{RF_ARMS.index(arm)}"
+                ax.plot(steps, m, color=c, label=f"{RF_LABEL[arm]} ({len(seeds)} seeds)")
+                ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
+                ax.set_xlabel("RL step")
+                ax.set_ylabel(ylabel, fontsize=8)
+                ax.set_title(f"flaky chain E = 4, {rf_key_name(key)}: {ylabel}", fontsize=8)
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def pack(runs: pathlib.Path) -> list[pathlib.Path]:
     """Every complete run's records for committing, in place (``prs.analysis.runs.copy_run_records``:
     ``metrics.jsonl.gz`` beside the raw ``metrics.jsonl``, which is gitignored with the checkpoints, logs
@@ -468,6 +637,8 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",
                     help="simulate STUDIES studies per chain for the coverage table (sweep/coverage.json)")
+    ap.add_argument("--recovery-coverage", type=int, default=0, metavar="STUDIES",
+                    help="the same for section 11's recovery runs, in a design fitted to extra_tok (sweep/coverage_recovery.json)")
     ap.add_argument("--coverage-boot", type=int, default=1000)
     a = ap.parse_args(argv)
     data = load()
@@ -476,7 +647,14 @@ def main(argv=None) -> int:
         cov_file.write_text(json.dumps(to_jsonable(coverage(data, studies=a.coverage, n_boot=a.coverage_boot)),
                                        indent=1) + "\n")
     cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
-    text, summary = section(data, cov=cov)
+    rf = load_flaky_recovery()
+    rf_cov_file = OUT / "coverage_recovery.json"
+    if a.recovery_coverage:
+        rf_ready = {k: d for k, d in rf.items() if len(d.get("extra_tok", {})) >= 2}
+        rf_cov_file.write_text(json.dumps(to_jsonable(coverage(rf_ready, studies=a.recovery_coverage, n_boot=a.coverage_boot,
+                                                               ref="extra_tok")), indent=1) + "\n")
+    rf_cov = json.loads(rf_cov_file.read_text()) if rf_cov_file.exists() else None
+    text, summary = section(data, cov=cov, rf=rf, rf_cov=rf_cov)
     if a.check:
         s = PAGE.read_text()
         got = s[s.index(BEGIN): s.index(END) + len(END)] if BEGIN in s else ""
@@ -491,6 +669,8 @@ def main(argv=None) -> int:
         write_section(PAGE, text)
         (OUT / "summary.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
         figure(data, OUT / "curves.png")
+        if rf:
+            recovery_figure(rf, OUT / "recovery_curves.png")
     return 0
 
 

@@ -208,3 +208,42 @@ def test_the_flaky_chain_prints_its_survival_check_per_arm(tmp_path):
     assert chk["oracle"]["min"] == pytest.approx(0.2) and chk["oracle"]["max"] == pytest.approx(0.22 + 0.1)
     text, _ = study.section(data, n_boot=100, rec={})
     assert "### E = 12, flaky-tool agent chain" in text and "`baseline` 0.280 [0.280, 0.280]" in text
+
+
+def _write_rf_run(root, arm, seed, speed, *, reach=0.92, steps=60, every=5, tokens=1300.0, complete=True):
+    d = root / f"recovery_flaky_g005-{arm}-s{seed}"
+    d.mkdir(parents=True)
+    recs = []
+    for t in range(steps + 1):
+        if t % every == 0:
+            recs.append({"kind": "eval", "step": t, study.RF_METRIC: float(_curve(t, speed, seed)),
+                         "eval/pass_at_1": 0.8, "eval/mech/recovery_rate": 0.3, "eval/mech/clean_pass_rate": 0.9,
+                         "eval/mech/tf_reach_policy": reach - 0.001 * t})
+        if t < steps:
+            recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "mech/output_len": 10.0,
+                         "groups_steered": 6, **({"mech/oracle_groups": 12} if arm == "oracle" else {})})
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    if complete:
+        (d / "summary.json").write_text("{}")
+
+
+def test_flaky_recovery_reads_its_gate_and_predictions_from_planted_runs(tmp_path):
+    for s in range(4):
+        _write_rf_run(tmp_path, "baseline", s, 1.0)
+        _write_rf_run(tmp_path, "oracle", s, 2.0)                  # the gate: 2x the baseline
+        _write_rf_run(tmp_path, "extra_tok", s, 1.0)
+        _write_rf_run(tmp_path, "ps_easy_cut", s, 2.0, reach=0.80)  # 2x, but erodes the easy steps below 0.85
+        _write_rf_run(tmp_path, "reroll_easy", s, 2.0)              # the re-roll is as fast: R2 refuted
+    _write_rf_run(tmp_path, "extra_tok", 7, 1.0, complete=False)    # unfinished: left out
+    rf = study.load_flaky_recovery(tmp_path)
+    assert list(rf) == ["g005"] and sorted(rf["g005"]["extra_tok"]) == [0, 1, 2, 3]
+    assert rf["g005"]["oracle"][0]["steered"].mean() == 12                  # the oracle's replaced groups
+    lines, summary = study.flaky_recovery_lines(rf, n_boot=200)
+    v = summary["g005"]["verdicts"]
+    assert "passes" in v["gate"] and v["R1"].startswith("holds") and v["R2"].startswith("refuted")
+    assert v["R3"].startswith("refuted") and "0.740" in v["R3"]              # 0.80 - 0.001 x 60, the lowest mean
+    g = summary["g005"]["comparisons"]["ps_easy_cut|extra_tok"]
+    assert g["0.8"]["speedup_steps"]["value"] == pytest.approx(2.0, rel=0.12)
+    text = "\n".join(lines)
+    assert "tool-error rate 0.05" in text and "`ps_easy_cut` vs `extra_tok` | R1 | 4 |" in text
+    assert study.rf_key_name("g01") == "tool-error rate 0.1"
