@@ -12,7 +12,8 @@
 #     analysed as the tagged chain "E_flaky" (its oracle gate first).
 #   TASK=flaky_recovery: recoverable tool errors on the flaky chain (E = 4, error rate G per call, default
 #     0.05; section 11); runs recovery_flaky_g<G without the dot>-<arm>-s<seed> (the section-10 pilot at
-#     0.1 ran under the older name recovery_flaky-<arm>-s<seed>); XS= extra_tok's extra_share.
+#     0.1 ran under the older name recovery_flaky-<arm>-s<seed>); XS= extra_tok's extra_share; W=1: the second
+#     warm start (sft.seed=1), runs recovery_flaky_g<G>w1-<arm>-s<seed>.
 #   TASK=recovery: the recovery task on its calibrated warm start (fault rate 0.15, section 6); each
 #     evaluation logs the recovery rate and the clean-draft pass rate (held-out, fault rate 0.5). Runs
 #     recovery-<arm>-s<seed>.
@@ -58,6 +59,7 @@ ps_cut=method=ps_ada,task.params.fixed_cut=true"} ;;
     G=${G:-0.05}
     EXP="+experiment=mechanism_flaky_recovery task.params.error_rate=$G"; PREFIX=recovery_flaky_g${G//./}
     XS=${XS:-0.5}   # extra_tok's schedule.extra_share: set it so its tokens per step match ps_easy_cut's (section 11)
+    if [ "${W:-0}" != 0 ]; then WARM="$WARM sft.seed=$W"; PREFIX=${PREFIX}w$W; fi
     ARMS=${ARMS:-"baseline=method=baseline
 oracle=method=baseline,task.params.oracle_min_k=6
 ps_easy_cut=method=ps_ada_easy,task.params.error_cut=true
