@@ -269,16 +269,8 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
                          f"{fmt_ci(row['tf_end'], 3)} ({row['horizon']}) | {fmt_ci(row['recovery_end'], 3)} | "
                          f"{fmt_ci(row['clean_end'], 3)} | {fmt_ci(row['pass_end'], 3)} | {row['reach_tf_low']:.3f} | "
                          f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {row['out_len_last10']:.1f} |")
-        lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
-                  "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
-                  "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
-        comps = {}
-        for meth, ref, why in RF_COMPARISONS:
-            g = compare(data, meth, ref, n_boot=n_boot)
-            if g is None:
-                continue
-            comps[f"{meth}|{ref}"] = g
-            lines.append(_comparison_row(meth, ref, why, g))
+        comp_lines, comps = _comparison_table(data, RF_COMPARISONS, n_boot=n_boot)
+        lines += comp_lines
         v = rf_verdicts(comps, data)
         lines += ["", f"**Gate ({rf_key_name(key)}):** {v['gate']}.", "",
                   f"**R1 (PS easy side, error cut, vs extra rollouts matched in tokens):** {v['R1']}.", "",
@@ -312,6 +304,21 @@ def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: 
                     cost_meth={"tokens": _cum_tokens(data[method], seeds)}, n_boot=n_boot)
     g["seeds"] = seeds
     return g
+
+
+def _comparison_table(data: dict[str, dict[int, dict]], comparisons, *, n_boot: int) -> tuple[list[str], dict]:
+    """The comparison table (a blank line, header, a row per ``(method, reference, why)`` both arms ran on
+    >= 2 paired units) and ``{"method|reference": compare(...)}``."""
+    lines = ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
+             "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
+             "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
+    comps = {}
+    for meth, ref, why in comparisons:
+        g = compare(data, meth, ref, n_boot=n_boot)
+        if g is not None:
+            comps[f"{meth}|{ref}"] = g
+            lines.append(_comparison_row(meth, ref, why, g))
+    return lines, comps
 
 
 def _comparison_row(meth: str, ref: str, why: str, g: dict) -> str:
@@ -506,16 +513,8 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
                          f"{r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
                          f"{r['out_len_last10']:.1f} | {fmt(r['adv_mass']['first'], 3)} / {fmt(r['adv_mass']['last'], 3)} "
                          f"({r['adv_mass']['runs']}) |")
-        lines += ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
-                  "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
-                  "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
-        comps = {}
-        for meth, ref, why in COMPARISONS:
-            g = compare(data, meth, ref, n_boot=n_boot)
-            if g is None:
-                continue
-            comps[f"{meth}|{ref}"] = g
-            lines.append(_comparison_row(meth, ref, why, g))
+        comp_lines, comps = _comparison_table(data, COMPARISONS, n_boot=n_boot)
+        lines += comp_lines
         if chain_tag(e) == "flaky":  # the design check: no policy lifts survival above (1 - f)^E
             alive = alive_check(data)
             lines += ["", "**Design check (section 10):** held-out episodes alive at the hard turn (no crash), "

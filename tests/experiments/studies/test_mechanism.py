@@ -17,18 +17,22 @@ def _curve(t, speed, seed):
     return 0.15 + (0.5 + 0.02 * seed) * (1 - np.exp(-speed * np.asarray(t, float) / 20.0))
 
 
-def _write_run(root, e, arm, seed, speed, *, steps=60, every=5, complete=True, tokens=1000.0, alive=None):
-    d = root / f"deep_e{e}-{arm}-s{seed}"
+def _write_run(root, e, arm, seed, speed, *, steps=60, every=5, complete=True, tokens=1000.0, alive=None,
+               name=None, metric=study.METRIC, extra_eval=None, extra_train=None):
+    """A synthetic run ``deep_e<e>-<arm>-s<seed>`` (or ``name``) whose ``metric`` follows ``_curve``;
+    ``extra_eval(t)`` / ``extra_train``: more keys of the eval / train records."""
+    d = root / (name or f"deep_e{e}-{arm}-s{seed}")
     d.mkdir(parents=True)
     recs = []
     for t in range(steps + 1):
         if t % every == 0:
-            recs.append({"kind": "eval", "step": t, study.METRIC: float(_curve(t, speed, seed)),
+            recs.append({"kind": "eval", "step": t, metric: float(_curve(t, speed, seed)),
                          "eval/pass_at_1": 0.1, "eval/mech/p_reach": 0.5,
-                         **({} if alive is None else {"eval/mech/p_alive": alive(t)})})
+                         **({} if alive is None else {"eval/mech/p_alive": alive(t)}),
+                         **({} if extra_eval is None else extra_eval(t))})
         if t < steps:
             recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "mech/output_len": 28.0,
-                         "groups_steered": 3})
+                         "groups_steered": 3, **(extra_train or {})})
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     if complete:
         (d / "summary.json").write_text("{}")
@@ -210,21 +214,11 @@ def test_the_flaky_chain_prints_its_survival_check_per_arm(tmp_path):
     assert "### E = 12, flaky-tool agent chain" in text and "`baseline` 0.280 [0.280, 0.280]" in text
 
 
-def _write_rf_run(root, arm, seed, speed, *, reach=0.92, steps=60, every=5, tokens=1300.0, complete=True):
-    d = root / f"recovery_flaky_g005-{arm}-s{seed}"
-    d.mkdir(parents=True)
-    recs = []
-    for t in range(steps + 1):
-        if t % every == 0:
-            recs.append({"kind": "eval", "step": t, study.RF_METRIC: float(_curve(t, speed, seed)),
-                         "eval/pass_at_1": 0.8, "eval/mech/recovery_rate": 0.3, "eval/mech/clean_pass_rate": 0.9,
-                         "eval/mech/tf_reach_policy": reach - 0.001 * t})
-        if t < steps:
-            recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "mech/output_len": 10.0,
-                         "groups_steered": 6, **({"mech/oracle_groups": 12} if arm == "oracle" else {})})
-    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    if complete:
-        (d / "summary.json").write_text("{}")
+def _write_rf_run(root, arm, seed, speed, *, reach=0.92, complete=True):
+    _write_run(root, 4, arm, seed, speed, complete=complete, tokens=1300.0, name=f"recovery_flaky_g005-{arm}-s{seed}",
+               metric=study.RF_METRIC, extra_train={"mech/oracle_groups": 12} if arm == "oracle" else None,
+               extra_eval=lambda t: {"eval/mech/recovery_rate": 0.3, "eval/mech/clean_pass_rate": 0.9,
+                                     "eval/mech/tf_reach_policy": reach - 0.001 * t})
 
 
 def test_flaky_recovery_reads_its_gate_and_predictions_from_planted_runs(tmp_path):
