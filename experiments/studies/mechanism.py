@@ -268,14 +268,20 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
             lines.append(f"| {RF_LABEL[arm]} (`{arm}`) | {len(seeds)} | {fmt(row['tf_start']['value'], 3)} | "
                          f"{fmt_ci(row['tf_end'], 3)} ({row['horizon']}) | {fmt_ci(row['recovery_end'], 3)} | "
                          f"{fmt_ci(row['clean_end'], 3)} | {fmt_ci(row['pass_end'], 3)} | {row['reach_tf_low']:.3f} | "
-                         f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {row['out_len_last10']:.1f} |")
+                         f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {fmt(row['out_len_last10'], 1)} |")
         comp_lines, comps = _comparison_table(data, RF_COMPARISONS, n_boot=n_boot)
         lines += comp_lines
+        held_out = {}
+        for k, what in (("pass", "held-out pass@1 (256 episodes)"), ("recovery", "held-out recovery rate (~48 episodes "
+                                                                           "with an error an evaluation: noisy)")):
+            t_lines, held_out[k] = _comparison_table(data, RF_COMPARISONS[:4], n_boot=n_boot, key=k)
+            lines += ["", f"The same comparisons on the {what}, secondary:"] + t_lines
         v = rf_verdicts(comps, data)
         lines += ["", f"**Gate ({rf_key_name(key)}):** {v['gate']}.", "",
                   f"**R1 (PS easy side, error cut, vs extra rollouts matched in tokens):** {v['R1']}.", "",
                   f"**R2 (vs the no-prefix re-roll):** {v['R2']}.", "", f"**R3 (erosion):** {v['R3']}.", ""]
-        summary[key] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdicts": v}
+        summary[key] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdicts": v,
+                        "held_out": {m: {k: to_jsonable(g) for k, g in c.items()} for m, c in held_out.items()}}
     return lines, summary
 
 
@@ -291,30 +297,31 @@ def _cum_tokens(runs: dict[int, dict], seeds: list[int]) -> np.ndarray:
     return np.array([np.r_[0.0, np.cumsum(runs[s]["tokens"][:t])] for s in seeds])
 
 
-def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: int = 2000) -> dict | None:
-    """``gap_compare`` of ``method`` against ``ref`` on the metric, on their common seeds (None: < 2)."""
+def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: int = 2000, key: str = "tf") -> dict | None:
+    """``gap_compare`` of ``method`` against ``ref`` on the metric (``key`` of the runs: ``"tf"``, the
+    study's), on their common seeds (None: < 2)."""
     if method not in data or ref not in data:
         return None
     seeds = sorted(set(data[method]) & set(data[ref]))
     if len(seeds) < 2:
         return None
-    steps, yr = _matrix(data[ref], seeds, "tf")
-    _, ym = _matrix(data[method], seeds, "tf")
+    steps, yr = _matrix(data[ref], seeds, key)
+    _, ym = _matrix(data[method], seeds, key)
     g = gap_compare(steps, yr, ym, cost_base={"tokens": _cum_tokens(data[ref], seeds)},
                     cost_meth={"tokens": _cum_tokens(data[method], seeds)}, n_boot=n_boot)
     g["seeds"] = seeds
     return g
 
 
-def _comparison_table(data: dict[str, dict[int, dict]], comparisons, *, n_boot: int) -> tuple[list[str], dict]:
-    """The comparison table (a blank line, header, a row per ``(method, reference, why)`` both arms ran on
-    >= 2 paired units) and ``{"method|reference": compare(...)}``."""
+def _comparison_table(data: dict[str, dict[int, dict]], comparisons, *, n_boot: int, key: str = "tf") -> tuple[list[str], dict]:
+    """The comparison table on the runs' ``key`` (a blank line, header, a row per ``(method, reference, why)``
+    both arms ran on >= 2 paired units) and ``{"method|reference": compare(...)}``."""
     lines = ["", "| method vs reference | why | paired seeds | reference's gap (start -> final) | "
              "steps to 80%: speed-up | tokens to 80%: speed-up | censored (ref / method) | "
              "AUC difference | equal-step difference |", "|---|---|---|---|---|---|---|---|---|"]
     comps = {}
     for meth, ref, why in comparisons:
-        g = compare(data, meth, ref, n_boot=n_boot)
+        g = compare(data, meth, ref, n_boot=n_boot, key=key)
         if g is not None:
             comps[f"{meth}|{ref}"] = g
             lines.append(_comparison_row(meth, ref, why, g))
