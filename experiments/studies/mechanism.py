@@ -588,29 +588,33 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
 
 def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Path) -> None:
     """Section 11's curves: seed means with pointwise 95% bootstrap bands of the retry skill, the easy steps'
-    teacher-forced reach and held-out pass@1 per arm, a row per tool-error rate."""
+    teacher-forced reach and held-out pass@1 per arm, a row per tool-error rate and warm start."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted(rf)
+    rows_ = []  # (key, warm start, arm -> unit -> run): arms are not pooled across warm starts
+    for key in sorted(rf):
+        for w in sorted({u // WARM_STRIDE for arm in rf[key].values() for u in arm}):
+            sub = {a: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for a, runs in rf[key].items()}
+            rows_.append((key, w, {a: runs for a, runs in sub.items() if runs}))
     panels = (("tf", "retry skill at an injected error, teacher-forced"),
               ("reach_tf", "easy steps' reach, teacher-forced"), ("pass", "held-out pass@1"))
-    fig, axes = plt.subplots(len(keys), 3, figsize=(15, 3.8 * len(keys)), squeeze=False)
-    for row, key in zip(axes, keys):
+    fig, axes = plt.subplots(len(rows_), 3, figsize=(15, 3.8 * len(rows_)), squeeze=False)
+    for row, (key, w, data) in zip(axes, rows_):
         for arm in RF_ARMS:
-            if arm not in rf[key]:
+            if arm not in data:
                 continue
-            seeds = sorted(rf[key][arm])
+            seeds = sorted(data[arm])
             for ax, (col, ylabel) in zip(row, panels):
-                steps, y = _matrix(rf[key][arm], seeds, col)
+                steps, y = _matrix(data[arm], seeds, col)
                 m, lo, hi = bootstrap_band(y)
                 c = f"C{RF_ARMS.index(arm)}"
                 ax.plot(steps, m, color=c, label=f"{RF_LABEL[arm]} ({len(seeds)} seeds)")
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel, fontsize=8)
-                ax.set_title(f"flaky chain E = 4, {rf_key_name(key)}: {ylabel}", fontsize=8)
+                ax.set_title(f"E = 4, {rf_key_name(key)}, warm start {'AB'[w] if w < 2 else w}: {ylabel}", fontsize=8)
         row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

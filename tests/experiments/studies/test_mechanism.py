@@ -241,3 +241,17 @@ def test_flaky_recovery_reads_its_gate_and_predictions_from_planted_runs(tmp_pat
     text = "\n".join(lines)
     assert "tool-error rate 0.05" in text and "`ps_easy_cut` vs `extra_tok` | R1 | 4 |" in text
     assert study.rf_key_name("g01") == "tool-error rate 0.1"
+
+
+def test_recovery_figure_has_a_row_per_warm_start_and_pairs_by_warm_start(tmp_path):
+    for w in ("", "w1"):
+        for s in range(2):
+            _write_run(tmp_path, 4, "baseline", s, 1.0, name=f"recovery_flaky_g005{w}-baseline-s{s}", metric=study.RF_METRIC,
+                       extra_eval=lambda t: {"eval/mech/tf_reach_policy": 0.9})
+    rf = study.load_flaky_recovery(tmp_path)
+    assert sorted(rf["g005"]["baseline"]) == [0, 1, 100, 101]
+    out = tmp_path / "rc.png"
+    study.recovery_figure(rf, out)
+    import matplotlib.image as mpimg
+    h, w = mpimg.imread(out).shape[:2]
+    assert h == pytest.approx(2 * 3.8 * 110, rel=0.02) and w == pytest.approx(15 * 110, rel=0.02)  # 2 rows
