@@ -67,6 +67,46 @@ def guesser_report() -> dict:
                        "fault_rate": task.fault_rate}
     out["features"] = ("multiplier: n_terms and the last term; rich: + the first term and the last addend "
                        "(recovery: the better of the two); fitted on 20,000 and scored on 4,000 problems of split='all'")
+    out.update(flaky_guesser_report())
+    return out
+
+
+def never_retry_rate(cfg, *, episodes: int, seed: int = 3) -> float:
+    """Pass rate of a policy that writes every running value right but never retries a tool error (after
+    ``>!|`` it writes the next value), run through the flaky environment itself (``flaky.execute`` on
+    ``seeded_reset`` states): the floor a policy without the recovery skill sits on; (1 - g)^E in closed form."""
+    from prs.tasks import flaky as F
+
+    probs = F.make_problems(cfg, seed=seed, count=episodes)
+    hits = 0
+    for i in range(episodes):
+        state = F.seeded_reset(probs, i, cfg, seed=seed * 1_000_003 + i)
+        for act in F.solution_actions(probs, i):
+            if state.done:
+                break
+            state, _ = F.execute(state, F.encode(act), cfg)
+        hits += F.verify(probs, i, state) == 1.0
+    return hits / episodes
+
+
+def flaky_guesser_report() -> dict:
+    """The flaky-tool chains (sections 10-11): the best lookup table from the prompt (``a_1``, ``a_2``: all a
+    guesser sees before the tool answers) for the answer alone and for the graded whole trace, and, for
+    the recovery variant, the never-retry floor (``never_retry_rate``)."""
+    from prs.tasks import flaky as F
+    from prs.tasks.mechanism import guesser_rate
+
+    out = {}
+    for e, g in ((12, 0.0), (2, 0.0), (4, 0.05)):
+        cfg = F.FlakyConfig(easy_steps=e, error_rate=g, max_retries=3 if g else 0, crash_rate=0.0 if g else 0.1)
+        fit, test = F.make_problems(cfg, seed=1, count=20000), F.make_problems(cfg, seed=2, count=4000)
+        prompt = lambda p: np.asarray(p.terms)[:, :2]  # noqa: E731
+        key = f"flaky_e{e}" + (f"_g{g}" if g else "")
+        out[key] = {"answer_only|prompt": guesser_rate(fit, test, prompt, lambda p: F.solution_values(p)[:, -1:]),
+                    "graded_whole_trace|prompt": guesser_rate(fit, test, prompt, F.solution_values)}
+        if g:
+            out[key].update({"never_retry": never_retry_rate(cfg, episodes=4000),
+                             "never_retry_closed_form": (1.0 - g) ** e})
     return out
 
 

@@ -136,8 +136,13 @@ STUDIES = (
           "SEEDS=\"0 1 2 3\" experiments/mechanism_sweep.sh   # section 9's gate; TAG=bad: warm start D\n"
           "python -m experiments.mechanism tf RUN_DIR ... --out results/mechanism/reach_tf_CD.json   # sampled vs greedy reach\n"
           "TASK=flaky E=12 SEEDS=\"0 1 2 3\" experiments/mechanism_sweep.sh & TASK=flaky E=12 SEEDS=\"4 5 6 7\" "
-          "experiments/mechanism_sweep.sh   # section 10, the flaky-tool agent chain; and E=2 BASE=...\n"
-          "python -m experiments.studies.mechanism --write --coverage 400   # section 7, summary, figure, coverage",
+          "experiments/mechanism_sweep.sh   # section 10, the flaky-tool agent chain; and E=2 BASE=..., and W=1\n"
+          "python -m experiments.k_histogram +experiment=mechanism_flaky_recovery task.params.error_rate=0.05 "
+          "sft.max_cycles=3 sft.until_loss=0.35 sft.attempts=1 sft.base_dir=$PWD/results/mechanism/base/frec "
+          "--problems 128 --out results/mechanism/calib/flaky_recovery_e4_g0.05_fault0.1_retry0.3   # and sft.seed=1\n"
+          "TASK=flaky_recovery BASE=$PWD/results/mechanism/base/frec SEEDS=\"0 2 4 6\" experiments/mechanism_sweep.sh & "
+          "TASK=flaky_recovery BASE=... SEEDS=\"1 3 5 7\" experiments/mechanism_sweep.sh   # section 11; and W=1\n"
+          "python -m experiments.studies.mechanism --write --coverage 400 --recovery-coverage 400   # section 7, summary, figures, coverage",
           "Deep task: prediction 1 refuted at this calibration - on the long chain (E = 12) PS with the cut "
           "before the hard step is no faster than the no-prefix re-roll of the same groups in hard-step accuracy "
           "steps, 0.90 [0.74, 1.04] (8 seeds x 2 warm starts; AUC difference -0.022 [-0.076, 0.022]); on the "

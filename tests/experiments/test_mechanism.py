@@ -21,3 +21,16 @@ def test_run_overrides_rebuild_every_task_parameter_and_sft_field():
     cfg["sft"]["until_loss"] = None
     _, _, _, _, run = _build(run_overrides(cfg))
     assert run.sft_until_loss is None
+
+
+def test_never_retry_floor_runs_the_environment_and_meets_the_closed_form():
+    from experiments.mechanism import never_retry_rate
+    from prs.tasks.flaky import FlakyConfig
+
+    for g in (0.05, 0.3):
+        cfg = FlakyConfig(easy_steps=4, crash_rate=0.0, error_rate=g, max_retries=3)
+        n = 2000
+        p = (1 - g) ** 4
+        assert abs(never_retry_rate(cfg, episodes=n) - p) < 4 * (p * (1 - p) / n) ** 0.5
+    # no errors: a policy that writes every value right always passes
+    assert never_retry_rate(FlakyConfig(easy_steps=4, crash_rate=0.0), episodes=50) == 1.0
