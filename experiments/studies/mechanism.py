@@ -211,9 +211,11 @@ def rf_verdicts(comps: dict, data: dict[str, dict[int, dict]]) -> dict[str, str]
         out["R1"] = "not enough paired seeds yet"
     else:
         a, r = g["auc"]["improvement"], g[0.8]["speedup_steps"]
-        ok = np.isfinite(a["lo"]) and a["lo"] > 0 and np.isfinite(r["value"]) and r["value"] >= 1.5
-        out["R1"] = (f"{'holds' if ok else 'refuted'}: AUC difference {fmt_ci(a, 3)}, steps {fmt_ci(r)} "
-                     "(needs the AUC CI above 0 and >= 1.5x)")
+        direction = bool(np.isfinite(a["lo"]) and a["lo"] > 0)   # the refutation rule stated before the runs
+        size = bool(np.isfinite(r["value"]) and r["value"] >= 1.5)
+        word = "holds" if direction and size else "direction holds, size not reached" if direction else "refuted"
+        out["R1"] = (f"{word}: AUC difference {fmt_ci(a, 3)}, steps {fmt_ci(r)} (holds: the AUC CI above 0 and "
+                     ">= 1.5x; refuted: the AUC CI includes 0 or lies below it)")
     g = comps.get("ps_easy_cut|reroll_easy")
     if g is None:
         out["R2"] = "not enough paired seeds yet"

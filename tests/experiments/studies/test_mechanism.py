@@ -234,7 +234,7 @@ def test_flaky_recovery_reads_its_gate_and_predictions_from_planted_runs(tmp_pat
     assert rf["g005"]["oracle"][0]["steered"].mean() == 12                  # the oracle's replaced groups
     lines, summary = study.flaky_recovery_lines(rf, n_boot=200)
     v = summary["g005"]["verdicts"]
-    assert "passes" in v["gate"] and v["R1"].startswith("holds") and v["R2"].startswith("refuted")
+    assert "passes" in v["gate"] and v["R1"].startswith("holds:") and v["R2"].startswith("refuted")
     assert v["R3"].startswith("refuted") and "0.740" in v["R3"]              # 0.80 - 0.001 x 60, the lowest mean
     g = summary["g005"]["comparisons"]["ps_easy_cut|extra_tok"]
     assert g["0.8"]["speedup_steps"]["value"] == pytest.approx(2.0, rel=0.12)
@@ -255,3 +255,18 @@ def test_recovery_figure_has_a_row_per_warm_start_and_pairs_by_warm_start(tmp_pa
     import matplotlib.image as mpimg
     h, w = mpimg.imread(out).shape[:2]
     assert h == pytest.approx(2 * 3.8 * 110, rel=0.02) and w == pytest.approx(15 * 110, rel=0.02)  # 2 rows
+
+
+def test_r1_reads_direction_and_size_apart(tmp_path):
+    for s in range(4):
+        _write_rf_run(tmp_path, "extra_tok", s, 1.0)
+        _write_rf_run(tmp_path, "ps_easy_cut", s, 1.3)   # faster, but below the 1.5x stated
+        _write_rf_run(tmp_path, "reroll_easy", s, 1.0)
+    v = study.flaky_recovery_lines(study.load_flaky_recovery(tmp_path), n_boot=200)[1]["g005"]["verdicts"]
+    assert v["R1"].startswith("direction holds, size not reached")
+    assert v["gate"] == "oracle vs baseline not run yet"
+    for s in range(4):  # the same speed as extra rollouts: the AUC CI holds 0
+        _write_rf_run(tmp_path / "same", "extra_tok", s, 1.0)
+        _write_rf_run(tmp_path / "same", "ps_easy_cut", s, 1.0)
+    v = study.flaky_recovery_lines(study.load_flaky_recovery(tmp_path / "same"), n_boot=200)[1]["g005"]["verdicts"]
+    assert v["R1"].startswith("refuted")
