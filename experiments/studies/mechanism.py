@@ -374,7 +374,7 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
-def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
+def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9, name: str | None = None):
     """A ``prs.analysis.coverage.Scenario`` with this sweep's design and noise, fitted to one arm's
     metric curves (the reference arm): every seed's curve ``y0 + (y1_s - y0)(1 - exp(-t / τ_s))`` with
     ``y0`` the common warm-start value, ``τ_s`` by grid search and ``y1_s`` by least squares given ``τ_s``
@@ -406,7 +406,7 @@ def fit_scenario(runs: dict[int, dict], *, e: int, speedup: float = 1.9):
     sigma = float(np.std(np.concatenate(res), ddof=1))
     pbar = float(np.clip(np.mean(y), 0.05, 0.95))
     episodes = int(max(4, round(pbar * (1 - pbar) / max(sigma, 1e-6) ** 2)))
-    sc = Scenario(name=f"deep E={e}, fitted to the re-roll", speedup=speedup, seeds=len(seeds), episodes=episodes,
+    sc = Scenario(name=name or f"deep E={e}, fitted to the re-roll", speedup=speedup, seeds=len(seeds), episodes=episodes,
                   every=int(steps[1] - steps[0]), horizon=int(steps[-1]), y0=y0,
                   y1=float(min(np.mean(y1s), 0.99)), tau=float(np.exp(np.mean(np.log(taus)))),
                   seed_sd=float(np.std(np.log(taus), ddof=1)) if len(taus) > 1 else 0.0)
@@ -425,7 +425,8 @@ def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str =
         if ref not in data or len(data[ref]) < 2:
             continue
         for sp in speedups:
-            sc, fit = fit_scenario(data[ref], e=e, speedup=sp)
+            sc, fit = fit_scenario(data[ref], e=e, speedup=sp,
+                                   name=None if ref == "reroll_noprefix" else f"{e}, fitted to {ref}")
             out[f"{e}|{sp}"] = {"fit": fit, **coverage_study(sc, studies=studies, n_boot=n_boot)}
     return out
 
