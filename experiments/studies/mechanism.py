@@ -431,7 +431,8 @@ def coverage(data_all: dict[int, dict], *, studies: int, n_boot: int, ref: str =
     return out
 
 
-def coverage_lines(cov: dict, *, name=None, ref: str = "re-roll", title: str = "Coverage of these intervals (simulation)") -> list[str]:
+def coverage_lines(cov: dict, *, name=None, ref: str = "re-roll", title: str = "Coverage of these intervals (simulation)",
+                   flag: str = "--coverage") -> list[str]:
     """The coverage table of ``coverage``'s result; ``name`` names a key's chain (default ``chain_name``),
     ``ref`` the arm the design was fitted to."""
     if not cov:
@@ -440,7 +441,7 @@ def coverage_lines(cov: dict, *, name=None, ref: str = "re-roll", title: str = "
     lines = [f"### {title}", "",
              f"A planted speed-up (1.9x, the paper's; 1.0x, none) in a design fitted to each chain's {ref} arm (`fit_scenario`: its seeds' "
              "exponential fits, their spread, and binomial noise with the residuals' variance), analysed as above "
-             "(`python -m experiments.studies.mechanism --coverage STUDIES`; `prs.analysis.coverage`). Coverage = "
+             f"(`python -m experiments.studies.mechanism {flag} STUDIES`; `prs.analysis.coverage`). Coverage = "
              "share of simulated studies whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
              "| chain | planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
              "equal-step difference: coverage |", "|---|---|---|---|---|---|"]
@@ -549,7 +550,7 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
     rf_lines, summary["flaky_recovery"] = flaky_recovery_lines(load_flaky_recovery() if rf is None else rf, n_boot=n_boot)
     lines += rf_lines
     lines += coverage_lines(rf_cov or {}, name=rf_key_name, ref="extra-rollouts (`extra_tok`)",
-                            title="Coverage of the recovery intervals (simulation)")
+                            title="Coverage of the recovery intervals (simulation)", flag="--recovery-coverage")
     lines += [END]
     return "\n".join(lines), summary
 
