@@ -567,9 +567,9 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
         ws = sorted({u // WARM_STRIDE for arm in data_all[e].values() for u in arm})
         for w in ws:
             sub = {arm: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for arm, runs in data_all[e].items()}
-            panels.append((e, w, {arm: runs for arm, runs in sub.items() if runs}))
+            panels.append((e, w, len(ws), {arm: runs for arm, runs in sub.items() if runs}))
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
-    for row, (e, w, data) in zip(axes, panels):
+    for row, (e, w, n_ws, data) in zip(axes, panels):
         for arm in ARMS:
             if arm not in data:
                 continue
@@ -582,7 +582,7 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel)
-                ws_name = "" if chain_tag(e) else f", warm start {'AB'[w] if w < 2 else w}"
+                ws_name = "" if chain_tag(e) and n_ws == 1 else f", warm start {'AB'[w] if w < 2 else f'sft.seed={w}'}"
                 ax.set_title(f"{chain_name(e)}{ws_name}: {ylabel}", fontsize=9)
         row[0].legend(fontsize=7)
     fig.tight_layout()
