@@ -265,7 +265,7 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
                    "reach_tf_low": float(np.nanmin(np.nanmean(cols["reach_tf"], axis=0))),
                    "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
                    "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
-                   "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds]))}
+                   "out_len_last10": _finite_mean([data[arm][s]["out_len"][-10:].mean() for s in seeds])}
             rows.append(row)
             lines.append(f"| {RF_LABEL[arm]} (`{arm}`) | {len(seeds)} | {fmt(row['tf_start']['value'], 3)} | "
                          f"{fmt_ci(row['tf_end'], 3)} ({row['horizon']}) | {fmt_ci(row['recovery_end'], 3)} | "
@@ -285,6 +285,13 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
         summary[key] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdicts": v,
                         "held_out": {m: {k: to_jsonable(g) for k, g in c.items()} for m, c in held_out.items()}}
     return lines, summary
+
+
+def _finite_mean(x) -> float:
+    """The mean of the finite entries of ``x``; NaN (no warning) when there are none."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else float("nan")
 
 
 def _matrix(runs: dict[int, dict], seeds: list[int], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -368,7 +375,7 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
                      "p_reach_path": [(int(t), float(np.nanmean(pr[:, j]))) for j, t in enumerate(steps)
                                       if t in (0, 10, 20)],
                      "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
-                     "out_len_last10": float(np.nanmean([data[arm][s]["out_len"][-10:].mean() for s in seeds])),
+                     "out_len_last10": _finite_mean([data[arm][s]["out_len"][-10:].mean() for s in seeds]),
                      "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
                      "adv_mass": _adv_mass(data[arm], seeds)})
     return rows
