@@ -73,19 +73,16 @@ def guesser_report() -> dict:
 
 def never_retry_rate(cfg, *, episodes: int, seed: int = 3) -> float:
     """Pass rate of a policy that writes every running value right but never retries a tool error (after
-    ``>!|`` it writes the next value), run through the flaky environment itself (``flaky.execute`` on
+    ``>!|`` it writes the next value), run through the flaky environment itself (``AgentEnv.render`` from
     ``seeded_reset`` states): the floor a policy without the recovery skill sits on; (1 - g)^E in closed form."""
     from prs.tasks import flaky as F
 
     probs = F.make_problems(cfg, seed=seed, count=episodes)
     hits = 0
     for i in range(episodes):
-        state = F.seeded_reset(probs, i, cfg, seed=seed * 1_000_003 + i)
-        for act in F.solution_actions(probs, i):
-            if state.done:
-                break
-            state, _ = F.execute(state, F.encode(act), cfg)
-        hits += F.verify(probs, i, state) == 1.0
+        start = F.seeded_reset(probs, i, cfg, seed=seed * 1_000_003 + i)
+        states = F.ENVIRONMENT.render(probs, i, F.solution_actions(probs, i), cfg, state=start)[2]
+        hits += F.verify(probs, i, states[-1]) == 1.0
     return hits / episodes
 
 

@@ -203,8 +203,9 @@ def load_flaky_recovery(runs: pathlib.Path = RUNS) -> dict[str, dict[str, dict[i
     return out
 
 
-def rf_verdicts(comps: dict, data: dict[str, dict[int, dict]]) -> dict[str, str]:
-    """Section 11's gate and predictions R1-R3 read from the comparisons (``compare``) and the runs."""
+def rf_verdicts(comps: dict, rows: list[dict]) -> dict[str, str]:
+    """Section 11's gate and predictions R1-R3 read from the comparisons (``compare``) and the arms' rows
+    (``flaky_recovery_lines``: ``reach_tf_low``, the lowest seed-mean teacher-forced reach)."""
     out = {"gate": gate(comps.get("oracle|baseline"))}
     g = comps.get("ps_easy_cut|extra_tok")
     if g is None:
@@ -212,7 +213,7 @@ def rf_verdicts(comps: dict, data: dict[str, dict[int, dict]]) -> dict[str, str]
     else:
         a, r = g["auc"]["improvement"], g[0.8]["speedup_steps"]
         direction = bool(np.isfinite(a["lo"]) and a["lo"] > 0)   # the refutation rule stated before the runs
-        size = bool(np.isfinite(r["value"]) and r["value"] >= 1.5)
+        size = _at_least(r, 1.5)
         word = "holds" if direction and size else "direction holds, size not reached" if direction else "refuted"
         out["R1"] = (f"{word}: AUC difference {fmt_ci(a, 3)}, steps {fmt_ci(r)} (holds: the AUC CI above 0 and "
                      ">= 1.5x; refuted: the AUC CI includes 0 or lies below it)")
@@ -221,13 +222,8 @@ def rf_verdicts(comps: dict, data: dict[str, dict[int, dict]]) -> dict[str, str]
         out["R2"] = "not enough paired seeds yet"
     else:
         r = g[0.8]["speedup_steps"]
-        ok = np.isfinite(r["value"]) and r["value"] >= 1.5
-        out["R2"] = f"{'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs >= 1.5x)"
-    lows = {}
-    for arm in ("ps_easy_cut", "ps_easy"):
-        if arm in data:
-            _, y = _matrix(data[arm], sorted(data[arm]), "reach_tf")
-            lows[arm] = float(np.nanmin(np.nanmean(y, axis=0)))
+        out["R2"] = f"{'holds' if _at_least(r, 1.5) else 'refuted'}: {fmt_ci(r)} (needs >= 1.5x)"
+    lows = {r["arm"]: r["reach_tf_low"] for r in rows if r["arm"] in ("ps_easy_cut", "ps_easy")}
     if lows:
         ok = all(v >= RF_EROSION for v in lows.values())
         out["R3"] = (f"{'holds' if ok else 'refuted'}: lowest seed-mean teacher-forced P(all easy values right) "
@@ -253,11 +249,7 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
                   "gen. tokens / step | groups re-rolled or steered / step | output length (last 10 steps) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         rows = []
-        for arm in RF_ARMS:
-            if arm not in data:
-                continue
-            seeds = sorted(data[arm])
-            steps, tf = _matrix(data[arm], seeds, "tf")
+        for arm, seeds, steps, tf in _arm_curves(data, RF_ARMS):
             cols = {k: _matrix(data[arm], seeds, k)[1] for k in ("recovery", "clean", "pass", "reach_tf")}
             row = {"arm": arm, "seeds": seeds, "horizon": int(steps[-1]), "tf_start": bootstrap_mean(tf[:, 0]),
                    "tf_end": bootstrap_mean(tf[:, -1]),
@@ -278,13 +270,22 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
                                                                            "with an error an evaluation: noisy)")):
             t_lines, held_out[k] = _comparison_table(data, RF_COMPARISONS[:4], n_boot=n_boot, key=k)
             lines += ["", f"The same comparisons on the {what}, secondary:"] + t_lines
-        v = rf_verdicts(comps, data)
+        v = rf_verdicts(comps, rows)
         lines += ["", f"**Gate ({rf_key_name(key)}):** {v['gate']}.", "",
                   f"**R1 (PS easy side, error cut, vs extra rollouts matched in tokens):** {v['R1']}.", "",
                   f"**R2 (vs the no-prefix re-roll):** {v['R2']}.", "", f"**R3 (erosion):** {v['R3']}.", ""]
         summary[key] = {"arms": rows, "comparisons": {k: to_jsonable(g) for k, g in comps.items()}, "verdicts": v,
                         "held_out": {m: {k: to_jsonable(g) for k, g in c.items()} for m, c in held_out.items()}}
     return lines, summary
+
+
+def _arm_curves(data: dict[str, dict[int, dict]], order):
+    """``(arm, units, steps [E], metric [S, E])`` of every arm of ``order`` that ``data`` holds, in that order."""
+    for arm in order:
+        if arm in data:
+            seeds = sorted(data[arm])
+            steps, tf = _matrix(data[arm], seeds, "tf")
+            yield arm, seeds, steps, tf
 
 
 def _finite_mean(x) -> float:
@@ -361,11 +362,7 @@ def _adv_mass(runs: dict[int, dict], seeds: list[int]) -> dict:
 def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
     """Per arm: seeds, the metric at step 0 and at the last common evaluation, pass@1, P(reach), tokens."""
     rows = []
-    for arm in ARMS:
-        if arm not in data:
-            continue
-        seeds = sorted(data[arm])
-        steps, tf = _matrix(data[arm], seeds, "tf")
+    for arm, seeds, steps, tf in _arm_curves(data, ARMS):
         _, p1 = _matrix(data[arm], seeds, "pass")
         _, pr = _matrix(data[arm], seeds, "p_reach")
         rows.append({"arm": arm, "seeds": seeds, "warm_starts": sorted({u // WARM_STRIDE for u in seeds}),
@@ -491,13 +488,17 @@ def verdict(e: int, g: dict | None) -> str:
     return f"prediction 2 {'holds' if ok else 'refuted'}: {fmt_ci(r)} (needs <= 1.15)"
 
 
+def _at_least(r: dict, level: float) -> bool:
+    """Whether a speed-up ``{"value", "lo", "hi"}`` is defined and at least ``level``."""
+    return bool(np.isfinite(r["value"]) and r["value"] >= level)
+
+
 def gate(g: dict | None) -> str:
     """Section 9's gate: the oracle beats the baseline by >= 1.5x in steps to 80% of the baseline's gap."""
     if g is None:
         return "oracle vs baseline not run yet"
     r = g[0.8]["speedup_steps"]
-    ok = np.isfinite(r["value"]) and r["value"] >= 1.5
-    return f"oracle vs baseline {fmt_ci(r)}: {'passes' if ok else 'fails'} (needs >= 1.5)"
+    return f"oracle vs baseline {fmt_ci(r)}: {'passes' if _at_least(r, 1.5) else 'fails'} (needs >= 1.5)"
 
 
 def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov: dict | None = None,
@@ -671,8 +672,7 @@ def main(argv=None) -> int:
     rf = load_flaky_recovery()
     rf_cov_file = OUT / "coverage_recovery.json"
     if a.recovery_coverage:
-        rf_ready = {k: d for k, d in rf.items() if len(d.get("extra_tok", {})) >= 2}
-        rf_cov_file.write_text(json.dumps(to_jsonable(coverage(rf_ready, studies=a.recovery_coverage, n_boot=a.coverage_boot,
+        rf_cov_file.write_text(json.dumps(to_jsonable(coverage(rf, studies=a.recovery_coverage, n_boot=a.coverage_boot,
                                                                ref="extra_tok")), indent=1) + "\n")
     rf_cov = json.loads(rf_cov_file.read_text()) if rf_cov_file.exists() else None
     text, summary = section(data, cov=cov, rf=rf, rf_cov=rf_cov)
