@@ -388,12 +388,34 @@ def _attention_causal_blocks(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     return jnp.concatenate(outs, axis=1)  # [R, T, K·H]
 
 
-def _attention_dpa(q, k, v, mask, cfg: ModelConfig, *, implementation: str) -> jax.Array:
+# cuDNN's fused attention turns the dense mask into a bias, and with a bias its training kernels take
+# only even T and S (jax ``check_is_flash_attention``: "Unsupported sequence length Q 1535, KV 1535" on
+# an H100 for the trainer's W - 1 = 1535 tokens, benchmarks/README.md); its tiles are 64 long, so the
+# cudnn path pads both to a multiple of 64 (<= 63 masked slots) and slices the queries back.
+_CUDNN_SEQ_MULTIPLE = 64
+
+
+def _attention_dpa(q, k, v, mask, cfg: ModelConfig, *, implementation: str, seq_multiple: int = 1) -> jax.Array:
     """``jax.nn.dot_product_attention`` (native GQA: q [R, T, K, H], k/v [R, S, Kv, H]); the bool
     mask broadcasts to [R, K, T, S]. Equal to the reference einsum in float32 (fully masked rows
-    included). cuDNN turns a dense mask into a bias; its flash path needs ``is_causal`` instead."""
+    included). cuDNN turns a dense mask into a bias; its flash path needs ``is_causal`` instead.
+    ``seq_multiple``: T and S are zero-padded up to a multiple of it first; padded keys are masked
+    for every query and padded queries are dropped, so the result (and its gradient) is unchanged; a
+    fully masked query row, which the kernel would average over the padded keys too, is set to the
+    mean of the S real values (what the unpadded kernel and the einsum give)."""
     R, T, K, H = q.shape
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=implementation)
+    S, Kv = k.shape[1], k.shape[2]
+    Tp, Sp = -(-T // seq_multiple) * seq_multiple, -(-S // seq_multiple) * seq_multiple
+    if (Tp, Sp) == (T, S):
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=implementation)
+        return out.reshape(R, T, K * H)
+    qp = jnp.pad(q, ((0, 0), (0, Tp - T), (0, 0), (0, 0)))
+    kp = jnp.pad(k, ((0, 0), (0, Sp - S), (0, 0), (0, 0)))
+    vp = jnp.pad(v, ((0, 0), (0, Sp - S), (0, 0), (0, 0)))
+    mp = jnp.pad(mask, ((0, 0), (0, Tp - T), (0, Sp - S)))  # False: never attended
+    out = jax.nn.dot_product_attention(qp, kp, vp, mask=mp[:, None], implementation=implementation)[:, :T]
+    v_mean = jnp.repeat(jnp.mean(v, axis=1), K // Kv, axis=1)  # [R, K, H]: head j reads kv head j // G
+    out = jnp.where(jnp.any(mask, axis=-1)[:, :, None, None], out, v_mean[:, None].astype(out.dtype))
     return out.reshape(R, T, K * H)
 
 
@@ -503,7 +525,8 @@ _ATTENTION_IMPLS = {
     "reference": _attention_reference,
     "einsum": _attention_einsum,
     "xla": lambda q, k, v, mask, cfg: _attention_dpa(q, k, v, mask, cfg, implementation="xla"),
-    "cudnn": lambda q, k, v, mask, cfg: _attention_dpa(q, k, v, mask, cfg, implementation="cudnn"),
+    "cudnn": lambda q, k, v, mask, cfg: _attention_dpa(q, k, v, mask, cfg, implementation="cudnn",
+                                                       seq_multiple=_CUDNN_SEQ_MULTIPLE),
 }
 # impls with their own path for the causal self-attention of ``forward_hidden`` (mask ⊆ causal, S = T)
 _CAUSAL_IMPLS: dict = {}
