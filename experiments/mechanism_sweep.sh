@@ -9,7 +9,9 @@
 #     (section 9).
 #   TASK=flaky: the flaky-tool chain (task=flaky_chain, section 10): the deep chain as an agent task whose
 #     tool calls crash at random (crash_rate 0.1), E easy turns; runs deep_e<E>_flaky[w<W>]-<arm>-s<seed>,
-#     analysed as the tagged chain "E_flaky" (its oracle gate first).
+#     analysed as the tagged chain "E_flaky" (its oracle gate first). Section 12's appended arms:
+#     ARMS="ps_cut_app=method=ps_ada,task.params.fixed_cut=true,schedule.reroll=append
+#     reroll_app=method=reroll_noprefix,schedule.reroll=append" (and W=1 with its WARM=).
 #   TASK=flaky_recovery: recoverable tool errors on the flaky chain (E = 4, error rate G per call, default
 #     0.05; section 11); runs recovery_flaky_g<G without the dot>-<arm>-s<seed> (the section-10 pilot at
 #     0.1 ran under the older name recovery_flaky-<arm>-s<seed>); XS= extra_tok's extra_share; W=1: the second

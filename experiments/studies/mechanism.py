@@ -48,18 +48,24 @@ PAGE = ROOT / "results" / "mechanism" / "README.md"
 BEGIN = "<!-- mechanism-sweep:begin (experiments/studies/mechanism.py; edits here are overwritten) -->"
 END = "<!-- mechanism-sweep:end -->"
 METRIC = "eval/mech/tf_hard_acc"
-ARMS = ("reroll_noprefix", "ps_cut", "ps_cut_hard", "ps_ada", "baseline", "oracle", "extra_tok", "baseline_2n")
+ARMS = ("reroll_noprefix", "ps_cut", "ps_cut_hard", "ps_ada", "baseline", "oracle", "extra_tok", "baseline_2n",
+        "reroll_app", "ps_cut_app")
 LABEL = {"reroll_noprefix": "re-roll, no prefix", "ps_cut": "PS, cut before the hard step",
          "ps_cut_hard": "PS hard side only, cut before the hard step", "ps_ada": "PS-ada",
          "baseline": "baseline", "oracle": "oracle prefix (positive control)",
-         "extra_tok": "extra rollouts, matched to `ps_cut` in tokens", "baseline_2n": "baseline, 2N = 16 rollouts"}
+         "extra_tok": "extra rollouts, matched to `ps_cut` in tokens", "baseline_2n": "baseline, 2N = 16 rollouts",
+         "reroll_app": "re-roll, no prefix, appended (section 12)",
+         "ps_cut_app": "PS, cut before the hard step, appended (section 12)"}
 # (method, reference, why)
 COMPARISONS = (("ps_cut", "reroll_noprefix", "prediction 1/2"), ("ps_ada", "reroll_noprefix", "prediction 1/2"),
                ("oracle", "baseline", "positive control"), ("ps_cut", "baseline", "PS against GRPO"),
                ("ps_ada", "baseline", "PS against GRPO"), ("reroll_noprefix", "baseline", "the re-roll itself"),
                ("ps_cut_hard", "reroll_noprefix", "the hard side alone"), ("ps_cut_hard", "baseline", "the hard side alone"),
                ("ps_cut", "extra_tok", "control matched in tokens"), ("extra_tok", "baseline", "the extra rollouts"),
-               ("ps_cut", "baseline_2n", "against 2N rollouts"), ("baseline_2n", "baseline", "2N rollouts"))
+               ("ps_cut", "baseline_2n", "against 2N rollouts"), ("baseline_2n", "baseline", "2N rollouts"),
+               ("ps_cut_app", "reroll_app", "section 12: A2"), ("ps_cut_app", "ps_cut", "section 12: append vs replace"),
+               ("ps_cut_app", "baseline", "section 12: PS appended vs GRPO"),
+               ("reroll_app", "baseline", "section 12: the appended re-roll itself"))
 NAME = re.compile(r"^deep_e(?P<e>\d+)(?:_(?P<tag>[a-z]+?))?(?:w(?P<w>\d+))?-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
 # a chain's key: its length E (int), or "E_tag" for another calibration of it analysed apart (section 9: "12_lo")
 TAGS = {"lo": "lower reach, warm start C (section 9)", "bad": "wrong addition table, warm start D (section 9)",
@@ -661,13 +667,27 @@ def main(argv=None) -> int:
                     help="simulate STUDIES studies per chain for the coverage table (sweep/coverage.json)")
     ap.add_argument("--recovery-coverage", type=int, default=0, metavar="STUDIES",
                     help="the same for section 11's recovery runs, in a design fitted to extra_tok (sweep/coverage_recovery.json)")
+    ap.add_argument("--coverage-chains", default=None, metavar="KEYS",
+                    help="with --coverage: only these comma-separated chain keys (e.g. 12_flaky), merged into "
+                         "sweep/coverage.json beside the other chains' kept entries")
     ap.add_argument("--coverage-boot", type=int, default=1000)
     a = ap.parse_args(argv)
     data = load()
     cov_file = OUT / "coverage.json"
+    if a.coverage_chains is not None and not a.coverage:
+        ap.error("--coverage-chains needs --coverage STUDIES")
     if a.coverage:
-        cov_file.write_text(json.dumps(to_jsonable(coverage(data, studies=a.coverage, n_boot=a.coverage_boot)),
-                                       indent=1) + "\n")
+        merged, subset = {}, data
+        if a.coverage_chains is not None:
+            keys = [k.strip() for k in a.coverage_chains.split(",") if k.strip()]
+            unknown = sorted(set(keys) - {str(k) for k in data})
+            if unknown:
+                ap.error(f"--coverage-chains: unknown chain key(s) {unknown}; allowed: {sorted(str(k) for k in data)}")
+            subset = {k: v for k, v in data.items() if str(k) in keys}
+            merged = json.loads(cov_file.read_text()) if cov_file.exists() else {}
+            merged = {k: v for k, v in merged.items() if k.split("|")[0] not in keys}
+        merged.update(to_jsonable(coverage(subset, studies=a.coverage, n_boot=a.coverage_boot)))
+        cov_file.write_text(json.dumps(merged, indent=1) + "\n")
     cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
     rf = load_flaky_recovery()
     rf_cov_file = OUT / "coverage_recovery.json"

@@ -270,3 +270,25 @@ def test_r1_reads_direction_and_size_apart(tmp_path):
         _write_rf_run(tmp_path / "same", "ps_easy_cut", s, 1.0)
     v = study.flaky_recovery_lines(study.load_flaky_recovery(tmp_path / "same"), n_boot=200)[1]["g005"]["verdicts"]
     assert v["R1"].startswith("refuted")
+
+
+def test_coverage_chains_recomputes_only_the_named_chains(runs, tmp_path, monkeypatch, capsys):
+    """``--coverage N --coverage-chains 12`` replaces the E = 12 entries of sweep/coverage.json and keeps
+    E = 2's as they were; an unknown key is one error line naming the allowed keys."""
+    data = study.load(runs)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    monkeypatch.setattr(study, "OUT", out)
+    monkeypatch.setattr(study, "load", lambda *a, **k: data)
+    monkeypatch.setattr(study, "load_flaky_recovery", lambda *a, **k: {})
+    old = study.to_jsonable(study.coverage(data, studies=3, n_boot=20))
+    (out / "coverage.json").write_text(json.dumps(old, indent=1) + "\n")
+    assert study.main(["--coverage", "2", "--coverage-boot", "20", "--coverage-chains", "12"]) == 0
+    new = json.loads((out / "coverage.json").read_text())
+    assert sorted(new) == sorted(old)
+    assert new["2|1.9"] == json.loads(json.dumps(old["2|1.9"])) and new["2|1.9"]["studies"] == 3
+    assert new["12|1.9"]["studies"] == 2 and new["12|1.0"]["studies"] == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        study.main(["--coverage", "2", "--coverage-chains", "12,99"])
+    assert "unknown chain key(s) ['99']" in capsys.readouterr().err
