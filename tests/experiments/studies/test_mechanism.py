@@ -292,3 +292,25 @@ def test_coverage_chains_recomputes_only_the_named_chains(runs, tmp_path, monkey
     with pytest.raises(SystemExit):
         study.main(["--coverage", "2", "--coverage-chains", "12,99"])
     assert "unknown chain key(s) ['99']" in capsys.readouterr().err
+
+
+def test_comparison_rows_read_each_warm_start_at_its_own_level(tmp_path):
+    """Warm start A: the method is the reference compressed 2x in time; warm start B learns 4x more slowly
+    and the method equals the reference there. The per-warm-start column reads ~2 and 1 (each at its own
+    reference's level); a single warm start gets '-'."""
+    for s in range(4):
+        _write_run(tmp_path, 12, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, 12, "ps_cut", s, 2.0)
+        _write_run(tmp_path, "12w1", "reroll_noprefix", s, 0.25)
+        _write_run(tmp_path, "12w1", "ps_cut", s, 0.25)
+        _write_run(tmp_path, 2, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, 2, "ps_cut", s, 2.0)
+    data = study.load(tmp_path)
+    by_w = study.per_warm_start(data[12], "ps_cut", "reroll_noprefix", n_boot=200)
+    assert sorted(by_w) == [0, 1]
+    assert by_w[0]["value"] == pytest.approx(2.0, rel=0.12) and by_w[1]["value"] == pytest.approx(1.0, abs=1e-9)
+    lines, comps = study._comparison_table(data[12], (("ps_cut", "reroll_noprefix", "x"),), n_boot=200)
+    assert lines[-1].count(" | ") == 9 and "A: 1.99 " in lines[-1] and "B: 1.00 " in lines[-1]
+    assert study.per_warm_start(data[2], "ps_cut", "reroll_noprefix", n_boot=200) == {}
+    lines, _ = study._comparison_table(data[2], (("ps_cut", "reroll_noprefix", "x"),), n_boot=200)
+    assert lines[-1].endswith("| - |")
