@@ -351,17 +351,26 @@ def per_warm_start(data: dict[str, dict[int, dict]], method: str, ref: str, *, n
     {warm start: its steps-to-80% speed-up ci}, each read at its own reference's level. The pooled row reads
     one level from all units' mean curve, so a warm start that learns more slowly can sit below it in both
     arms (censored at the horizon in both) and pull the pooled ratio towards 1; these show it. {} otherwise."""
-    units = sorted(set(data.get(method, {})) & set(data.get(ref, {})))
-    warm = sorted({u // WARM_STRIDE for u in units})
-    if len(warm) < 2:
+    units = set(data.get(method, {})) & set(data.get(ref, {}))
+    split = by_warm_start({a: {u: data[a][u] for u in units} for a in (method, ref)})
+    if len(split) < 2:
         return {}
     out = {}
-    for w in warm:
-        sub = {a: {u: r for u, r in data[a].items() if u // WARM_STRIDE == w} for a in (method, ref)}
+    for w, sub in split.items():
         g = compare(sub, method, ref, n_boot=n_boot, key=key)
         if g is not None:
             out[w] = g[0.8]["speedup_steps"]
     return out
+
+
+def by_warm_start(data: dict[str, dict[int, dict]]) -> dict[int, dict[str, dict[int, dict]]]:
+    """``data`` (arm -> unit -> run) split by warm start (unit // ``WARM_STRIDE``), in warm-start order; an
+    arm without units of a warm start is left out of its part."""
+    out: dict[int, dict[str, dict[int, dict]]] = {}
+    for arm, runs in data.items():
+        for u, r in runs.items():
+            out.setdefault(u // WARM_STRIDE, {}).setdefault(arm, {})[u] = r
+    return dict(sorted(out.items()))
 
 
 def _comparison_row(meth: str, ref: str, why: str, g: dict) -> str:
@@ -603,10 +612,8 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
 
     panels = []
     for e in chain_order(data_all):
-        ws = sorted({u // WARM_STRIDE for arm in data_all[e].values() for u in arm})
-        for w in ws:
-            sub = {arm: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for arm, runs in data_all[e].items()}
-            panels.append((e, w, len(ws), {arm: runs for arm, runs in sub.items() if runs}))
+        split = by_warm_start(data_all[e])
+        panels += [(e, w, len(split), sub) for w, sub in split.items()]
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for row, (e, w, n_ws, data) in zip(axes, panels):
         for arm in ARMS:
@@ -638,9 +645,7 @@ def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Pat
 
     rows_ = []  # (key, warm start, arm -> unit -> run): arms are not pooled across warm starts
     for key in sorted(rf):
-        for w in sorted({u // WARM_STRIDE for arm in rf[key].values() for u in arm}):
-            sub = {a: {u: r for u, r in runs.items() if u // WARM_STRIDE == w} for a, runs in rf[key].items()}
-            rows_.append((key, w, {a: runs for a, runs in sub.items() if runs}))
+        rows_ += [(key, w, sub) for w, sub in by_warm_start(rf[key]).items()]
     panels = (("tf", "retry skill at an injected error, teacher-forced"),
               ("reach_tf", "easy steps' reach, teacher-forced"), ("pass", "held-out pass@1"))
     fig, axes = plt.subplots(len(rows_), 3, figsize=(15, 3.8 * len(rows_)), squeeze=False)

@@ -389,9 +389,8 @@ def _attention_causal_blocks(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
 
 
 # cuDNN's fused attention turns the dense mask into a bias, and with a bias its training kernels take
-# only even T and S (jax ``check_is_flash_attention``: "Unsupported sequence length Q 1535, KV 1535" on
-# an H100 for the trainer's W - 1 = 1535 tokens, benchmarks/README.md); its tiles are 64 long, so the
-# cudnn path pads both to a multiple of 64 (<= 63 masked slots) and slices the queries back.
+# only even T and S (jax's ``check_is_flash_attention``), while the trainer feeds W - 1 tokens; the cudnn
+# path pads both to a multiple of its 64-long tiles (<= 63 masked slots) and slices the queries back.
 _CUDNN_SEQ_MULTIPLE = 64
 
 

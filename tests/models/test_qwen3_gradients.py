@@ -40,18 +40,25 @@ def test_remat_and_attention_impls_give_the_same_gradients():
         M.ModelConfig.preset("tiny", attention_impl="flash")
 
 
-def test_reference_attention_backward_equals_autodiff_of_the_einsum_form():
-    """The hand-written backward of the heads-major attention (``_attention_hm_bwd``) against
-    plain autodiff of the einsum equation: grouped-query heads (K=4, Kv=2), right padding, a
-    fully masked row (uniform average, zero q/k gradient) and a non-causal cross mask."""
+def _ragged_attention_inputs(seed: int):
+    """(cfg, q [3, 7, 4, 8], k, v [3, 9, 2, 8], mask [3, 7, 9], w [3, 7, 32]): grouped-query heads (K=4, Kv=2),
+    odd T = 7 and S = 9, right padding (9, 4 and 0 valid keys: the last row fully masked) and a non-causal
+    cross mask; ``w`` weighs the output in a test loss."""
     cfg = M.ModelConfig.preset("tiny")
     R, T_, S, K, Kv, H = 3, 7, 9, 4, 2, 8
-    ks = jax.random.split(jax.random.PRNGKey(3), 4)
+    ks = jax.random.split(jax.random.PRNGKey(seed), 4)
     q = jax.random.normal(ks[0], (R, T_, K, H))
     k, v = jax.random.normal(ks[1], (R, S, Kv, H)), jax.random.normal(ks[2], (R, S, Kv, H))
     valid = jnp.arange(S)[None] < jnp.asarray([9, 4, 0])[:, None]
     mask = (jnp.arange(T_)[:, None] + 2 >= jnp.arange(S)[None])[None] & valid[:, None, :]  # [R, T, S]
-    w = jax.random.normal(ks[3], (R, T_, K * H))
+    return cfg, q, k, v, mask, jax.random.normal(ks[3], (R, T_, K * H))
+
+
+def test_reference_attention_backward_equals_autodiff_of_the_einsum_form():
+    """The hand-written backward of the heads-major attention (``_attention_hm_bwd``) against
+    plain autodiff of the einsum equation: grouped-query heads (K=4, Kv=2), right padding, a
+    fully masked row (uniform average, zero q/k gradient) and a non-causal cross mask."""
+    cfg, q, k, v, mask, w = _ragged_attention_inputs(3)
 
     def loss(impl, q, k, v):
         return jnp.sum(jnp.sin(M._ATTENTION_IMPLS[impl](q, k, v, mask, cfg)) * w)
@@ -68,14 +75,7 @@ def test_padded_dot_product_attention_equals_the_einsum_form_with_its_gradient()
     with a mask-bias refuse odd lengths: the trainer's W - 1 = 1535 failed on an H100). The same
     padding through the XLA kernel (runs on CPU) against the einsum equation: odd T = 7, S = 9, grouped
     heads, right padding and a fully masked row; values and q/k/v gradients."""
-    cfg = M.ModelConfig.preset("tiny")
-    R, T_, S, K, Kv, H = 3, 7, 9, 4, 2, 8
-    ks = jax.random.split(jax.random.PRNGKey(5), 4)
-    q = jax.random.normal(ks[0], (R, T_, K, H))
-    k, v = jax.random.normal(ks[1], (R, S, Kv, H)), jax.random.normal(ks[2], (R, S, Kv, H))
-    valid = jnp.arange(S)[None] < jnp.asarray([9, 4, 0])[:, None]
-    mask = (jnp.arange(T_)[:, None] + 2 >= jnp.arange(S)[None])[None] & valid[:, None, :]  # [R, T, S]
-    w = jax.random.normal(ks[3], (R, T_, K * H))
+    cfg, q, k, v, mask, w = _ragged_attention_inputs(5)
     padded = functools.partial(M._attention_dpa, implementation="xla", seq_multiple=M._CUDNN_SEQ_MULTIPLE)
 
     def loss(fn, q, k, v):
@@ -83,7 +83,7 @@ def test_padded_dot_product_attention_equals_the_einsum_form_with_its_gradient()
 
     vg = lambda fn: jax.jit(jax.value_and_grad(functools.partial(loss, fn), argnums=(0, 1, 2)))(q, k, v)
     got, want = vg(padded), vg(M._ATTENTION_IMPLS["einsum"])
-    assert padded(q, k, v, mask, cfg).shape == (R, T_, K * H)
+    assert padded(q, k, v, mask, cfg).shape == w.shape
     assert _max_rel(got, want) < 1e-5, _max_rel(got, want)
     assert np.isfinite(np.asarray(got[0]))
 
