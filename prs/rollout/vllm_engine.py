@@ -158,10 +158,10 @@ class VLLMEngine:
             raise ValueError(f"VLLMEngine: input width {width} + generation exceeds max_model_len="
                              f"{self.max_model_len}; build the engine with a larger max_model_len")
 
-    def _run(self, rows, lengths, budget, key, scfg: SamplerConfig):
-        """One vLLM request per row -> (generated ids, their log-probs), lists over rows."""
+    def _run(self, rows, lengths, budget, seeds, scfg: SamplerConfig):
+        """One vLLM request per row, row r seeded with ``seeds[r]`` -> (generated ids, their
+        log-probs), lists over rows."""
         R = rows.shape[0]
-        seeds = row_seeds(key, R)
         SP = self._vllm.SamplingParams
         greedy = scfg.temperature == 0
         params = [SP(n=1, max_tokens=int(budget[r]), temperature=float(scfg.temperature), top_p=1.0, top_k=0,
@@ -188,7 +188,7 @@ class VLLMEngine:
         self._check(scfg, need + scfg.max_new_tokens)
         if (lengths < 1).any():
             raise ValueError("VLLMEngine.generate: every row needs at least one input token")
-        gen, lps = self._run(rows, lengths, budget, key, scfg)
+        gen, lps = self._run(rows, lengths, budget, row_seeds(key, rows.shape[0]), scfg)
         ro = result_from_rows(rows, lengths, gen, lps, scfg=scfg)
         return (ro, None) if keep_state else ro  # no state: the prefix cache keeps the earlier turns
 
@@ -208,7 +208,9 @@ class VLLMEngine:
         rows, rl = join_prefix(tokens, lengths, obs, ol, pad_id=scfg.pad_id)
         gen, lps = [[] for _ in range(R)], [np.zeros(0, np.float32) for _ in range(R)]
         if live.size:
-            g, lp = self._run(rows[live], rl[live], np.full(live.size, scfg.max_new_tokens, np.int32), key, scfg)
+            # a resumed row keeps its own stream (row index r, not its rank among the live rows)
+            g, lp = self._run(rows[live], rl[live], np.full(live.size, scfg.max_new_tokens, np.int32),
+                              row_seeds(key, R)[live], scfg)
             for i, r in enumerate(live):
                 gen[r], lps[r] = g[i], lp[i]
         ro = resume_rows(rollout, obs, ol, gen, lps, scfg=scfg)

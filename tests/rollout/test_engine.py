@@ -183,3 +183,42 @@ def test_bad_engine_and_missing_params():
         JaxEngine(CFG).generate(np.ones((1, 2), np.int32), np.array([2]), key=jax.random.key(0), scfg=SCFG)
     with pytest.raises(ValueError, match="continuous_slots needs mesh=None"):
         JaxEngine(CFG, mesh=object(), continuous_slots=2)
+
+
+class _FakeLLM:
+    """vLLM's ``LLM.generate`` as ``VLLMEngine._run`` calls it (no vLLM needed): records each request's
+    seed and answers every request with the ids ``[7, 5]`` (5 = the stop id) at log-prob -1."""
+
+    def __init__(self):
+        self.seeds = []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        import types
+
+        self.seeds.append([p.seed for p in params])
+        lp = types.SimpleNamespace(logprob=-1.0)
+        out = types.SimpleNamespace(token_ids=[7, 5], logprobs=[{7: lp}, {5: lp}])
+        return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+
+
+def test_vllm_resume_seeds_each_row_by_its_index_not_its_rank_among_live_rows():
+    """The per-row-stream contract (module docstring of prs.rollout.engine) for the vLLM engine's resume,
+    without vLLM (a fake ``LLM``): resumed row r's seed is ``row_seeds(key, R)[r]``, whichever other rows
+    resume with it (issue 45, item 6: it was row r's rank among the live rows)."""
+    import types
+
+    from prs.rollout.vllm_engine import VLLMEngine
+
+    eng = object.__new__(VLLMEngine)
+    eng.cfg, eng.max_model_len, eng.llm = CFG, 64, _FakeLLM()
+    eng._vllm = types.SimpleNamespace(SamplingParams=lambda **kw: types.SimpleNamespace(**kw))
+    key = jax.random.key(3)
+    rows = np.arange(6, 6 + 4 * 3, dtype=np.int32).reshape(4, 3)
+    ro = eng.generate(rows, np.array([3, 2, 3, 1]), key=jax.random.key(1), scfg=SCFG)
+    obs = np.full((4, 2), 9, np.int32)
+    want = row_seeds(key, 4)
+    for olen in ([0, 2, 0, 1], [0, 0, 0, 2], [1, 1, 1, 1]):
+        eng.append_and_resume(ro, obs, np.array(olen), key=key, scfg=SCFG)
+        live = np.flatnonzero(np.array(olen))
+        assert eng.llm.seeds[-1] == want[live].tolist(), olen
+    assert eng.llm.seeds[0] == row_seeds(jax.random.key(1), 4).tolist()  # generate: row r's seed too
