@@ -70,6 +70,7 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
             over[key] = getattr(jnp, over[key])
     model_cfg = ModelConfig.preset(cfg.model.preset, **over)
     rl = rl_config(cfg)
+    _check_agent_sampling(cfg.task.name, rl.rollout)
     budget = rl.rollout.max_new_tokens or int(cfg.task.params.get("max_new_tokens", 0)) or 512
     devices = int(devices or cfg.mesh.devices or 8)
     platform = cfg.mesh.platform or "gpu"
@@ -87,6 +88,23 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
                 mem_fraction=float(frac) if frac is not None else mem_fraction(platform=platform),
                 budget=budget, prompt_len=int(prompt_len),
                 rerolls=cfg.method.mode != "baseline")  # a prefix re-roll's KV cache is prompt + 2 x budget slots
+
+
+def _check_agent_sampling(task: str, rollout) -> None:
+    """A multi-turn agent task (``make_rollouts``) refuses the rollout keys it cannot honour
+    (``prs.tasks.agent_rollouts.check_sampling``): the plan refuses them too, in the same line, rather
+    than budget a sampler call the run would never make."""
+    from prs.tasks.registry import TASKS
+
+    cls = getattr(TASKS.get(task), "task_cls", None)
+    if cls is None or not hasattr(cls, "make_rollouts"):
+        return
+    from prs.tasks.agent_rollouts import check_sampling
+
+    try:
+        check_sampling(rollout)
+    except ValueError as e:
+        raise SystemExit(f"experiments.plan: {e}") from None
 
 
 def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512) -> dict:

@@ -58,6 +58,21 @@ def test_accelerator_presets_fit(preset, capsys, monkeypatch):
     assert "verdict: fits" in out and "PEAK per device" in out
 
 
+def test_planner_refuses_agent_sampling_keys_the_run_refuses(capsys):
+    """An agent task refuses ``rollout.row_chunk`` (issue 45, item 3: it was dropped while the plan budgeted
+    its sampler calls as chunked): the plan says so in the run's own line instead of planning a run that
+    cannot start; a single-turn task still plans with it."""
+    from experiments.plan import main
+
+    for task in ("repair", "trap", "flaky_chain"):
+        with pytest.raises(SystemExit, match=r"^experiments.plan: RolloutConfig.row_chunk=8 \(rollout.row_chunk\) "
+                                             r"with a multi-turn agent task.*allowed row_chunk=null$"):
+            main([f"task={task}", "rollout.row_chunk=8", "--devices", "1"])
+    main(["task=repair", "--devices", "1"])
+    main(["task=arith", "rollout.row_chunk=8", "--devices", "1"])
+    assert "verdict" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("rerolls", [False, True], ids=["fresh", "prefix_reroll"])
 def test_planner_kv_cache_is_the_samplers_cache_of_a_fresh_and_a_reroll_call(rerolls):
     """The sampling line against the KV cache the sampler really allocates (``return_cache``) in the

@@ -109,12 +109,12 @@ def test_cli_prints_the_vllm_section_and_refuses_a_pool_that_leaves_vllm_nothing
     from experiments.plan import main
 
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
-    assert main(["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "--vllm-tensor-parallel", "2"]) == 0
+    assert main(["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "rollout.row_chunk=null", "--vllm-tensor-parallel", "2"]) == 0
     out = capsys.readouterr().out
     assert "tensor_parallel=2 x data_parallel=4" in out and "gpu_memory_utilization=0.45" in out
     assert "colocated (both shares at once): fits" in out and "by host copy" in out
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")  # the launchers' value: 0.03 left for vLLM
-    assert main(["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm"]) == 1
+    assert main(["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "rollout.row_chunk=null"]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
 
 
@@ -144,7 +144,7 @@ def test_cli_plans_with_the_rollout_config_keys_and_a_flag_overrides_them(capsys
     from experiments.plan import main
 
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
-    keys = ["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "rollout.gpu_memory_utilization=0.3",
+    keys = ["+experiment=grpo_ps_qwen3_4b_h200x8", "rollout=vllm", "rollout.row_chunk=null", "rollout.gpu_memory_utilization=0.3",
             "rollout.tensor_parallel_size=2"]
     assert main(keys) == 0
     out = capsys.readouterr().out

@@ -111,8 +111,10 @@ class RolloutConfig:
       temperature, top_k, top_p: sampling of training rollouts. The update's ``old_logp`` is the raw
         policy's log-probability p (temperature 1), so samples from an adjusted distribution q need
         the importance weight p/q: values other than 1 / 0 / 1 are accepted only together with a
-        ``LossConfig.rollout_correction`` (``RLConfig`` checks the pair).
-      eval_temperature: temperature of the held-out evaluation's samples (no top-k / top-p).
+        ``LossConfig.rollout_correction`` (``RLConfig`` checks the pair). The jax engine samples any
+        of them; ``engine="vllm"`` only the raw policy (1 / 0 / 1) or greedily (``temperature=0``).
+      eval_temperature: temperature of the held-out evaluation's samples (no top-k / top-p); with
+        ``engine="vllm"`` 1.0 or 0.
       max_new_tokens: tokens per single-turn response (and per re-rollout response, see
         ``ScheduleConfig.reroll_budget``); None: the task's own budget.
       row_chunk: sample the R rows in calls of ``row_chunk`` rows (``SamplerConfig.row_chunk``: only
@@ -144,7 +146,9 @@ class RolloutConfig:
         (``prs.rollout.vllm_engine``; single-turn and agent tasks, one process, no mesh): its rollouts'
         ``old_logp`` are recomputed by the trainer's forward pass and vLLM's log-probs become the behaviour policy
         of the rollout correction, which then defaults to ``token_truncate`` (TIS); the mismatch is
-        logged (``rollout/*``).
+        logged (``rollout/*``). With ``vllm`` the jax sampler's ``row_chunk``, ``row_parts`` (1),
+        ``attend_buckets``, ``prefill_group`` and ``continuous_slots`` are refused (vLLM batches,
+        pages and shares prefixes itself), and so is any sampling but the raw policy or greedy.
       gpu_memory_utilization, tensor_parallel_size: vLLM's ``LLM`` keywords (the share of each GPU its
         weights and KV pages may take, None: vLLM's default; its tensor parallelism); ``python -m
         experiments.plan ... rollout=vllm`` plans with them. Only with ``engine="vllm"``.
@@ -211,6 +215,25 @@ class RolloutConfig:
         if not isinstance(self.reroll_group_buckets, bool):
             raise ValueError(f"RolloutConfig.reroll_group_buckets (rollout.reroll_group_buckets) must be true or "
                              f"false, got {self.reroll_group_buckets!r}")
+        if self.engine == "vllm":
+            self._check_vllm()
+
+    def _check_vllm(self) -> None:
+        """What ``engine="vllm"`` does not do, refused here rather than at the first sampling call or
+        silently: the jax sampler's batching knobs, and any sampler but the raw policy or greedy."""
+        for name, off in (("row_chunk", None), ("row_parts", 1), ("attend_buckets", None)):
+            if getattr(self, name) != off:
+                raise ValueError(f"RolloutConfig.{name}={getattr(self, name)!r} (rollout.{name}) is the jax sampler's; "
+                                 f"rollout.engine=vllm batches and pages its KV cache itself: allowed {name}="
+                                 f"{'null' if off is None else off}")
+        if not (self.temperature == 0 or (self.temperature, self.top_k, self.top_p) == (1.0, 0, 1.0)):
+            raise ValueError(f"RolloutConfig temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p} "
+                             "(rollout.temperature, rollout.top_k, rollout.top_p) with rollout.engine=vllm: vLLM returns "
+                             "the raw policy's log-probs only; allowed: temperature=1.0, top_k=0, top_p=1.0 (the raw "
+                             "policy) or temperature=0 (greedy)")
+        if self.eval_temperature not in (0.0, 1.0):
+            raise ValueError(f"RolloutConfig.eval_temperature={self.eval_temperature} (rollout.eval_temperature) with "
+                             "rollout.engine=vllm: allowed 1.0 (the raw policy) or 0 (greedy)")
 
     @property
     def engine_options(self) -> tuple[tuple[str, Any], ...]:

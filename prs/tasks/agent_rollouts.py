@@ -136,6 +136,26 @@ def _extend_block(params, cache, tokens, start, n, *, cfg):
     return cache
 
 
+# rollout keys the multi-turn loop cannot honour: each turn is one engine call over all rows that
+# carries every row's KV cache to the next turn (keep_state), so the cache of all R rows is live anyway
+# and no call may split, group or regroup the rows; each action gets A tokens
+_UNSUPPORTED = (("continuous_slots", None, "continuous batching does not keep a row's KV cache between turns"),
+                ("row_chunk", None, "every turn's KV cache of all rows is kept for the next turn"),
+                ("attend_buckets", None, "a resumed turn attends its whole carried cache"),
+                ("prefill_group", False, "a group's rows diverge after the first turn"),
+                ("max_new_tokens", None, "each action gets MAX_ACTION_TOKENS tokens, an episode max_turns turns"))
+
+
+def check_sampling(sampling) -> None:
+    """One ValueError naming the first ``RolloutConfig`` key that multi-turn agent rollouts would
+    accept and not honour (``_UNSUPPORTED``) and its only allowed value; the trainer's construction
+    and ``python -m experiments.plan`` call it for an agent task."""
+    for name, off, why in _UNSUPPORTED:
+        if getattr(sampling, name) != off:
+            raise ValueError(f"RolloutConfig.{name}={getattr(sampling, name)!r} (rollout.{name}) with a multi-turn agent "
+                             f"task: {why}; allowed {name}={'null' if off is None else str(off).lower()}")
+
+
 class AgentRollouts(EngineClient):
     """Sampling, replay and regeneration for a multi-turn task (``prs.tasks.repair``).
 
@@ -144,7 +164,8 @@ class AgentRollouts(EngineClient):
         ``"regenerate"`` (see module docstring).
       model_cfg: the policy's ``ModelConfig``.  sampling: the run's ``prs.rl.episodes.SamplingSettings``
         (temperature, top-k/p, evaluation temperature, ``row_parts``, the engine, its dtype and
-        options; its token budget does not apply, ``continuous_slots`` must be None).
+        options; ``check_sampling`` refuses the keys it cannot honour: ``row_chunk``, ``attend_buckets``,
+        ``prefill_group``, ``continuous_slots``, ``max_new_tokens``).
         mesh: the jax engine's mesh (None: one device; another engine refuses a mesh).
       environment: the ``prs.tasks.agent_env.AgentEnv`` the rollouts call: ``prompts``, ``reset``,
         ``execute(state, action, env)``, ``verify(problems, index, state, reward=)`` and repair's PAD /
@@ -192,10 +213,7 @@ class AgentRollouts(EngineClient):
             raise ValueError(f"AgentRollouts: mode='regenerate' re-executes the prefix, which in the stochastic "
                              f"environment {environment.name} draws new outcomes; use mode='replay' (restores the "
                              f"recorded ones)")
-        if sampling.continuous_slots is not None:
-            raise ValueError(f"RLConfig.continuous_slots (sampler.continuous_slots)={sampling.continuous_slots}: "
-                             "multi-turn agent rollouts carry each row's KV cache between turns, which continuous "
-                             "batching does not keep; use None")
+        check_sampling(sampling)
         self.mesh, self.env, self.mode, self.environment = mesh, env, mode, environment
         self.A, self.O, self.P = MAX_ACTION_TOKENS, env.max_obs_tokens, env.prompt_width
         self.width = env.episode_width                                          # L

@@ -96,6 +96,7 @@ def task_factory(name: str, task_cls, cfg_cls, *, options: tuple[str, ...] = ())
         opts = {k: params.pop(k) for k in options if k in params}
         return task_cls(cfg_cls(**params), **opts)
 
+    factory.task_cls = task_cls  # what it builds, for a check before building (experiments.plan)
     return factory
 
 

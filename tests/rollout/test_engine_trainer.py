@@ -87,6 +87,30 @@ def test_vllm_engine_refuses_continuous_slots_and_a_mesh():
         Trainer(TASK, MODEL, dataclasses.replace(RL, rollout=dataclasses.replace(RL.rollout, engine="vllm")), pc, seed=0, mesh=mesh)
 
 
+def test_vllm_refuses_what_it_would_ignore_or_fail_on_at_config_check():
+    """Issue 45, items 3 and 5: with ``engine="vllm"`` the jax sampler's ``row_chunk`` / ``row_parts`` /
+    ``attend_buckets`` (which vLLM ignored) and a sampler other than the raw policy or greedy (which passed
+    ``RLConfig`` and failed at the first ``generate``) are one line naming the key and what is allowed,
+    when the config is built; what the engine does sample passes."""
+    for kw, key, allowed in [(dict(row_chunk=8), "row_chunk", "row_chunk=null"),
+                             (dict(row_parts=None), "row_parts", "row_parts=1"),
+                             (dict(row_parts=2), "row_parts", "row_parts=1"),
+                             (dict(attend_buckets=(64,)), "attend_buckets", "attend_buckets=null")]:
+        with pytest.raises(ValueError, match=rf"^RolloutConfig.{key}=.*\(rollout.{key}\) is the jax sampler's.*"
+                                             rf"allowed {allowed}$"):
+            RolloutConfig(engine="vllm", **kw)
+        RolloutConfig(**kw)  # the jax engine honours them
+    for kw in (dict(temperature=0.7), dict(top_k=20), dict(top_p=0.9)):
+        with pytest.raises(ValueError, match=r"rollout.temperature, rollout.top_k, rollout.top_p\) with "
+                                             r"rollout.engine=vllm.*allowed: temperature=1.0, top_k=0, top_p=1.0"):
+            RLConfig(rollout=RolloutConfig(engine="vllm", **kw))
+        assert RLConfig(rollout=RolloutConfig(**kw), loss=LossConfig(rollout_correction="token_truncate"))
+    with pytest.raises(ValueError, match=r"eval_temperature=0.5 \(rollout.eval_temperature\).*allowed 1.0"):
+        RolloutConfig(engine="vllm", eval_temperature=0.5)
+    for kw in (dict(), dict(temperature=0.0), dict(temperature=0.0, top_k=5), dict(eval_temperature=0.0)):
+        RLConfig(rollout=RolloutConfig(engine="vllm", **kw))
+
+
 def test_vllm_options_are_config_keys_checked_and_reach_the_engine(monkeypatch):
     """``rollout.gpu_memory_utilization`` / ``rollout.tensor_parallel_size`` reach ``vllm.LLM``'s keywords
     through the engine factory (a stand-in ``make_engine`` records them; no vLLM needed); out of range,

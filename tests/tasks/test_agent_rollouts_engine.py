@@ -234,8 +234,17 @@ def test_agent_refusals_name_the_setting():
     regen = RepairTask(dataclasses.replace(REPAIR.cfg, replay="regenerate"))
     with pytest.raises(ValueError, match=r"mode='regenerate'.*rollout.engine='vllm'"):
         regen.make_rollouts(model_cfg=model, sampling=SamplingSettings(engine="vllm"))
-    with pytest.raises(ValueError, match=r"continuous_slots \(sampler.continuous_slots\)=4"):
-        AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings(continuous_slots=4))
+    # every rollout key the turn loop would not honour is one line naming it and its allowed value
+    # (issue 45, item 3: row_chunk, attend_buckets, prefill_group were accepted and dropped)
+    for kw, allowed in ((dict(continuous_slots=4), "continuous_slots=null"), (dict(row_chunk=4), "row_chunk=null"),
+                        (dict(attend_buckets=(32,)), "attend_buckets=null"), (dict(prefill_group=True), "prefill_group=false"),
+                        (dict(max_new_tokens=8), "max_new_tokens=null")):
+        key = next(iter(kw))
+        with pytest.raises(ValueError, match=rf"RolloutConfig.{key}=.*\(rollout.{key}\) with a multi-turn agent task.*"
+                                             rf"allowed {allowed}$"):
+            AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings(**kw))
+        with pytest.raises(ValueError, match=rf"\(rollout.{key}\)"):
+            TRAP.make_rollouts(model_cfg=_model(TRAP), sampling=SamplingSettings(**kw))
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'lib'; pass the environment as environment="):
         AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings(), lib=R.ENVIRONMENT)
     assert AgentRollouts(env=REPAIR.cfg, model_cfg=model, sampling=SamplingSettings()).environment is R.ENVIRONMENT
