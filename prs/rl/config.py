@@ -169,6 +169,15 @@ class ScheduleConfig:
         if self.control == "extra_rollouts" and self.reroll != "append":
             raise ValueError("ScheduleConfig.control='extra_rollouts' appends its extra groups: it needs "
                              "reroll='append' (schedule.reroll)")
+        if self.kind == "same_step":  # next_visit's own keys act there only: a changed value is refused
+            for name, off in (("cut_spread", False), ("sources", "one")):
+                if getattr(self, name) != off:
+                    raise ValueError(f"ScheduleConfig.{name}={getattr(self, name)!r} (schedule.{name}) acts with "
+                                     f"kind='next_visit' only; with kind='same_step' allowed {name}={off!r}")
+        if not self.reroll_fallback and (self.kind != "same_step" or self.reroll != "replace"):
+            raise ValueError(f"ScheduleConfig.reroll_fallback=False (schedule.reroll_fallback) acts with kind='same_step' "
+                             f"and reroll='replace' only; with kind={self.kind!r}, reroll={self.reroll!r} allowed "
+                             "reroll_fallback=True")
         if self.kind == "next_visit" and self.reroll != "replace" and self.control != "extra_rollouts":
             raise ValueError("ScheduleConfig.reroll='append' with kind='next_visit': next_visit adds no rollouts "
                              "(allowed: reroll='replace'; 'append' only with control='extra_rollouts')")

@@ -106,6 +106,26 @@ def test_bad_schedule_values_fail_clearly(kw, match):
         RLConfig(tasks_per_step=4, **kw())
 
 
+def test_schedule_keys_that_would_not_act_are_refused_and_their_defaults_pass():
+    """Issue 45, item 4: ``cut_spread`` and ``sources`` act with ``kind='next_visit'`` only, and
+    ``reroll_fallback=False`` with ``same_step`` + ``replace`` only; a changed value elsewhere was read by
+    nothing. Now it is one line naming the key and the allowed value; the defaults (what every preset
+    leaves there) still validate."""
+    for kw, key in ((dict(cut_spread=True), "cut_spread"), (dict(sources="all"), "sources")):
+        with pytest.raises(ValueError, match=rf"^ScheduleConfig.{key}=.* \(schedule.{key}\) acts with kind='next_visit' "
+                                             rf"only; with kind='same_step' allowed {key}="):
+            ScheduleConfig(**kw)
+        ScheduleConfig(kind="next_visit", **kw)
+    for kw in (dict(reroll="append"), dict(kind="next_visit")):
+        with pytest.raises(ValueError, match=r"^ScheduleConfig.reroll_fallback=False \(schedule.reroll_fallback\) acts "
+                                             r"with kind='same_step' and reroll='replace' only.*allowed reroll_fallback=True$"):
+            ScheduleConfig(reroll_fallback=False, **kw)
+        ScheduleConfig(**kw)
+    ScheduleConfig(reroll_fallback=False)
+    for kw in (dict(), dict(reroll="append"), dict(control="extra_rollouts", reroll="append"), dict(kind="next_visit")):
+        RLConfig(tasks_per_step=4, schedule=ScheduleConfig(**kw))
+
+
 # ---------------------------------------------------------------------- next_visit through the trainer
 
 
