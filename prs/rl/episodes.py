@@ -74,6 +74,22 @@ def take_rows(ep: Episodes, rows) -> Episodes:
     return Episodes(*(x[rows] for x in ep))
 
 
+def fresh_rows(replayed, *, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows [F], problem [F])``: the fresh rows of ``R = groups·N`` episodes (``replayed [R] == 0``:
+    nothing replayed from a source) and the problem each belongs to (row r: problem r // N).
+
+    The one rule of every task's ``episode_metrics``: a re-roll (Prefix Sampling's, or an oracle's
+    merged into a training call, ``prs.tasks.mechanism.OracleRollouts``) continues a prefix the policy
+    did not write in that call, so its reach, length or strategy is partly the source's; the metrics
+    of the policy's own rollouts count fresh rows only. ``F = 0`` when every row is a re-roll (the
+    metrics are then undefined: None)."""
+    rep = np.asarray(replayed).reshape(-1)
+    if groups < 1 or rep.size % groups:
+        raise ValueError(f"fresh_rows: {rep.size} episodes are not a multiple of {groups} problems")
+    rows = np.flatnonzero(rep == 0)
+    return rows, rows // (rep.size // groups)
+
+
 class Rollouts(Protocol):
     """What the trainer and the schedules ask of a task's rollouts (``SingleTurnRollouts``,
     ``prs.tasks.agent_rollouts.AgentRollouts``); none of them holds the trainer."""

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.rl.episodes import Episodes
+from prs.rl.episodes import Episodes, fresh_rows
 from prs.tasks import flaky as env_lib
 from prs.tasks.agent_env import AgentEnv, pack_episodes
 from prs.tasks.agent_rollouts import AgentRollouts, action_spans, recorded_observations
@@ -244,16 +244,15 @@ class FlakyTask(AgentTask):
 
     def episode_metrics(self, problems: Problems, ep) -> dict[str, float]:
         """Reach, survival, the hard step and recovery from tool errors over the fresh rows of ``ep``
-        (row r on problem r // N; replayed rows are left out). Each row's outcome is read back by
+        (row r on problem r // N; replayed rows are left out, ``prs.rl.episodes.fresh_rows``). Each row's outcome is read back by
         restoring its recorded turns (``flaky.restore``, which checks every recorded answer)."""
         b = np.asarray(problems.mult).shape[0]
         tokens, pm = np.asarray(ep.tokens), np.asarray(ep.policy_mask)
         valid = np.asarray(ep.valid)
-        r = tokens.shape[0]
-        n = r // b
+        n = tokens.shape[0] // b
         want = env_lib.solution_values(problems)
         e = self.cfg.easy_steps
-        rows = [i for i in range(r) if int(np.asarray(ep.replayed)[i]) == 0]
+        rows = fresh_rows(ep.replayed, groups=b)[0].tolist()  # the one rule of every task's episode_metrics
         c = {k: 0 for k in ("reach", "alive", "crash", "hard", "faulty", "faulty_pass", "clean", "clean_pass",
                             "errors", "retried")}
         err = [env_lib.OBS_OPEN, env_lib.ERROR, env_lib.OBS_CLOSE]

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prs.rl.episodes import Episodes, SingleTurnRollouts
+from prs.rl.episodes import Episodes, SingleTurnRollouts, fresh_rows
 from prs.tasks.arith import (
     ArithConfig,
     ArithTask,
@@ -474,10 +474,16 @@ class DeepTask(ArithTask):
         return {"mech/adv_mass_hard": advantage_mass_share(batch.advantages, batch.loss_mask, focus)}
 
     def episode_metrics(self, problems: Problems, ep: Episodes) -> dict[str, float]:
-        n = ep.tokens.shape[0] // np.asarray(problems.prompt_len).shape[0]
-        reached, hard_ok, rows = hard_step_rollout_accuracy(problems, ep.tokens, self.cfg, group_size=n)
-        out = {"mech/p_reach": reached / rows, "mech/hard_acc_on_reach": hard_ok / reached if reached else None,
-               "mech/output_len": output_length(ep.policy_mask)}
+        """P(reach), the hard step's accuracy on reach and the output length over the fresh rows of
+        ``ep`` (``prs.rl.episodes.fresh_rows``: the oracle's re-rolls merged into a training call are
+        left out; None when no row is fresh), and the oracle's side metrics."""
+        rows, owner = fresh_rows(ep.replayed, groups=np.asarray(problems.prompt_len).shape[0])
+        out = {"mech/p_reach": None, "mech/hard_acc_on_reach": None, "mech/output_len": None}
+        if rows.size:
+            tokens = np.asarray(ep.tokens)[rows]
+            reached, hard_ok, n = hard_step_rollout_accuracy(self.take(problems, owner), tokens, self.cfg, group_size=1)
+            out = {"mech/p_reach": reached / n, "mech/hard_acc_on_reach": hard_ok / reached if reached else None,
+                   "mech/output_len": output_length(np.asarray(ep.policy_mask)[rows])}
         out.update({f"mech/{k}": v for k, v in self.side.items()})  # the oracle's, once per training step
         self.side.clear()
         return out
@@ -723,21 +729,32 @@ class RecoveryTask(ArithTask):
         return cut
 
     def episode_metrics(self, problems, ep: Episodes) -> dict[str, Any]:
-        b = np.asarray(problems.fault).shape[0]
-        n = ep.tokens.shape[0] // b
-        out = {f"mech/{k}": v for k, v in recovery_split(ep.rewards, problems.fault, group_size=n).items()}
-        out["mech/output_len"] = output_length(ep.policy_mask)
+        """Recovery and clean pass rates, output length and restart rates over the fresh rows of
+        ``ep`` (``prs.rl.episodes.fresh_rows``: the oracle's injected-fault re-rolls are left out;
+        None when no row is fresh), and the oracle's side metrics."""
+        rows, owner = fresh_rows(ep.replayed, groups=np.asarray(problems.fault).shape[0])
+        out: dict[str, Any] = {f"mech/{k}": None for k in ("recovery_rate", "clean_pass_rate", "fault_share", "output_len",
+                                                           "restart_rate", "restart_rate_faulty", "restart_rate_clean")}
+        if rows.size:
+            out.update(self._fresh_metrics(self.take(problems, owner), np.asarray(ep.tokens)[rows],
+                                           np.asarray(ep.rewards)[rows], np.asarray(ep.policy_mask)[rows]))
+        out.update({f"mech/{k}": v for k, v in self.side.items()})  # the oracle's, once per training step
+        self.side.clear()
+        return out
+
+    def _fresh_metrics(self, problems, tokens, rewards, policy_mask) -> dict[str, Any]:
+        """``episode_metrics`` of rows ``[F]``, row f on problem f (``problems [F]``)."""
+        out = {f"mech/{k}": v for k, v in recovery_split(rewards, problems.fault, group_size=1).items()}
+        out["mech/output_len"] = output_length(policy_mask)
         _, plen = self.prompts(problems)
-        fix = np.asarray(ep.tokens) == self.cfg.vocab.fix_id
-        gen = np.arange(ep.tokens.shape[1])[None, :] >= np.repeat(plen, n)[:, None]
-        restart = (fix & gen).any(axis=1)                                   # [R]
-        fault = np.repeat(np.asarray(problems.fault, bool), n)              # [R]
+        fix = tokens == self.cfg.vocab.fix_id
+        gen = np.arange(tokens.shape[1])[None, :] >= np.asarray(plen)[:, None]
+        restart = (fix & gen).any(axis=1)                                   # [F]
+        fault = np.asarray(problems.fault, bool)                            # [F]
         out["mech/restart_rate"] = float(restart.mean())
         # noticing a fault: restarts after faulty drafts against restarts after clean ones
         out["mech/restart_rate_faulty"] = float(restart[fault].mean()) if fault.any() else None
         out["mech/restart_rate_clean"] = float(restart[~fault].mean()) if (~fault).any() else None
-        out.update({f"mech/{k}": v for k, v in self.side.items()})  # the oracle's, once per training step
-        self.side.clear()
         return out
 
 

@@ -12,11 +12,16 @@ from typing import ClassVar
 
 import numpy as np
 
+from prs.rl.episodes import fresh_rows
 from prs.tasks import trap as env_lib
 from prs.tasks.agent_env import AgentEnv
 from prs.tasks.registry import register_task
 from prs.tasks.repair_task import AgentTask, task_factory
 from prs.tasks.trap import Problems, TrapConfig
+
+
+STRATEGY_METRICS = ("hack_rate", "true_resolution_rate", "root_attempt_rate", "p_root", "mean_fraction_reward",
+                    "mean_binary_reward")  # prs.tasks.trap.strategy_metrics' keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,19 +41,19 @@ class TrapTask(AgentTask):
         return (self.name, dataclasses.replace(self.cfg, reward="fraction", replay="replay"))
 
     def episode_metrics(self, problems: Problems, episodes) -> dict[str, float]:
-        """Strategy metrics of fresh episodes ``[R]`` of ``problems [B]`` (R = B·N, problem-major):
-        their final states are rebuilt by executing their actions (``replay_final_states``), then
-        labelled by the independent checker (``prs.tasks.trap.label``). Re-rolled episodes (a
-        replayed prefix outside the policy mask) are refused with a ValueError."""
+        """Strategy metrics of the fresh episodes among ``episodes [R]`` of ``problems [B]`` (R = B·N,
+        problem-major; re-rolls, whose replayed prefix is outside the policy mask, are left out:
+        ``prs.rl.episodes.fresh_rows``, every metric None when none is fresh): their final states
+        are rebuilt by executing their actions (``replay_final_states``), then labelled by the
+        independent checker (``prs.tasks.trap.label``)."""
         b = np.asarray(problems.program).shape[0]
-        r = np.asarray(episodes.tokens).shape[0]
-        if r % b:
-            raise ValueError(f"episode_metrics: {r} episodes are not a multiple of {b} problems")
-        if np.any(np.asarray(episodes.replayed) > 0):
-            raise ValueError("episode_metrics: needs fresh episodes (replayed == 0); re-rolls hide their prefix")
-        n = r // b
-        states = env_lib.replay_final_states(problems, episodes.tokens, episodes.policy_mask, n, self.cfg)
-        return env_lib.strategy_metrics(problems, np.arange(r) // n, states)
+        rows, owner = fresh_rows(episodes.replayed, groups=b)
+        if not rows.size:
+            return dict.fromkeys(STRATEGY_METRICS)
+        probs = self.take(problems, owner)
+        states = env_lib.replay_final_states(probs, np.asarray(episodes.tokens)[rows],
+                                             np.asarray(episodes.policy_mask)[rows], 1, self.cfg)
+        return env_lib.strategy_metrics(probs, np.arange(rows.size), states)
 
 
 register_task("trap", task_factory("trap", TrapTask, TrapConfig))

@@ -581,3 +581,70 @@ def test_recovery_metrics_split_restarts_by_the_drafts_fault():
     assert m["mech/restart_rate_faulty"] == 0.5 and m["mech/restart_rate_clean"] == 0.0
     assert m["mech/restart_rate"] == pytest.approx(f / 2)
     assert m["mech/recovery_rate"] == 0.5 and m["mech/clean_pass_rate"] == 0.0
+
+
+# ----------------------------------------------------------------------------- episode metrics: fresh rows only
+def _deep_rows(pr, texts, cut):
+    """Episodes of arith_deep rows ``prompt_i + text`` (row r on problem r // 2); ``cut[r] > 0``: the
+    first ``cut[r]`` tokens after the prompt are a replayed prefix (policy mask 0, ``replayed = cut``),
+    as ``OracleRollouts`` merges an oracle re-roll into a training call."""
+    from prs.rl.episodes import Episodes
+
+    v = SHORT.cfg.vocab
+    ids = [list(pr.prompt[r // 2, : pr.prompt_len[r // 2]]) + v.encode(t) for r, t in enumerate(texts)]
+    width = max(map(len, ids)) + 2
+    tok = np.full((len(ids), width), v.pad_id, np.int32)
+    pm = np.zeros((len(ids), width), bool)
+    for r, row in enumerate(ids):
+        p = int(pr.prompt_len[r // 2])
+        tok[r, : len(row)] = row
+        pm[r, p + cut[r]: len(row)] = True
+    z = np.zeros((len(ids), width))
+    zi = np.zeros(len(ids), np.int32)
+    return Episodes(tok, z, tok != v.pad_id, pm, z, zi.astype(np.float32), pm.sum(1).astype(np.int32),
+                    np.asarray(cut, np.int32), zi, z, np.zeros(len(ids), bool))
+
+
+def test_deep_episode_metrics_leave_the_oracles_replayed_rows_out():
+    """Issue 45, item 1: the oracle's re-rolls are merged into the training call's rollouts, so
+    ``episode_metrics`` saw them; P(reach), the hard step's accuracy and the output length must be the
+    fresh rows' only (``prs.rl.episodes.fresh_rows``), counted here by hand."""
+    pr = SHORT.train_problems(seed=4, step=0, count=2)
+    v = SHORT.cfg.vocab
+    good = [ref_trace(v.decode(pr.prompt[i, : pr.prompt_len[i]]), 7) for i in range(2)]
+    vals = good[0].split("#")[0].split(",")
+    wrong = str((int(vals[0]) + 1) % 7)
+    texts = [good[0],                                          # fresh: reaches, hard step right (len(good[0]))
+             ",".join([wrong] + vals[1:]) + good[0][good[0].index("#"):],  # fresh: an easy value wrong
+             good[1], good[1]]                                 # oracle re-rolls: correct replayed prefix
+    cut = [0, 0, 4, 4]                                         # E = 2: 4 tokens before the hard step
+    m = SHORT.episode_metrics(pr, _deep_rows(pr, texts, cut))
+    assert m["mech/p_reach"] == 0.5                            # 1 of the 2 fresh rows (old: 3 of 4)
+    assert m["mech/hard_acc_on_reach"] == 1.0
+    assert m["mech/output_len"] == (len(v.encode(texts[0])) + len(v.encode(texts[1]))) / 2
+    none = SHORT.episode_metrics(pr, _deep_rows(pr, texts, [4, 4, 4, 4]))
+    assert none == {"mech/p_reach": None, "mech/hard_acc_on_reach": None, "mech/output_len": None}
+
+
+def test_recovery_episode_metrics_leave_the_oracles_replayed_rows_out():
+    """The same rule for ``arith_recovery``: rows with a replayed (injected-fault) prefix do not count."""
+    from prs.rl.episodes import Episodes
+
+    task = make_task("arith_recovery")
+    pr = task.train_problems(seed=3, step=0, count=8)
+    prompt, plen = task.prompts(pr)
+    v = task.cfg.vocab
+    tok = np.full((16, prompt.shape[1] + 4), v.pad_id, np.int32)
+    for r in range(16):
+        tok[r, : plen[r // 2]] = prompt[r // 2, : plen[r // 2]]
+        tok[r, plen[r // 2]: plen[r // 2] + 2] = v.encode("0!" if r % 2 else "1$")
+    rew = (np.arange(16) % 2).astype(np.float32)              # odd rows pass and restart
+    replayed = np.where(np.arange(16) % 2, 3, 0).astype(np.int32)  # ... and are re-rolls
+    z = np.zeros(tok.shape)
+    ep = Episodes(tok, z, tok != v.pad_id, tok != v.pad_id, z, rew, np.zeros(16, np.int32), replayed,
+                  np.zeros(16, np.int32), z, np.zeros(16, bool))
+    m = task.episode_metrics(pr, ep)
+    assert m["mech/restart_rate"] == 0.0                       # only the even (fresh, no restart) rows count
+    assert m["mech/recovery_rate"] in (0.0, None) and m["mech/clean_pass_rate"] in (0.0, None)
+    assert m["mech/fault_share"] == pytest.approx(pr.fault.mean())
+    assert task.episode_metrics(pr, ep._replace(replayed=np.ones(16, np.int32)))["mech/restart_rate"] is None

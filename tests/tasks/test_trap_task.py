@@ -265,8 +265,15 @@ def test_demonstrations_replay_and_episode_metrics():
     bad[0, np.flatnonzero(~src.policy_mask[0] & (src.tokens[0] == T.OBS_OPEN))[0] + 1] = T.GARBLED
     with pytest.raises(ValueError, match="observation"):
         T.replay_final_states(probs, bad, src.policy_mask, 1, task.cfg)
-    with pytest.raises(ValueError, match="fresh"):
-        task.episode_metrics(probs, src._replace(replayed=np.ones(32, np.int32)))
+    # re-rolls are left out, the one rule of every task's episode_metrics (prs.rl.episodes.fresh_rows)
+    from prs.tasks.trap_task import STRATEGY_METRICS
+
+    assert tuple(m) == STRATEGY_METRICS
+    assert task.episode_metrics(probs, src._replace(replayed=np.ones(32, np.int32))) == dict.fromkeys(STRATEGY_METRICS)
+    half = np.arange(32) % 2 == 1                                   # odd rows "replayed"
+    m_half = task.episode_metrics(probs, src._replace(replayed=half.astype(np.int32)))
+    keep = np.flatnonzero(~half)
+    assert m_half == T.strategy_metrics(task.take(probs, keep), np.arange(16), [own[i] for i in keep])
 
 
 def test_replay_through_execution_rebuilds_the_state_at_the_cut():
