@@ -368,13 +368,15 @@ class SameStep:
 # ---------------------------------------------------------------------- next_visit
 
 
-def _episodes_rows(tokens, mask, width) -> Episodes:
-    """A source ``Episodes`` [R] holding only what a replay reads: tokens and policy mask."""
+def _episodes_rows(tokens, mask, width, units) -> Episodes:
+    """A source ``Episodes`` [R] holding only what a replay reads: tokens, policy mask and its policy
+    ``units`` [R] (what a task's own cut rule clamps to, ``fixed_cut``)."""
     r = tokens.shape[0]
     z = jnp.zeros((r,), jnp.int32)
     return Episodes(tokens=jnp.asarray(tokens), positions=jnp.zeros((r, width), jnp.int32),
                     valid=jnp.asarray(tokens != 0), policy_mask=jnp.asarray(mask),
-                    logprobs=jnp.zeros((r, width), jnp.float32), rewards=z.astype(jnp.float32), units=z,
+                    logprobs=jnp.zeros((r, width), jnp.float32), rewards=z.astype(jnp.float32),
+                    units=jnp.asarray(units, jnp.int32),
                     replayed=z, env_steps=z, sampling_logprobs=jnp.zeros((r, width), jnp.float32),
                     truncated=jnp.zeros((r,), bool))
 
@@ -440,7 +442,8 @@ class NextVisit:
             base = np.full((b, L), task.pad_id, np.int32)
             base[:, : prompt.shape[1]] = prompt
             tok = np.where(steered[:, None, None], src_tok, base[:, None, :]).reshape(R, L)
-            ep = rollouts.reroll(params, task.take(problems, rows_g), _episodes_rows(tok, np.zeros_like(tok, bool), L),
+            ep = rollouts.reroll(params, task.take(problems, rows_g),
+                                 _episodes_rows(tok, np.zeros_like(tok, bool), L, np.where(steered[:, None], units, 0).reshape(-1)),
                                  cut.reshape(-1), k_sample, group_size=1)
             fresh_ep = None                                                          # only unsteered rows are fresh
         else:
@@ -453,7 +456,8 @@ class NextVisit:
                 padg = reroll_groups(sel, b, bucketed=rl.rollout.reroll_group_buckets)       # [Gb] groups
                 prow = (padg[:, None] * n + np.arange(n)[None, :]).reshape(-1)       # [Gb*N] rows
                 ep2 = rollouts.reroll(params, task.take(problems, rows_g[prow]),
-                                      _episodes_rows(src_tok.reshape(R, L)[prow], src_msk.reshape(R, L)[prow], L),
+                                      _episodes_rows(src_tok.reshape(R, L)[prow], src_msk.reshape(R, L)[prow], L,
+                                                     units.reshape(R)[prow]),
                                       cut.reshape(-1)[prow], k_reroll, group_size=1)
                 where = np.full((b,), -1)
                 where[sel] = np.arange(sel.size)                                     # group -> slot in ep2

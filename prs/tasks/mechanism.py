@@ -451,9 +451,16 @@ class DeepTask(ArithTask):
         return np.concatenate([np.asarray(problems.prompt), sol], axis=1), hard_step_cut(problems)
 
     def fixed_cuts(self, problems: Problems, source, cut: np.ndarray) -> np.ndarray:
+        """The cuts of a Prefix Sampling re-roll of ``source [G]`` (``units``: its generated tokens):
+        with ``fixed_cut`` just before the hard step, ``min(2 (h - 1), units - 1)`` (within the source's
+        proper prefixes, as ``flaky_task.FlakyRollouts.reroll`` clamps: a short failed source's EOS and
+        padding are never replayed), at least 1; a row the caller does not steer (``cut = 0``, a
+        next-visit call's fresh row) stays 0. Without ``fixed_cut``: ``cut``."""
         if not self.fixed_cut:
             return cut
-        return np.maximum(np.minimum(hard_step_cut(problems), self.max_new_tokens - 1), 1).astype(np.int32)
+        units = np.asarray(source.units)
+        fixed = np.maximum(np.minimum(hard_step_cut(problems), units - 1), 1)
+        return np.where(np.asarray(cut) > 0, fixed, 0).astype(np.int32)
 
     def policy_metrics(self, params, *, model_cfg) -> dict[str, float]:
         """The mechanism metric at every evaluation (``Trainer.evaluate``): the hard step's

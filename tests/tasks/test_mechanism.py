@@ -444,7 +444,8 @@ def test_fixed_cut_puts_every_reroll_just_before_the_hard_step():
     fixed = make_task("arith_deep", easy_steps=12, fixed_cut=True)
     cut = np.array([5, 9, 27])
     assert DEEP.fixed_cuts(pr, None, cut).tolist() == [5, 9, 27]          # off: the controller's cuts
-    assert fixed.fixed_cuts(pr, None, cut).tolist() == [24, 24, 24]       # 12 values and their commas
+    long = _deep_source(pr, [_correct_text(pr, i) for i in range(3)])      # full traces: 28 tokens each
+    assert fixed.fixed_cuts(pr, long, cut).tolist() == [24, 24, 24]       # 12 values and their commas
     src, c = fixed.oracle_source(pr, seed=0)
     v = fixed.cfg.vocab
     text = v.decode(src[0, : pr.prompt_len[0] + c[0]])
@@ -648,3 +649,71 @@ def test_recovery_episode_metrics_leave_the_oracles_replayed_rows_out():
     assert m["mech/recovery_rate"] in (0.0, None) and m["mech/clean_pass_rate"] in (0.0, None)
     assert m["mech/fault_share"] == pytest.approx(pr.fault.mean())
     assert task.episode_metrics(pr, ep._replace(replayed=np.ones(16, np.int32)))["mech/restart_rate"] is None
+
+
+def _correct_text(pr, i, task=DEEP):
+    return ref_trace(task.cfg.vocab.decode(pr.prompt[i, : pr.prompt_len[i]]), 7)
+
+
+def _deep_source(pr, texts, task=DEEP):
+    """Source ``Episodes`` [G] as a same-step re-roll gets them (``take_rows`` of the step's rollouts):
+    ``prompt_g + texts[g]`` generated (policy mask on it), ``units`` its generated tokens."""
+    from prs.rl.episodes import Episodes
+
+    v = task.cfg.vocab
+    ids = [list(pr.prompt[g, : pr.prompt_len[g]]) + v.encode(t) for g, t in enumerate(texts)]
+    width = int(pr.prompt.shape[1]) + 2 * task.max_new_tokens
+    tok = np.full((len(ids), width), v.pad_id, np.int32)
+    pm = np.zeros(tok.shape, bool)
+    for g, row in enumerate(ids):
+        tok[g, : len(row)] = row
+        pm[g, int(pr.prompt_len[g]): len(row)] = True
+    z, zi = np.zeros(tok.shape, np.float32), np.zeros(len(ids), np.int32)
+    return Episodes(tok, z.astype(np.int32), tok != v.pad_id, pm, z, zi.astype(np.float32), pm.sum(1).astype(np.int32),
+                    zi, zi, z, np.zeros(len(ids), bool))
+
+
+def test_fixed_cut_never_replays_past_a_short_source():
+    """Issue 45, item 2: ``fixed_cut`` cut every source at 2(h - 1) = 24 tokens whatever its length, so a
+    3-token failed source ``1,$`` was replayed with its EOS and 21 pads (24 replayed tokens). The cut is
+    clamped to the source's proper prefixes, ``min(24, units - 1)``, as the flaky task clamps; checked
+    through ``OracleRollouts.reroll`` on a tiny model: the replayed tokens are the source's own."""
+    from prs.models.qwen3 import ModelConfig, init_params
+    from prs.rl.episodes import RolloutConfig
+    from prs.tasks.mechanism import OracleRollouts
+
+    fixed = make_task("arith_deep", easy_steps=12, fixed_cut=True)
+    pr = fixed.train_problems(seed=0, step=0, count=2)
+    src = _deep_source(pr, ["1,$", _correct_text(pr, 1)])                 # a short failure, a full trace
+    assert np.asarray(src.units).tolist() == [3, 28]
+    assert fixed.fixed_cuts(pr, src, np.array([2, 5])).tolist() == [2, 24]
+    assert fixed.fixed_cuts(pr, src, np.array([0, 5])).tolist() == [0, 24]  # an unsteered row stays fresh
+    model = ModelConfig.preset("tiny", vocab_size=fixed.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    ro = OracleRollouts.from_settings(fixed, RolloutConfig(), model_cfg=model)
+    ep = ro.reroll(init_params(model, jax.random.PRNGKey(0)), pr, src, np.array([2, 5]), jax.random.PRNGKey(1),
+                   group_size=2)
+    assert np.asarray(ep.replayed).tolist() == [2, 2, 24, 24]
+    tok, p = np.asarray(ep.tokens), int(pr.prompt_len[0])
+    assert fixed.cfg.vocab.decode(tok[0, p: p + 2]) == "1,"                # the source's own tokens, no EOS or pad
+    assert not np.asarray(ep.policy_mask)[:2, : p + 2].any()
+
+
+def test_fixed_cut_leaves_a_next_visit_calls_fresh_rows_fresh():
+    """A next-visit step samples every row through ``reroll`` (an unsteered row has cut 0 and its prompt
+    as source): ``fixed_cut`` cut those rows too (24 replayed tokens of padding each); they stay fresh, so
+    a step that steers nothing (a random policy: no success to prefix from) replays nothing."""
+    from prs.core import prefix as ps
+    from prs.models.qwen3 import ModelConfig, init_params
+    from prs.rl.config import EvalConfig, ScheduleConfig
+    from prs.rl.trainer import RLConfig, Trainer
+
+    task = make_task("arith_deep", easy_steps=2, fixed_cut=True)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(kind="next_visit", pool_size=4))
+    tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_ada", n=4), seed=0)
+    c = tr.collect(tr.init_state(init_params(model, jax.random.PRNGKey(0))))
+    assert c.metrics["groups_steered"] == 0
+    assert c.metrics["tokens_replayed"] == 0
