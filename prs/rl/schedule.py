@@ -198,6 +198,7 @@ class Sampled:
     memory: Any                   # next_visit: the new TaskMemory; same_step: unchanged (None)
     metrics: dict[str, Any]       # the schedule's own step metrics
     fresh: tuple[Any, Episodes] | None = None  # (problems, unsteered fresh episodes) for episode_metrics
+    groups: tuple[Any, np.ndarray] | None = None  # (problems [B], [G] problem of each train group) for batch_metrics
     sources: dict[str, Any] | None = None      # next_visit: ids, steered, source ids, cuts (tests, debugging)
 
 
@@ -285,6 +286,7 @@ class SameStep:
         t_sample = time.perf_counter() - t0
 
         train, train_rewards = ep, rewards
+        gidx = np.arange(b)                                                     # [G] problem of each train group
         bucket_np = np.asarray(bucket)
         sel = np.nonzero(bucket_np >= 0)[0]                                     # re-rolled groups
         reroll_rate = np.full((b,), np.nan, np.float32)
@@ -335,6 +337,7 @@ class SameStep:
                 ep2 = ep2._replace(policy_mask=ep2.policy_mask & keep_extra)
                 train = Episodes(*(jnp.concatenate([v, v2]) for v, v2 in zip(ep, ep2)))
                 train_rewards = jnp.concatenate([rewards, r2])
+                gidx = np.concatenate([gidx, pick, np.full(b - pick.size, pick[0])])  # padding rows: no loss
                 replaced = g
         if rl.schedule.reroll == "append" and train_rewards.shape[0] == b:
             # no re-roll this step: pad with empty groups so that the update sees one shape
@@ -343,6 +346,7 @@ class SameStep:
             empty = lambda v: jax.device_put(np.zeros(v.shape, v.dtype))  # noqa: E731
             train = Episodes(*(jnp.concatenate([v, empty(v)]) for v in train))
             train_rewards = jnp.concatenate([train_rewards, empty(train_rewards)])
+            gidx = np.concatenate([gidx, np.zeros(b, np.int64)])               # empty groups: no loss
         steered = np.zeros((b,), bool)
         steered[sel] = True
         metrics = {
@@ -362,7 +366,7 @@ class SameStep:
         }
         return Sampled(train=train, train_rewards=train_rewards, k=np.asarray(k), k_bucket=bucket_np, steered=steered,
                        steer_bucket=bucket_np, rate=reroll_rate, prefix=new_prefix, memory=state.memory,
-                       metrics=metrics, fresh=(problems, ep))
+                       metrics=metrics, fresh=(problems, ep), groups=(problems, gidx))
 
 
 # ---------------------------------------------------------------------- next_visit
@@ -468,6 +472,7 @@ class NextVisit:
         k = (rewards >= 1.0).sum(1).astype(np.int32)                               # [B]
         n_rollouts = R
         train, train_rewards = ep, rewards
+        gidx = np.arange(b)                                                        # [G] problem of each train group
         extra = np.zeros((b,), bool)
         gen = int(np.asarray(ep.policy_mask).sum())
         if rl.schedule.control == "extra_rollouts":
@@ -479,9 +484,11 @@ class NextVisit:
                 ep3 = _pad_groups(rollouts.rollout(params, task.take(problems, padg), k_reroll, group_size=n), R)
                 live = np.repeat(np.arange(b) < sel.size, n)                         # [R] padding off
                 ep3 = ep3._replace(policy_mask=ep3.policy_mask & jnp.asarray(live)[:, None])
+                gidx = np.concatenate([gidx, padg, np.full(b - padg.size, padg[0])])  # padding rows: no loss
             else:                                                                  # empty groups: one shape
                 ep3 = Episodes(*(jnp.zeros_like(v) for v in ep))
                 live = np.zeros((R,), bool)
+                gidx = np.concatenate([gidx, np.zeros(b, np.int64)])
             train = Episodes(*(jnp.concatenate([v, v3]) for v, v3 in zip(ep, ep3)))
             r3 = np.asarray(ep3.rewards).reshape(b, n)
             train_rewards = np.concatenate([rewards, np.where(live.reshape(b, n), r3, 0.0)])
@@ -564,4 +571,4 @@ class NextVisit:
         return Sampled(train=train, train_rewards=train_rewards, k=k, k_bucket=k_bucket, steered=steered,
                        steer_bucket=plan, rate=rate, prefix=new_prefix,
                        memory=TaskMemory(*(jnp.asarray(x) for x in mem)), metrics=metrics, fresh=fresh_view,
-                       sources=sources)
+                       sources=sources, groups=(problems, gidx))

@@ -260,10 +260,11 @@ class Trainer:
             metrics[f"bucket/{kb}/ema"] = float(ema_np[j])
         if hasattr(self.task, "episode_metrics") and s.fresh is not None:  # the fresh rollouts' task metrics
             metrics.update(self.task.episode_metrics(*s.fresh))            # (trap: hack rate, ...)
-        if hasattr(self.task, "batch_metrics") and s.fresh is not None:    # the update's batch, row r of problem
-            probs = s.fresh[0]                                             # r // n (not with appended groups)
-            if batch.advantages.shape[0] == np.shape(probs[0])[0] * n:  # shapes only (a problem set is a NamedTuple of [B, ...])
-                metrics.update(self.task.batch_metrics(probs, batch))
+        if hasattr(self.task, "batch_metrics") and s.groups is not None:   # the update's whole batch: row r of
+            probs, gidx = s.groups                                         # train group r // n, on problem gidx[r // n]
+            if batch.advantages.shape[0] != gidx.size * n:
+                raise RuntimeError(f"internal: {batch.advantages.shape[0]} batch rows for {gidx.size} groups of {n}")
+            metrics.update(self.task.batch_metrics(self.task.take(probs, gidx), batch))
         return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources)
 
     def assemble(self, train: Episodes, train_rewards, *, key) -> tuple["Batch", np.ndarray]:

@@ -217,3 +217,70 @@ def test_math_jsonl_task_evaluates_on_no_training_problem(tmp_path):
     assert eval_problems and not train_problems & eval_problems
     shipped = [json.loads(x)["problem"] for x in mj.SHIPPED.read_text().splitlines() if x.strip()]
     assert train_problems | eval_problems == set(shipped)
+
+
+def test_next_visit_logs_the_hard_step_advantage_mass_in_steps_that_steer():
+    """Issue 45, item 7: with ``kind=next_visit`` the batch metric ``mech/adv_mass_hard`` was skipped in
+    every step that steered a group (the trainer matched the batch against the unsteered groups only).
+    A step whose two pool tasks both start from a stored correct source (planned in the hard bucket)
+    logs it, equal to ``advantage_mass_share`` over the whole batch with the hard step's mask of the
+    step's problems (read from the pool order, ``schedule.pool_ids``)."""
+    from prs.rl import schedule as sched
+    from prs.rl.config import EvalConfig
+    from prs.tasks.mechanism import advantage_mass_share, hard_step_mask, solution_tokens
+    from prs.tasks.registry import make_task
+
+    task = make_task("arith_deep", easy_steps=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    b, n, m = 2, 4, 4
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=4, samples=1),
+                  loss=LossConfig(drop_no_contrast=False), schedule=ScheduleConfig(kind="next_visit", pool_size=m))
+    pc = ps.PrefixConfig(mode="ps_ada", n=n)
+    tr = Trainer(task, model, rl, pc, seed=0)
+    state = tr.init_state(init_params(model, jax.random.PRNGKey(0)))
+    mem = sched.TaskMemory(*(np.array(x) for x in state.memory))
+    ids = sched.pool_ids(0, 0, b, m)
+    probs = task.take(tr.schedule.pool, ids)
+    sol, length = solution_tokens(probs, task.cfg)
+    for i, t in enumerate(ids):  # slot 0: a stored success, the whole correct trace
+        p = int(probs.prompt_len[i])
+        mem.src_tokens[t, 0, :p] = probs.prompt[i, :p]
+        mem.src_tokens[t, 0, p: p + length[i]] = sol[i, : length[i]]
+        mem.src_mask[t, 0, p: p + length[i]] = True
+        mem.src_units[t, 0], mem.src_success[t, 0], mem.src_valid[t, 0], mem.src_id[t, 0] = length[i], True, True, i
+    mem.plan[ids] = int(np.flatnonzero(ps.bucket_direction(pc) > 0)[0])       # the hard bucket: success prefixes
+    state = state._replace(memory=sched.TaskMemory(*(jnp.asarray(x) for x in mem)))
+    # a random policy fails every trace: alternate the rewards so that the advantages carry mass
+    tr.rollouts._rewards = lambda problems, ro, *, group_size: jnp.tile(
+        jnp.array([1.0, 0.0]), ro.tokens.shape[0] // 2).reshape(-1, group_size)
+    c = tr.collect(state)
+    assert c.metrics["groups_steered"] == b
+    want = advantage_mass_share(c.batch.advantages, c.batch.loss_mask,
+                                hard_step_mask(probs, c.batch.tokens.shape[1], group_size=n))
+    assert want > 0 and c.metrics["mech/adv_mass_hard"] == pytest.approx(want)
+
+
+def test_same_step_append_logs_the_hard_step_advantage_mass_over_the_appended_groups_too():
+    """The appended re-roll groups (``reroll=append``: 2B groups in the update) were skipped the same way;
+    with both groups steered the batch is [problems 0, 1, re-rolls of 0, 1] and the metric is the share
+    over all of it (``advantage_mass_share`` with the hard step's mask of those problems)."""
+    from prs.rl.config import EvalConfig
+    from prs.tasks.mechanism import advantage_mass_share, hard_step_mask
+    from prs.tasks.registry import make_task
+
+    task = make_task("arith_deep", easy_steps=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    rl = RLConfig(tasks_per_step=2, group_size=4, eval=EvalConfig(count=4, samples=1),
+                  loss=LossConfig(drop_no_contrast=False), schedule=ScheduleConfig(reroll="append"))
+    tr = Trainer(task, model, rl, ps.PrefixConfig(mode="ps_ada", n=4), seed=0)
+    # k = 1 of 4 in every group (a hard bucket: a success prefix exists), so both groups are re-rolled
+    tr.rollouts._rewards = lambda problems, ro, *, group_size: jnp.tile(
+        jnp.array([1.0, 0.0, 0.0, 0.0]), ro.tokens.shape[0] // 4).reshape(-1, group_size)
+    c = tr.collect(tr.init_state(init_params(model, jax.random.PRNGKey(0))))
+    assert c.metrics["groups_steered"] == 2 and c.batch.tokens.shape[0] == 16
+    probs = task.take(task.train_problems(seed=0, step=0, count=2), np.array([0, 1, 0, 1]))
+    want = advantage_mass_share(c.batch.advantages, c.batch.loss_mask,
+                                hard_step_mask(probs, c.batch.tokens.shape[1], group_size=4))
+    assert want > 0 and c.metrics["mech/adv_mass_hard"] == pytest.approx(want)
