@@ -115,6 +115,9 @@ class LossConfig:
             raise ValueError(f"LossConfig.algorithm={self.algorithm!r} (loss.algorithm); choose from {ALGORITHMS}")
         if self.rft_cap < 1:
             raise ValueError(f"LossConfig.rft_cap (loss.rft_cap) must be >= 1, got {self.rft_cap}")
+        if self.rft_cap != 2 and self.algorithm != "rft":
+            raise ValueError(f"LossConfig.rft_cap={self.rft_cap} (loss.rft_cap) acts with algorithm='rft' only; with "
+                             f"algorithm={self.algorithm!r} allowed rft_cap=2 (the default)")
         if not self.kl_coef >= 0.0:
             raise ValueError(f"LossConfig.kl_coef={self.kl_coef} (loss.kl_coef) must be >= 0 (the KL penalty to the "
                              "frozen reference policy, i.e. the parameters the run started from)")
@@ -166,6 +169,10 @@ class ScheduleConfig:
                 raise ValueError(f"ScheduleConfig.{name}={getattr(self, name)!r} (schedule.{name}); choose from {allowed}")
         if not 0.0 <= self.extra_share <= 1.0:
             raise ValueError(f"ScheduleConfig.extra_share={self.extra_share} (schedule.extra_share) must lie in [0, 1]")
+        if self.extra_share != 0.5 and self.control != "extra_rollouts":
+            raise ValueError(f"ScheduleConfig.extra_share={self.extra_share} (schedule.extra_share) acts with "
+                             f"control='extra_rollouts' only; with control={self.control!r} allowed extra_share=0.5 "
+                             "(the default)")
         if self.control == "extra_rollouts" and self.reroll != "append":
             raise ValueError("ScheduleConfig.control='extra_rollouts' appends its extra groups: it needs "
                              "reroll='append' (schedule.reroll)")

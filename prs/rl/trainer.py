@@ -123,6 +123,10 @@ class Trainer:
         # A task may bring its own rollouts (multi-turn agents): ``task.make_rollouts(model_cfg=, sampling=, mesh=)``.
         make = getattr(task, "make_rollouts", None)
         if make is not None:
+            if rl.schedule.reroll_budget != "shared":  # an agent's prefix turns always count against max_turns
+                raise ValueError(f"ScheduleConfig.reroll_budget={rl.schedule.reroll_budget!r} (schedule.reroll_budget) "
+                                 "with a multi-turn agent task, whose replayed turns count against its turn budget; "
+                                 "allowed reroll_budget='shared'")
             self.rollouts = make(model_cfg=model_cfg, sampling=rl.rollout, mesh=mesh)
         else:
             # a single-turn task may name a SingleTurnRollouts subclass (its own prefix sources: prs.tasks.mechanism)

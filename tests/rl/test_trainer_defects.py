@@ -284,3 +284,30 @@ def test_same_step_append_logs_the_hard_step_advantage_mass_over_the_appended_gr
     want = advantage_mass_share(c.batch.advantages, c.batch.loss_mask,
                                 hard_step_mask(probs, c.batch.tokens.shape[1], group_size=4))
     assert want > 0 and c.metrics["mech/adv_mass_hard"] == pytest.approx(want)
+
+
+def test_options_read_by_nothing_in_a_configuration_are_refused_in_one_line():
+    """Options of the same kind as issue 45's items 3-4, found beside them: ``loss.rft_cap`` without RFT,
+    ``schedule.extra_share`` without the extra-rollouts control and ``schedule.reroll_budget='extra'`` with
+    an agent task were accepted and read by nothing; each is one line naming the key and the allowed
+    value, and the defaults pass."""
+    from prs.rl.config import EvalConfig
+    from prs.tasks.registry import make_task
+
+    with pytest.raises(ValueError, match=r"^LossConfig.rft_cap=4 \(loss.rft_cap\) acts with algorithm='rft' only.*"
+                                         r"allowed rft_cap=2"):
+        LossConfig(rft_cap=4)
+    LossConfig(algorithm="rft", rft_cap=4)
+    with pytest.raises(ValueError, match=r"^ScheduleConfig.extra_share=0.2 \(schedule.extra_share\) acts with "
+                                         r"control='extra_rollouts' only.*allowed extra_share=0.5"):
+        ScheduleConfig(extra_share=0.2)
+    ScheduleConfig(control="extra_rollouts", reroll="append", extra_share=0.2)
+    task = make_task("repair", n_lines=4, max_turns=2)
+    model = ModelConfig.preset("tiny", vocab_size=task.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                               head_dim=8, d_ff=32)
+    rl = RLConfig(tasks_per_step=2, group_size=2, eval=EvalConfig(count=2, samples=1),
+                  schedule=ScheduleConfig(reroll_budget="extra"))
+    with pytest.raises(ValueError, match=r"^ScheduleConfig.reroll_budget='extra' \(schedule.reroll_budget\) with a "
+                                         r"multi-turn agent task.*allowed reroll_budget='shared'$"):
+        Trainer(task, model, rl, ps.PrefixConfig(mode="ps_ada", n=2), seed=0)
+    Trainer(task, model, dataclasses.replace(rl, schedule=ScheduleConfig()), ps.PrefixConfig(mode="ps_ada", n=2), seed=0)
