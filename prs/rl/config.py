@@ -20,7 +20,7 @@ import functools
 
 from prs.core.advantages import ESTIMATORS
 from prs.core.losses import LOSS_TYPES, RATIO_LEVELS
-from prs.rl import loss_menu, schedule as sched
+from prs.rl import loss_menu, schedule as sched, select as selector
 from prs.rl.episodes import SAMPLING_DTYPES, RolloutConfig
 
 REROLL_MODES = ("replace", "append")
@@ -148,7 +148,17 @@ class ScheduleConfig:
       control: ``none``, ``reroll_noprefix`` (steer the same groups with an empty prefix) or
         ``extra_rollouts`` (append N from-scratch rollouts for a share ``extra_share`` of the
         skewed groups).
-      pool_size, pool_seed: the next-visit task pool (a multiple of ``RLConfig.tasks_per_step``).
+      pool_size, pool_seed: the next-visit task pool (a multiple of ``RLConfig.tasks_per_step``), and
+        the pool every ``select`` other than ``uniform`` draws its tasks from (at least one batch).
+      select: which tasks get rollouts (``prs.rl.select``): ``uniform`` (the schedule's own tasks),
+        ``dynamic_sampling`` (DAPO / verl filter_groups), ``selective`` (GRESO), ``screen`` (SPEED-RL)
+        or ``predicted`` (a discounted Beta posterior per task). Its options, None = the selector's
+        default (``prs.rl.select.DEFAULTS``), are refused with another selector:
+        ``ds_gen_batch_size`` (verl ``data.gen_batch_size``; default B), ``ds_max_gen_batches``
+        (verl ``algorithm.filter_groups.max_num_gen_batches``, 0 = no cap; default 10),
+        ``greso_p_easy``, ``greso_p_hard`` (0.5), ``greso_floor`` (0.01), ``greso_target`` (0.25),
+        ``greso_step`` (0.01), ``screen_n_init`` (4), ``screen_batch`` (default B),
+        ``screen_max_rounds`` (10), ``pred_discount`` (0.95).
     """
 
     kind: str = "same_step"
@@ -161,8 +171,21 @@ class ScheduleConfig:
     extra_share: float = 0.5
     pool_size: int = 256
     pool_seed: int = 0
+    select: str = "uniform"
+    ds_gen_batch_size: int | None = None
+    ds_max_gen_batches: int | None = None
+    greso_p_easy: float | None = None
+    greso_p_hard: float | None = None
+    greso_floor: float | None = None
+    greso_target: float | None = None
+    greso_step: float | None = None
+    screen_n_init: int | None = None
+    screen_batch: int | None = None
+    screen_max_rounds: int | None = None
+    pred_discount: float | None = None
 
     def __post_init__(self):
+        selector.check_config(self)
         for name, allowed in (("kind", sched.SCHEDULES), ("reroll", REROLL_MODES), ("reroll_budget", REROLL_BUDGETS),
                               ("sources", sched.SOURCES), ("control", sched.CONTROLS)):
             if getattr(self, name) not in allowed:
@@ -256,6 +279,7 @@ class RLConfig:
                              "temperature=1.0, top_k=0, top_p=1.0); set loss.rollout_correction (e.g. "
                              "token_truncate) to train on an adjusted sampler with importance weights p/q")
         sc = self.schedule
+        selector.check_rl(self)
         if sc.kind == "next_visit":
             if sc.pool_size < self.tasks_per_step or sc.pool_size % self.tasks_per_step:
                 raise ValueError(f"ScheduleConfig.pool_size={sc.pool_size} (schedule.pool_size) must be a positive "

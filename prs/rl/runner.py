@@ -508,6 +508,11 @@ def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_
         "tokens_replayed": int(sum(m["tokens_replayed"] for m in train)),
         "time_sample_s": float(sum(m["time_sample"] for m in train)),
         "time_update_s": float(sum(m["time_update"] for m in train)),
+        # the compute ledger (prs.rl.select): every control compared at matched tokens and time
+        **{f"{key}_total": int(sum(m.get(key, 0) for m in train))
+           for key in ("tokens_trained", "groups_contrast", "rollouts_sampled", "rollouts_skipped", "gen_batches")},
+        "time_select_s": float(sum(m.get("time_select", 0.0) for m in train)),
+        "time_batch_s": float(sum(m.get("time_batch", 0.0) for m in train)),
         "run_time_s": run_time_s,
         "resumed_from_step": resumed_from,
     }

@@ -200,6 +200,7 @@ class Sampled:
     fresh: tuple[Any, Episodes] | None = None  # (problems, unsteered fresh episodes) for episode_metrics
     groups: tuple[Any, np.ndarray] | None = None  # (problems [B], [G] problem of each train group) for batch_metrics
     sources: dict[str, Any] | None = None      # next_visit: ids, steered, source ids, cuts (tests, debugging)
+    select: Any = None                         # schedule.select != uniform: the new prs.rl.select.SelectState
 
 
 def make_schedule(task, rl, prefix_cfg: ps.PrefixConfig, *, seed: int, width: int):
@@ -250,16 +251,19 @@ class SameStep:
 
     def __init__(self, task, rl, prefix_cfg: ps.PrefixConfig, *, seed: int, width: int):
         self.task, self.rl, self.prefix_cfg, self.seed, self.width = task, rl, prefix_cfg, int(seed), int(width)
+        self._pool = None
+
+    pool = property(lambda self: NextVisit.pool.fget(self), doc="The pool a selector draws from (``NextVisit.pool``).")
 
     def init_memory(self):
         return None
 
-    def _selection(self, sel: np.ndarray, key) -> np.ndarray:
+    def _selection(self, sel: np.ndarray, key, b: int) -> np.ndarray:
         """``extra_rollouts``: a seeded share ``extra_share`` of the skewed groups ``sel``; else ``sel``."""
         rl = self.rl
         if rl.schedule.control != "extra_rollouts" or not sel.size:
             return sel
-        u = np.asarray(jax.random.uniform(jax.random.fold_in(key, 17), (rl.tasks_per_step,)))  # [B]
+        u = np.asarray(jax.random.uniform(jax.random.fold_in(key, 17), (b,)))  # [B]
         return sel[u[sel] < rl.schedule.extra_share]
 
     def _reroll(self, rollouts, params, problems, source: Episodes, cut, key, *, group_size: int) -> Episodes:
@@ -268,15 +272,16 @@ class SameStep:
             return rollouts.rollout(params, problems, key, group_size=group_size)
         return rollouts.reroll(params, problems, source, cut, key, group_size=group_size)
 
-    def sample(self, state, params, keys: StepKeys, rollouts) -> Sampled:
+    def sample(self, state, params, keys: StepKeys, rollouts, *, ids=None, fresh: Episodes | None = None) -> Sampled:
         """One step's rollouts and re-rolls with the sampler's ``params``; ``state`` gives the step
-        and the controller."""
+        and the controller. A selector (``prs.rl.select``) passes the pool ``ids [B]`` to sample
+        and, for ``screen``, their first N rollouts ``fresh [B*N]``; else the step's own B tasks."""
         rl, prefix_cfg, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
-        n, b = rl.group_size, rl.tasks_per_step
+        n, b = rl.group_size, (rl.tasks_per_step if ids is None else len(ids))
         t0 = time.perf_counter()
-        problems = task.train_problems(seed=self.seed, step=step, count=b)
-        ep = rollouts.rollout(params, problems, keys.sample, group_size=n)       # [R, L]
+        problems = task.train_problems(seed=self.seed, step=step, count=b) if ids is None else task.take(self.pool, ids)
+        ep = rollouts.rollout(params, problems, keys.sample, group_size=n) if fresh is None else fresh  # [R, L]
         rewards = ep.rewards.reshape(b, n)                                      # [B, N]
         # k counts full successes (reward 1): the same as Σ r for a binary reward, and the pass
         # count when a task trains on a partial-credit reward (fraction of tests, similarity)
@@ -301,7 +306,7 @@ class SameStep:
             src_row = np.arange(b) * n + np.where(src >= 0, src, 0)             # unsteered rows: unused
             cut = np.asarray(ps.cut_points(state.prefix, bucket, ep.units[src_row], prefix_cfg))  # [B] units
             sel = sel[cut[sel] > 0]                                             # sources too short to cut
-            sel = self._selection(sel, keys.reroll)                             # extra_rollouts: a share
+            sel = self._selection(sel, keys.reroll, b)                          # extra_rollouts: a share
         if sel.size:
             g = sel.size
             pick = reroll_groups(sel, b, bucketed=rl.rollout.reroll_group_buckets)     # [Gb] groups: a few shapes;
@@ -406,16 +411,17 @@ class NextVisit:
     def init_memory(self) -> TaskMemory:
         return init_memory(self.rl.schedule.pool_size, source_slots(self.rl, self.rl.group_size), self.width)
 
-    def sample(self, state, params, keys: StepKeys, rollouts) -> Sampled:
+    def sample(self, state, params, keys: StepKeys, rollouts, *, ids=None) -> Sampled:
         """One step's B·N rollouts (steered tasks from their sources' prefixes) with the sampler's
-        ``params``; ``state`` gives the step, the controller and the task memory."""
+        ``params``; ``state`` gives the step, the controller and the task memory; ``ids [B]``: the
+        pool tasks a selector chose (``prs.rl.select``), else the step's place in the pool order."""
         rl, prefix_cfg, task = self.rl, self.prefix_cfg, self.task
         step = int(state.step)
-        n, b = rl.group_size, rl.tasks_per_step
+        n, b = rl.group_size, (rl.tasks_per_step if ids is None else len(ids))
         R, L = b * n, self.width
         k_sample, k_src, k_reroll = keys
         mem = TaskMemory(*(np.array(x) for x in jax.device_get(state.memory)))  # host copies, mutable
-        ids = pool_ids(self.seed, step, b, rl.schedule.pool_size)                           # [B]
+        ids = pool_ids(self.seed, step, b, rl.schedule.pool_size) if ids is None else np.asarray(ids)  # [B]
         problems = task.take(self.pool, ids)
         rows_g = np.repeat(np.arange(b), n)                                        # [R] group of each row
         t0 = time.perf_counter()

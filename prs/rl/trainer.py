@@ -47,6 +47,7 @@ from prs.models.qwen3 import ModelConfig, forward, forward_hidden, init_params
 from prs.parallel.sharding import place, shard_rows
 from prs.parallel import multihost
 from prs.rl import schedule
+from prs.rl import select as selector
 from prs.rl.config import (ALGORITHMS, REROLL_BUDGETS, REROLL_MODES, EvalConfig, LossConfig, OptimConfig,  # noqa: F401
                            RLConfig, ScheduleConfig)
 from prs.rl.episodes import SAMPLING_DTYPES, Episodes, RolloutConfig, SingleTurnRollouts  # noqa: F401
@@ -61,6 +62,7 @@ class Collected(NamedTuple):
     metrics: dict[str, Any]
     memory: Any = None         # next_visit: the new TaskMemory; same_step: None
     sources: dict[str, Any] | None = None  # next_visit: ids, steered, source ids, cuts (tests, debugging)
+    select: Any = None         # schedule.select != uniform: the new prs.rl.select.SelectState
 
 
 class TrainState(NamedTuple):
@@ -73,6 +75,7 @@ class TrainState(NamedTuple):
     prefix: ps.PrefixState     # controller state, [K] per bucket
     memory: Any = None         # next_visit: prs.rl.schedule.TaskMemory ([M] tasks); same_step: None
     ref_params: Any = None     # kl_coef > 0: the frozen KL reference (the parameters the run started from); else None
+    select: Any = None         # schedule.select != uniform: prs.rl.select.SelectState ([M] tasks); uniform: None
 
 
 def checkpoint_tree(state: TrainState) -> dict[str, Any]:
@@ -80,8 +83,9 @@ def checkpoint_tree(state: TrainState) -> dict[str, Any]:
     there is none (``kl_coef == 0``), so such a checkpoint holds exactly step, parameters,
     optimiser state, controller and task memory. ``TrainState(**tree)`` is the inverse."""
     tree = state._asdict()
-    if tree["ref_params"] is None:
-        del tree["ref_params"]
+    for name in ("ref_params", "select"):  # absent when unused: a uniform run's checkpoint is what it always was
+        if tree[name] is None:
+            del tree[name]
     return tree
 
 
@@ -136,6 +140,9 @@ class Trainer:
         self.width = self.rollouts.width
         self.budget = loss_menu.length_budget(self.rollouts, rl)
         self.schedule = schedule.make_schedule(task, rl, prefix, seed=self.seed, width=self.width)
+        # which tasks get rollouts (schedule.select); uniform: none, the schedule draws its own
+        self.selector = None if rl.schedule.select == "uniform" else selector.Selector(task, rl, self.schedule,
+                                                                                        seed=self.seed)
         opt = rl.optim
         self.tx = optax.chain(
             optax.clip_by_global_norm(opt.grad_clip),
@@ -176,7 +183,8 @@ class Trainer:
         ref_params = jax.tree.map(jnp.copy, params) if self.rl.loss.kl_coef else None
         memory = self.schedule.init_memory()  # next_visit: the task memory; same_step: None
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                          prefix=ps.init(self.prefix_cfg), memory=memory, ref_params=ref_params)
+                          prefix=ps.init(self.prefix_cfg), memory=memory, ref_params=ref_params,
+                          select=None if self.selector is None else self.selector.init_state())
 
     def step_keys(self, step: int) -> schedule.StepKeys:
         """The step's keys (sample, source choice, re-roll), split from ``fold_in(PRNGKey(seed), step)``."""
@@ -194,7 +202,7 @@ class Trainer:
         metrics["time_update"] = time.perf_counter() - t2
         metrics.update({f"loss/{key}": float(val) for key, val in lm.items()})
         return TrainState(step=state.step + 1, params=params, opt_state=opt_state, prefix=c.prefix,
-                          memory=c.memory, ref_params=state.ref_params), metrics
+                          memory=c.memory, ref_params=state.ref_params, select=c.select), metrics
 
     def update(self, params, opt_state, batch: "Batch", ref_params=None):
         """The jitted optax step on ``batch`` cut to its bucketed longest row (``update_width``);
@@ -245,11 +253,15 @@ class Trainer:
         step = int(state.step)
         keys = self.step_keys(step)
         policy = self.sampling_params(state.params)  # the sampler's copy of this step's policy
-        s = self.schedule.sample(state, policy, keys, self.rollouts)
+        if self.selector is None:
+            s = self.schedule.sample(state, policy, keys, self.rollouts)
+        else:  # the selector picks the tasks and drives the schedule over them (prs.rl.select)
+            s = self.selector.sample(state, policy, keys, self.rollouts)
         t2 = time.perf_counter()
         batch, kept = self.assemble(s.train, s.train_rewards, key=keys.source)
         metrics: dict[str, Any] = {"step": step, **s.metrics, "groups_kept": int(kept.sum())}
         metrics["time_batch"] = time.perf_counter() - t2
+        metrics.update(ledger_metrics(batch, kept, s.train_rewards, s.metrics))
         metrics.update(schedule.signal_metrics(s.train_rewards, kept, s.rate))
         metrics["k_hist"] = np.bincount(np.asarray(s.k), minlength=n + 1).tolist()
         rho_np, ema_np = np.asarray(s.prefix.rho), np.asarray(s.prefix.ema)
@@ -269,7 +281,8 @@ class Trainer:
             if batch.advantages.shape[0] != gidx.size * n:
                 raise RuntimeError(f"internal: {batch.advantages.shape[0]} batch rows for {gidx.size} groups of {n}")
             metrics.update(self.task.batch_metrics(self.task.take(probs, gidx), batch))
-        return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources)
+        return Collected(batch=batch, prefix=s.prefix, metrics=metrics, memory=s.memory, sources=s.sources,
+                         select=s.select)
 
     def assemble(self, train: Episodes, train_rewards, *, key) -> tuple["Batch", np.ndarray]:
         """Step 5: ``(Batch, kept [G])`` from the rollouts ``train [G*N]`` with rewards ``[G, N]``:
@@ -308,6 +321,16 @@ class Trainer:
         if hasattr(self.task, "policy_metrics"):  # measured on the parameters themselves (no RNG of the run's)
             out.update({f"eval/{k}": v for k, v in self.task.policy_metrics(params, model_cfg=self.model_cfg).items()})
         return out
+
+
+def ledger_metrics(batch: Batch, kept, train_rewards, sampled: dict) -> dict[str, Any]:
+    """The compute ledger's per-step entries every control logs (``prs.rl.select`` docstring):
+    ``tokens_trained`` (policy tokens with loss weight), ``groups_contrast`` (trained groups whose
+    accuracy has std > 0), ``rollouts_skipped`` and ``gen_batches`` (a selector's, else 0 and 1)."""
+    contrast = np.asarray(kept, bool) & selector.mixed(train_rewards)
+    return {"tokens_trained": int(np.asarray(batch.loss_mask).sum()), "groups_contrast": int(contrast.sum()),
+            "rollouts_skipped": int(sampled.get("rollouts_skipped", 0)), "gen_batches": int(sampled.get("gen_batches", 1)),
+            "time_select": float(sampled.get("time_select", 0.0))}
 
 
 def _loss_fn(params, batch: Batch, *, cfg: ModelConfig, rl: RLConfig, logp_offset=None,
