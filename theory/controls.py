@@ -494,6 +494,6 @@ def format_controls(rates: list[ControlRate], *, title: str) -> str:
     for r in rates:
         ratio = r.per_1000_tokens() / base_t if base_t > 0 else float("nan")
         lines.append(f"{r.control:<17} {r.groups:>11.2f} {r.rollouts:>13.1f} {r.per_1000_rollouts():>11.2f} "
-                     f"{r.per_1000_tokens():>11.2f} {r.signal_per_1000_rollouts():>14.2f} "
+                     f"{r.per_1000_tokens():>11.4g} {r.signal_per_1000_rollouts():>14.2f} "
                      f"{'n/a' if math.isnan(ratio) else f'{ratio:.2f}':>9}")
     return "\n".join(lines)
