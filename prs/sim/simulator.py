@@ -86,6 +86,22 @@ this probability (uniform, its own key, so the other draws of a seed are unchang
 ``reroll_prefix=False`` and ``reroll="add"`` it is the LM's ``extra_rollouts`` control (an extra
 from-scratch group for a share of the skewed groups), the share matched to PS's decisions.
 
+Task selection (``SimConfig.select``, schedule="same_step"; the trainer's ``schedule.select`` names; the
+theory of each is ``theory.controls``). Every selector fills B slots [B] with a ``valid`` mask; a padded slot
+gets no gradient and counts nowhere. ``uniform``: B of M at random (the default, bit for bit the behaviour
+before selectors existed). ``dynamic_sampling`` (DAPO, verl ``recipe/dapo``): the next C * G distinct tasks of
+a permutation (the dataloader) are split into C gen batches of G; batches are generated until B groups with
+0 < k < N are kept or the C-th batch; the first B kept are trained (all C batches are sampled under jit, only
+the generated ones are counted). ``screen`` (SPEED-RL): G_s candidates get n_init screening rollouts (the first
+n_init columns of N), a candidate is accepted iff 0 < k_init < n_init, the first B accepted are completed to N
+(the screening rollouts count). ``selective`` (GRESO, Infini-AI-Lab/GRESO ``presampling_selector.py``): a task
+whose last c visits were all-correct (all-wrong) is skipped with probability 1 - max(p_easy^c, floor)
+(p_hard); the first B kept tasks of a permutation are rolled out; a skipped task keeps its streak.
+``predicted``: the oracle that knows each task's pass rate P and takes the B tasks of highest P(1 - P) (the
+upper bound of the trainer's posterior-based selector). Metrics ``informative`` (trained groups with contrast),
+``rollouts`` (generated, screening, discarded batches and re-rolls included) and ``trained`` (valid slots)
+are logged for every selector.
+
 Training (`make_train`) is purejaxrl-shaped: `train(key, params)` is pure, `lax.scan` over steps,
 and `simulate` `vmap`s it over seeds under one `jit`, compiled once per static `SimConfig`
 (mode, N, sizes); the difficulty mixture and the controller target are traced `SimParams`, so a
@@ -159,6 +175,14 @@ class SimConfig:
       schedule: "same_step" (re-roll in the step that saw the group) or "next_visit" (the prefix at the
         task's next visit, no extra rollouts; module docstring "Schedules").
       ema_decay, gain, rho_init, rho_min, rho_max: prefix controller constants (prs.core.prefix).
+      select: which tasks get rollouts each step (module docstring "Task selection"; the trainer's
+        ``schedule.select`` names): "uniform" (B of M at random, today's behaviour bit for bit),
+        "dynamic_sampling", "selective", "screen", "predicted". With schedule="same_step" only.
+      gen_groups, max_gen_batches: dynamic_sampling's gen batch G (0 = B) and cap C (verl
+        ``data.gen_batch_size``, ``algorithm.filter_groups.max_num_gen_batches``); C * G <= M.
+      screen_n, screen_candidates: screen's screening rollouts n_init (2 <= n_init <= N) and candidates
+        screened per step (0 = min(2B, M)).
+      greso_p_easy, greso_p_hard, greso_floor: selective's skip rule 1 - max(p^streak, floor).
     """
 
     mode: str = "ps_ada"
@@ -184,6 +208,14 @@ class SimConfig:
     rho_init: float = 0.5
     rho_min: float = 0.05
     rho_max: float = 0.95
+    select: str = "uniform"
+    gen_groups: int = 0
+    max_gen_batches: int = 4
+    screen_n: int = 4
+    screen_candidates: int = 0
+    greso_p_easy: float = 0.5
+    greso_p_hard: float = 0.5
+    greso_floor: float = 0.01
 
     def __post_init__(self):
         for name in ("n_tasks", "chain_len", "groups", "steps"):
@@ -212,6 +244,33 @@ class SimConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         self.prefix_config()  # validates mode, n and the controller constants
+        if self.select not in SELECTS:
+            raise ValueError(f"select must be one of {SELECTS}, got {self.select!r}")
+        if self.select != "uniform" and self.schedule != "same_step":
+            raise ValueError(f"select={self.select!r} needs schedule='same_step' in prs.sim, got {self.schedule!r}")
+        for name in ("gen_groups", "screen_candidates"):
+            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (0 = default), got {getattr(self, name)!r}")
+        if int(self.max_gen_batches) != self.max_gen_batches or self.max_gen_batches < 1:
+            raise ValueError(f"max_gen_batches must be an integer >= 1, got {self.max_gen_batches!r}")
+        if self.select == "dynamic_sampling" and self.max_gen_batches * self.gen_batch() > self.n_tasks:
+            raise ValueError(f"dynamic_sampling draws max_gen_batches * gen_groups = {self.max_gen_batches} * "
+                             f"{self.gen_batch()} distinct tasks, more than n_tasks (M={self.n_tasks})")
+        if not 2 <= self.screen_n <= self.n or int(self.screen_n) != self.screen_n:
+            raise ValueError(f"screen_n must be an integer in [2, n={self.n}], got {self.screen_n!r}")
+        if self.screen_candidates > self.n_tasks:
+            raise ValueError(f"screen_candidates must be <= n_tasks (M={self.n_tasks}), got {self.screen_candidates}")
+        for name in ("greso_p_easy", "greso_p_hard"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
+        if not 0.0 < self.greso_floor <= 1.0:
+            raise ValueError(f"greso_floor must lie in (0, 1], got {self.greso_floor!r}")
+
+    def gen_batch(self) -> int:
+        return self.gen_groups or self.groups
+
+    def candidates(self) -> int:
+        return self.screen_candidates or min(2 * self.groups, self.n_tasks)
 
     def prefix_config(self, mode: str | None = None) -> px.PrefixConfig:
         return px.PrefixConfig(mode=self.mode if mode is None else mode, n=self.n, ema_decay=self.ema_decay,
@@ -247,6 +306,7 @@ DIFFICULTIES = {
 }
 
 SCHEDULES = ("same_step", "next_visit")
+SELECTS = ("uniform", "dynamic_sampling", "selective", "screen", "predicted")  # task selection (SimConfig.select)
 CRUX = ("none", "early", "late", "uniform")  # where the hard step sits (SimParams.crux)
 
 _MAX_COMPONENTS = 4  # mixtures are padded to this many components so that they share one compile
@@ -397,6 +457,9 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
       energy [T]         mean p(1 - p) of the groups trained on (advantage energy, p = k/N)
       decisions [T]      policy decisions sampled this step (original + re-rollouts): compute proxy
       rho, ema [T, K]    controller state after the step
+      informative [T]    trained original groups with 0 < k < N
+      rollouts [T]       rollouts generated (screening, discarded gen batches and re-rolls included)
+      trained [T]        original groups trained (B unless a selector came up short)
       theta [M, L]       the logits after the last step
     """
     pcfg = cfg.prefix_config()
@@ -426,7 +489,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
 
     def visit_step(carry, key):
         """next_visit: the stored plan of each visited task decides its prefix; one group per task."""
-        theta0, w, feats, ctrl, target, plan, src_len_m = carry
+        theta0, w, feats, ctrl, target, plan, src_len_m, sel_state = carry
         theta = logits(theta0, w, feats)  # [M, L]
         k_task, k_roll, k_src, _ = jax.random.split(key, 4)
         tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
@@ -461,18 +524,91 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
                    skewed=jnp.mean((px.assign_buckets(k, full) >= 0).astype(jnp.float32)),
                    rerolled=n_st / B, reroll_pass=jnp.sum(jnp.where(steer, rate, 0.0)) / jnp.maximum(n_st, 1),
                    energy=jnp.mean(rate * (1.0 - rate)), decisions=jnp.sum(ro.policy), rho=ctrl.rho, ema=ctrl.ema)
-        return (theta0, w, feats, ctrl, target, plan, src_len_m), out
+        n_rollouts = jnp.float32(B * N)
+        informative = jnp.sum((k > 0) & (k < N)).astype(jnp.float32)
+        out.update(informative=informative, rollouts=n_rollouts, trained=jnp.float32(B))
+        return (theta0, w, feats, ctrl, target, plan, src_len_m, sel_state), out
+
+    def select_batch(theta, key, k_task, k_roll, sel_state):
+        """Task selection (SimConfig.select != "uniform"): -> tasks [B], valid [B], ro (B groups), decisions,
+        rollouts generated, new selection state. Padded slots (valid False) point at a real task and carry no
+        gradient."""
+        zeros = lambda r: (jnp.zeros((r, L)), jnp.zeros((r, L), bool))  # noqa: E731
+        slots = jnp.arange(B)
+        take = lambda ro, idx: jax.tree.map(lambda a: a[idx], ro)  # noqa: E731
+        if cfg.select == "predicted":  # oracle: the B tasks of highest P(1 - P)
+            P = success_prob(theta)  # [M]
+            _, tasks = jax.lax.top_k(P * (1.0 - P), B)
+            ro = sample_rollouts(k_roll, theta[tasks], *zeros(B), n=N)
+            return tasks, jnp.ones((B,), bool), ro, jnp.sum(ro.policy), jnp.float32(B * N), sel_state
+        if cfg.select == "dynamic_sampling":  # verl recipe/dapo: refill gen batches of G until B kept or cap C
+            G, C = cfg.gen_batch(), cfg.max_gen_batches
+            cand = jax.random.permutation(k_task, M)[:C * G]  # [CG] distinct, in dataloader order
+            ro_all = sample_rollouts(k_roll, theta[cand], *zeros(C * G), n=N)
+            kk = jnp.sum(ro_all.reward, axis=1)
+            inf = (kk > 0) & (kk < N)  # [CG]
+            cum = jnp.cumsum(jnp.sum(inf.reshape(C, G), axis=1))  # [C] kept after each batch
+            n_batches = jnp.where(jnp.any(cum >= B), jnp.argmax(cum >= B) + 1, C)
+            generated = jnp.arange(C * G) // G < n_batches  # [CG]
+            kept = inf & (jnp.cumsum(inf) <= B) & generated
+            idx = jnp.nonzero(kept, size=B, fill_value=0)[0]
+            dec = jnp.sum(ro_all.policy & generated[:, None, None])
+            return (cand[idx], slots < jnp.sum(kept), take(ro_all, idx), dec,
+                    (n_batches * G * N).astype(jnp.float32), sel_state)
+        if cfg.select == "screen":  # SPEED: n0 screening rollouts, accept 0 < k0 < n0, complete to N
+            Gs, n0 = cfg.candidates(), cfg.screen_n
+            cand = jax.random.permutation(k_task, M)[:Gs]
+            ro_all = sample_rollouts(k_roll, theta[cand], *zeros(Gs), n=N)  # columns < n0: the screening
+            k0 = jnp.sum(ro_all.reward[:, :n0], axis=1)
+            acc = (k0 > 0) & (k0 < n0)
+            kept = acc & (jnp.cumsum(acc) <= B)
+            idx = jnp.nonzero(kept, size=B, fill_value=0)[0]
+            dec = jnp.sum(ro_all.policy[:, :n0]) + jnp.sum(ro_all.policy[:, n0:] & kept[:, None, None])
+            return (cand[idx], slots < jnp.sum(kept), take(ro_all, idx), dec,
+                    (Gs * n0 + jnp.sum(kept) * (N - n0)).astype(jnp.float32), sel_state)
+        # selective (GRESO): skip a task with probability 1 - max(p^streak, floor), refill from the pool
+        streak, easy = sel_state
+        keep_p = jnp.where(streak == 0, 1.0, jnp.maximum(
+            jnp.where(easy, cfg.greso_p_easy, cfg.greso_p_hard) ** streak.astype(jnp.float32), cfg.greso_floor))
+        perm = jax.random.permutation(k_task, M)
+        sel = (jax.random.uniform(jax.random.fold_in(key, 22), (M,)) < keep_p)[perm]  # in pool order
+        chosen = sel & (jnp.cumsum(sel) <= B)
+        idx = jnp.nonzero(chosen, size=B, fill_value=0)[0]
+        tasks, valid = perm[idx], slots < jnp.sum(chosen)
+        ro = sample_rollouts(k_roll, theta[tasks], *zeros(B), n=N)
+        kk = jnp.sum(ro.reward, axis=1)
+        all1, all0 = kk == N, kk == 0
+        st, ea = streak[tasks], easy[tasks]
+        new_st = jnp.where(all1, jnp.where(ea & (st > 0), st + 1, 1),
+                           jnp.where(all0, jnp.where(~ea & (st > 0), st + 1, 1), 0))
+        new_ea = jnp.where(all1, True, jnp.where(all0, False, ea))
+        at = jnp.where(valid, tasks, M)  # padded slots write nowhere
+        sel_state = (streak.at[at].set(new_st, mode="drop"), easy.at[at].set(new_ea, mode="drop"))
+        return (tasks, valid, ro, jnp.sum(ro.policy & valid[:, None, None]),
+                jnp.sum(valid).astype(jnp.float32) * N, sel_state)
 
     def step(carry, key, *, extra_share):
-        theta0, w, feats, ctrl, target, plan, src_len_m = carry
+        theta0, w, feats, ctrl, target, plan, src_len_m, sel_state = carry
         theta = logits(theta0, w, feats)  # [M, L]
         k_task, k_roll, k_src, k_re = jax.random.split(key, 4)
-        tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
-        th = theta[tasks]  # [B, L]
-        ro = sample_rollouts(k_roll, th, jnp.zeros((B, L)), jnp.zeros((B, L), bool), n=N)
+        if cfg.select == "uniform":
+            tasks = jax.random.choice(k_task, M, (B,), replace=False)  # [B]
+            th = theta[tasks]  # [B, L]
+            ro = sample_rollouts(k_roll, th, jnp.zeros((B, L)), jnp.zeros((B, L), bool), n=N)
+            valid = jnp.ones((B,), bool)
+            n_rollouts = jnp.float32(B * N)
+        else:
+            tasks, valid, ro, gen_decisions, n_rollouts, sel_state = select_batch(theta, key, k_task, k_roll,
+                                                                                 sel_state)
+            th = theta[tasks]  # [B, L]
         k = jnp.sum(ro.reward, axis=1).astype(jnp.int32)  # [B]
         skewed = jnp.mean((px.assign_buckets(k, full) >= 0).astype(jnp.float32))
         decisions = jnp.sum(ro.policy)
+        n_valid = jnp.sum(valid)
+        if cfg.select != "uniform":  # padded slots count nowhere
+            skewed = jnp.sum(valid & (px.assign_buckets(k, full) >= 0)) / jnp.maximum(n_valid, 1)
+            decisions = gen_decisions
+        informative = jnp.sum(valid & (k > 0) & (k < N)).astype(jnp.float32)
         if do_reroll:
             bucket = px.assign_buckets(k, pcfg)  # [B]
             src = px.choose_sources(k_src, ro.reward, bucket, pcfg)  # [B]
@@ -480,7 +616,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             cut = px.cut_points(ctrl, bucket, jnp.where(src >= 0, src_len, 0), pcfg)  # [B]
             # SimParams.extra_share: each would-be re-roll happens with this probability (own key)
             keep = jax.random.uniform(jax.random.fold_in(key, 11), (B,)) < extra_share
-            reroll = (cut > 0) & keep  # [B]
+            reroll = (cut > 0) & keep & valid  # [B]
             hard = _gather(direction, bucket, 0) > 0  # [B]
             # success prefix: steps done, not policy decisions; failure prefix: handicapped redo
             replay, offset = prefixed(cut, hard)
@@ -494,6 +630,7 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             rerolled = n_re / B
             reroll_pass = jnp.sum(jnp.where(reroll, re_rate, 0.0)) / jnp.maximum(n_re, 1)
             decisions = decisions + jnp.sum(reroll[:, None, None] & re.policy)
+            n_rollouts = n_rollouts + N * n_re
         else:
             train_ro = ro
             rerolled = jnp.float32(0.0)
@@ -512,6 +649,9 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             adv = group_advantages(train_ro.reward, estimator=cfg.estimator)  # [B, N]
             g = policy_gradient(th, train_ro, adv)  # [B, L]
             p = jnp.mean(train_ro.reward, axis=1)  # [B]
+        if cfg.select != "uniform":
+            g = jnp.where(valid[:, None], g, 0.0)  # padded slots: no gradient
+            p = jnp.where(jnp.concatenate([valid, jnp.ones((p.shape[0] - B,), bool)]), p, jnp.nan)  # [B] or [2B]
         if D == 0:
             w = w.at[tasks].add(cfg.lr * g)
         else:  # chain rule: d theta_ml / d w = u_ml
@@ -520,7 +660,12 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
         out = dict(success=pop_success(theta), batch_pass=jnp.mean(ro.reward), skewed=skewed,
                    rerolled=jnp.asarray(rerolled, jnp.float32), reroll_pass=jnp.asarray(reroll_pass, jnp.float32),
                    energy=jnp.nanmean(p * (1.0 - p)), decisions=decisions, rho=ctrl.rho, ema=ctrl.ema)
-        return (theta0, w, feats, ctrl, target, plan, src_len_m), out
+        if cfg.select != "uniform":  # NaN-free with an empty batch (a degenerate pool)
+            e = jnp.where(jnp.isnan(p), 0.0, p * (1.0 - p))
+            out.update(batch_pass=jnp.sum(jnp.where(valid[:, None], ro.reward, 0.0)) / jnp.maximum(n_valid * N, 1),
+                       energy=jnp.sum(e) / jnp.maximum(jnp.sum(~jnp.isnan(p)), 1))
+        out.update(informative=informative, rollouts=n_rollouts, trained=n_valid.astype(jnp.float32))
+        return (theta0, w, feats, ctrl, target, plan, src_len_m, sel_state), out
 
     def train(key: jax.Array, params: SimParams) -> dict:
         k_init, k_steps = jax.random.split(key)
@@ -533,7 +678,8 @@ def make_train(cfg: SimConfig) -> Callable[[jax.Array, SimParams], dict]:
             common = jnp.zeros((1, 1, D), jnp.float32).at[..., 0].set(1.0)  # e_0, [1, 1, D]
             feats = np.sqrt(cfg.shared_common) * common + np.sqrt(1.0 - cfg.shared_common) * xi  # [M, L, D]
         carry = (theta0, w0, feats, px.init(pcfg), params.target,
-                 jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), jnp.int32))  # next_visit: plan, source length
+                 jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), jnp.int32),  # next_visit: plan, source length
+                 (jnp.zeros((M,), jnp.int32), jnp.zeros((M,), bool)))  # select="selective": streak, all-correct
         body = visit_step if (cfg.schedule == "next_visit" and do_reroll) else functools.partial(
             step, extra_share=params.extra_share)
         (_, w, feats, *_), metrics = jax.lax.scan(body, carry, jax.random.split(k_steps, cfg.steps))

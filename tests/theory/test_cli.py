@@ -71,3 +71,21 @@ def test_figure_data_degenerate_n1_is_finite():
     data = theory.figure_data(1, num_points=11)
     for v in (*data["curves"].values(), *data["buckets"].values()):
         assert np.all(np.isfinite(v))
+
+
+def test_controls_subcommand_table_json_and_errors(capsys):
+    from theory import controls as tc
+
+    assert cli.main(["controls", "--beta", "2,2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    want = tc.compare_controls(tc.beta_pool(2.0, 2.0), n=8, groups=32)
+    assert [c["control"] for c in doc["controls"]] == list(tc.CONTROLS)
+    for got, w in zip(doc["controls"], want):
+        assert got["informative_per_1000_rollouts"] == pytest.approx(w.per_1000_rollouts())
+    assert cli.main(["controls", "--hist", "0.3,0.1,0.05,0.05,0.05,0.05,0.05,0.1,0.25"]) == 0
+    text = capsys.readouterr().out
+    assert "beta-binomial moments" in text and "x uniform" in text and "dynamic_sampling" in text
+    for bad in (["controls", "--beta", "2"], ["controls", "--hist", "1,0,0", "--n", "8"], ["controls", "--beta", "0,1"]):
+        with pytest.raises(SystemExit):
+            cli.main(bad)
+        assert "error" in capsys.readouterr().err
