@@ -32,6 +32,26 @@ def fmt_ci(d: dict, nd: int = 2, bound: bool = False) -> str:
     return s
 
 
+BOUND_NOTE = {"exact": "estimate", "upper": "ceiling (method censored)", "lower": "floor (reference censored)",
+              "both": "no bound (both censored)"}
+
+
+def fmt_ratio(d: dict, nd: int = 2) -> str:
+    """A speed-up ``{"value", "lo", "hi", "bound"}`` with its censoring bound in front (``stats.censoring_bound``).
+
+    A method whose seed-mean curve never reaches the level by the horizon is counted there, so the ratio is
+    only a ceiling of the speed-up (``bound="upper"``): ``"<= 0.72 [0.67, 0.77]"``, and its interval is
+    that ceiling's, not an estimate's; a censored reference makes it a floor (``">= "``); censoring in
+    both arms bounds it in neither direction (``"undefined (censored in both arms)"``). Uncensored
+    (``"exact"`` or no ``bound`` key): ``fmt_ci``'s ``"value [lo, hi]"``."""
+    b = d.get("bound", "exact")
+    if b not in BOUND_NOTE:
+        raise ValueError(f"bound must be one of {sorted(BOUND_NOTE)}, got {b!r}")
+    if b == "both":
+        return "undefined (censored in both arms)"
+    return {"upper": "<= ", "lower": ">= ", "exact": ""}[b] + fmt_ci(d, nd)
+
+
 def runs_table(runs: Sequence[Run]) -> str:
     """Markdown table of every run found, with its status (partial/killed runs included)."""
     lines = ["| run | task | method | seed | steps done / planned | evals | status | notes |",
