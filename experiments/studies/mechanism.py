@@ -708,9 +708,20 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
     return "\n".join(lines), summary
 
 
+HEADLINE_REF = {"ps_cut": "reroll_noprefix", "ps_ada": "reroll_noprefix", "ps_cut_hard": "reroll_noprefix",
+                "ps_cut_app": "reroll_app", "oracle": "baseline", "extra_tok": "baseline", "baseline_2n": "baseline",
+                "reroll_noprefix": "baseline", "reroll_app": "baseline"}  # each arm's headline reference
+
+
 def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
     """Seed-mean curves with pointwise 95% bootstrap bands: the metric and held-out pass@1 per arm, one
-    row per chain length and warm start (arms run on one warm start only are not pooled with the others)."""
+    row per chain length and warm start (arms run on one warm start only are not pooled with the others).
+    On the metric's panel a dashed line marks 80% of each reference arm's gap (the baseline's: the gate's; the
+    re-roll's: the prediction's; this warm start's own level), and an arm whose seed-mean curve stays below
+    its headline reference's level (``HEADLINE_REF``) ends in an x and says so in the legend: its speed-up is
+    censored, a ceiling."""
+    import textwrap
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -721,6 +732,13 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
         panels += [(e, w, len(split), sub) for w, sub in split.items()]
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for row, (e, w, n_ws, data) in zip(axes, panels):
+        levels = {}
+        for ref in ("baseline", "reroll_noprefix", "reroll_app"):
+            if ref in data and len(data[ref]) >= 1:
+                steps, y = _matrix(data[ref], sorted(data[ref]), "tf")
+                lv = gap_levels(steps, y, k=3)
+                if not lv["degenerate"]:
+                    levels[ref] = lv["levels"][0.8]
         for arm in ARMS:
             if arm not in data:
                 continue
@@ -729,13 +747,23 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
                 steps, y = _matrix(data[arm], seeds, key)
                 m, lo, hi = bootstrap_band(y)
                 c = f"C{ARMS.index(arm)}"  # one colour per arm in every panel
-                ax.plot(steps, m, color=c, label=f"{LABEL[arm]} ({len(seeds)} seeds)")
+                label = f"{LABEL[arm]} ({len(seeds)} seeds)"
+                lv = levels.get(HEADLINE_REF.get(arm))
+                cens = key == "tf" and lv is not None and not (m >= lv).any()
+                if cens:
+                    label += f"; below 80% of {HEADLINE_REF[arm]}'s gap: censored"
+                ax.plot(steps, m, color=c, label=label)
+                if cens:
+                    ax.plot(steps[-1:], m[-1:], "x", color=c, ms=9, mew=2)
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel)
                 ws_name = "" if chain_tag(e) and n_ws == 1 else f", warm start {'AB'[w] if w < 2 else f'sft.seed={w}'}"
-                ax.set_title(f"{chain_name(e)}{ws_name}: {ylabel}", fontsize=9)
-        row[0].legend(fontsize=7)
+                ax.set_title("\n".join(textwrap.wrap(f"{chain_name(e)}{ws_name}: {ylabel}", 60)), fontsize=8)
+        for ref, lv in levels.items():
+            row[0].axhline(lv, color=f"C{ARMS.index(ref)}", ls="--", lw=1,
+                           label=f"80% of {ref}'s gap ({lv:.3f})")
+        row[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
