@@ -713,7 +713,7 @@ HEADLINE_REF = {"ps_cut": "reroll_noprefix", "ps_ada": "reroll_noprefix", "ps_cu
                 "reroll_noprefix": "baseline", "reroll_app": "baseline"}  # each arm's headline reference
 
 
-def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
+def figure(data_all: dict[int, dict], path: pathlib.Path) -> list[list[str]]:
     """Seed-mean curves with pointwise 95% bootstrap bands: the metric and held-out pass@1 per arm, one
     row per chain length and warm start (arms run on one warm start only are not pooled with the others).
     On the metric's panel a dashed line marks 80% of each reference arm's gap (the baseline's: the gate's; the
@@ -732,13 +732,7 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
         panels += [(e, w, len(split), sub) for w, sub in split.items()]
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for row, (e, w, n_ws, data) in zip(axes, panels):
-        levels = {}
-        for ref in ("baseline", "reroll_noprefix", "reroll_app"):
-            if ref in data and len(data[ref]) >= 1:
-                steps, y = _matrix(data[ref], sorted(data[ref]), "tf")
-                lv = gap_levels(steps, y, k=3)
-                if not lv["degenerate"]:
-                    levels[ref] = lv["levels"][0.8]
+        levels = _levels80(data, ("baseline", "reroll_noprefix", "reroll_app"))
         for arm in ARMS:
             if arm not in data:
                 continue
@@ -766,12 +760,33 @@ def figure(data_all: dict[int, dict], path: pathlib.Path) -> None:
         row[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    labels = [[t.get_text() for t in row[0].get_legend().get_texts()] for row in axes]
     plt.close(fig)
+    return labels  # each row's legend on the metric's panel
+
+
+def _levels80(data: dict[str, dict[int, dict]], refs) -> dict[str, float]:
+    """{reference arm: 80% of its gap on the metric ("tf"), from its seed-mean curve (``gap_levels``)} for the
+    arms of ``refs`` that ``data`` holds and that have a gap."""
+    out = {}
+    for ref in refs:
+        if ref in data:
+            steps, y = _matrix(data[ref], sorted(data[ref]), "tf")
+            lv = gap_levels(steps, y, k=3)
+            if not lv["degenerate"]:
+                out[ref] = lv["levels"][0.8]
+    return out
+
+
+RF_HEADLINE_REF = {"oracle": "baseline", "ps_easy_cut": "extra_tok", "ps_easy": "extra_tok", "reroll_easy": "baseline",
+                   "extra_tok": "baseline", "baseline_2n": "baseline"}
 
 
 def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Path) -> None:
     """Section 11's curves: seed means with pointwise 95% bootstrap bands of the retry skill, the easy steps'
-    teacher-forced reach and held-out pass@1 per arm, a row per tool-error rate and warm start."""
+    teacher-forced reach and held-out pass@1 per arm, a row per tool-error rate and warm start. The retry
+    skill's panel marks 80% of each reference arm's gap (dashed; this warm start's level) and an arm that stays
+    below its headline reference's level (``RF_HEADLINE_REF``: censored) with an x and a legend note."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -783,6 +798,7 @@ def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Pat
               ("reach_tf", "easy steps' reach, teacher-forced"), ("pass", "held-out pass@1"))
     fig, axes = plt.subplots(len(rows_), 3, figsize=(15, 3.8 * len(rows_)), squeeze=False)
     for row, (key, w, data) in zip(axes, rows_):
+        levels = _levels80(data, ("baseline", "extra_tok", "reroll_easy"))
         for arm in RF_ARMS:
             if arm not in data:
                 continue
@@ -791,11 +807,18 @@ def recovery_figure(rf: dict[str, dict[str, dict[int, dict]]], path: pathlib.Pat
                 steps, y = _matrix(data[arm], seeds, col)
                 m, lo, hi = bootstrap_band(y)
                 c = f"C{RF_ARMS.index(arm)}"
-                ax.plot(steps, m, color=c, label=f"{RF_LABEL[arm]} ({len(seeds)} seeds)")
+                lv = levels.get(RF_HEADLINE_REF.get(arm))
+                cens = col == "tf" and lv is not None and not (m >= lv).any()
+                ax.plot(steps, m, color=c, label=f"{RF_LABEL[arm]} ({len(seeds)} seeds)"
+                        + (f"; below 80% of {RF_HEADLINE_REF[arm]}'s gap: censored" if cens else ""))
+                if cens:
+                    ax.plot(steps[-1:], m[-1:], "x", color=c, ms=9, mew=2)
                 ax.fill_between(steps, lo, hi, color=c, alpha=0.15)
                 ax.set_xlabel("RL step")
                 ax.set_ylabel(ylabel, fontsize=8)
                 ax.set_title(f"E = 4, {rf_key_name(key)}, warm start {'AB'[w] if w < 2 else w}: {ylabel}", fontsize=8)
+        for ref, lv in levels.items():
+            row[0].axhline(lv, color=f"C{RF_ARMS.index(ref)}", ls="--", lw=1, label=f"80% of {ref}'s gap ({lv:.3f})")
         row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

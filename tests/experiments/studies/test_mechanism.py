@@ -363,3 +363,16 @@ def test_depth_contrast_reads_the_ratio_of_two_chains_speedups(tmp_path):
     assert study.depth_contrast(data[12], {}, "oracle", "baseline") is None
     text, summary = study.section(data, n_boot=100, rec={}, rf={})
     assert "**Depth contrast (E = 12 over E = 2; oracle vs baseline):**" in text and "12/2" in summary["depth_contrast"]
+
+
+def test_figure_marks_the_80_percent_levels_and_a_censored_arm(tmp_path):
+    for s in range(3):
+        _write_run(tmp_path, 12, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, 12, "ps_cut", s, 0.05)          # stays far below the re-roll's 80% level: censored
+        _write_run(tmp_path, 12, "baseline", s, 1.0)
+    labels = study.figure(study.load(tmp_path), tmp_path / "c.png")[0]
+    assert any(t.startswith("80% of reroll_noprefix's gap") for t in labels)
+    assert any(t.startswith("80% of baseline's gap") for t in labels)
+    cut = [t for t in labels if t.startswith(study.LABEL["ps_cut"])]
+    assert cut and cut[0].endswith("below 80% of reroll_noprefix's gap: censored")
+    assert not any("censored" in t for t in labels if t.startswith(study.LABEL["baseline"]))
