@@ -44,8 +44,8 @@ STUDIES = (
           "python -m experiments.train -m +experiment=ablation_repair_cpu\n"
           "python -m experiments.analyze results/ablation/runs --out /tmp/prs-results --no-decisive   # tables, figures",
           "Not reproduced at this scale: every PS variant's step speed-up is at most ~1.1x with CIs touching 1.0 "
-          "(PS-ada: arith 1.07 [1.00, 1.21], repair 1.00 [0.93, 1.07], 5 seeds, bounded in neither direction by "
-          "censoring), and at equal steps no variant beats the baseline on arith. The controller shows the code "
+          "(PS-ada: arith 1.07 [1.00, 1.21], repair 1.00 [0.93, 1.07], 5 seeds; censored seeds in both arms, so "
+          "these ratios bound the speed-up in neither direction and tables.md prints them as undefined), and at equal steps no variant beats the baseline on arith. The controller shows the code "
           "works, not a replication: it targets a re-roll pass rate of 0.5 and the easy buckets settle at 0.46-0.53 "
           "(paper 0.504 / 0.515), while the hard buckets do not match (arith 0.587 / 0.606 vs the paper's "
           "0.485 / 0.489)."),

@@ -76,18 +76,20 @@ def convergence_table(task_result: dict[str, Any]) -> str:
                 " and the speed-ups are undefined")
     lines = [ref, "",
              "| method | runs (complete) | steps, mean curve | steps per seed (censored) | speed-up steps | "
-             "speed-up wall-clock | speed-up tokens | wall-clock to converge (s) | paper speed-up |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "speed-up wall-clock | speed-up tokens | censoring bound of the speed-ups | wall-clock to converge (s) | "
+             "paper speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for m, r in t["methods"].items():
         if not r["n_runs"]:
-            lines.append(f"| {m} | 0 (empty: {', '.join(r['excluded_empty'])}) |" + " - |" * 7)
+            lines.append(f"| {m} | 0 (empty: {', '.join(r['excluded_empty'])}) |" + " - |" * 8)
             continue
         mc = (f">= {r['mean_curve_last_step']} (censored)" if r["mean_curve_censored"] else f"{r['mean_curve_steps']:.0f}")
         ps = ", ".join(f">={b:.0f}" if c else f"{s:.0f}" for s, b, c in
                        zip(r["per_seed"]["steps"], r["per_seed"]["steps_bound"], r["per_seed"]["censored"]))
         lines.append(f"| {m} | {r['n_runs']} ({r['n_complete']}) | {mc} | {ps} ({r['n_censored']}) | "
                      f"{fmt_ci(r['speedup_steps'], bound=True)} | {fmt_ci(r['speedup_wall'], bound=True)} | "
-                     f"{fmt_ci(r['speedup_tokens'], bound=True)} | {fmt_ci(r['wall_to_converge'], 1)} | "
+                     f"{fmt_ci(r['speedup_tokens'], bound=True)} | "
+                     f"{BOUND_NOTE.get(r['speedup_steps'].get('bound', 'exact'), '-')} | {fmt_ci(r['wall_to_converge'], 1)} | "
                      f"{fmt(PAPER_ABLATION_SPEEDUP.get(m, math.nan))} |")
     return "\n".join(lines)
 
