@@ -237,7 +237,7 @@ def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float
                        k_start: int | None = None, window: int = 1,
                        cost_base: Mapping[str, np.ndarray] | None = None,
                        cost_meth: Mapping[str, np.ndarray] | None = None, n_boot: int = 2000, level: float = 0.95,
-                       seed: int = 0, by: str = "seed") -> dict[str, Any]:
+                       seed: int = 0, by: str = "seed", return_boot: bool = False) -> dict[str, Any]:
     """Speed-up in restricted mean steps (and costs) to ``fraction`` of the baseline's gap, paired
     bootstrap with the level re-estimated inside every resample.
 
@@ -257,7 +257,8 @@ def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float
     bootstrap of Efron & Tibshirani 1993, ch. 13, via ``percentile_ci``). The point value uses the
     sample itself. Returns {"steps": ci, c: ci, "horizon", "level", "censored_base" [S], "censored_method" [S],
     "x_base" [S], "x_method" [S]}; each ci = {"value", "lo", "hi", "undefined_share", "max_undefined",
-    "paired", "estimator": "restricted", "horizon"}.
+    "paired", "estimator": "restricted", "horizon"}; with ``return_boot`` also "boot": {name: replicates [n_boot]}
+    (NaN = undefined), for a statistic of two studies' speed-ups (a ratio of ratios, resampled apart).
     """
     steps, yb = _check_curves(steps, y_base)
     _, ym = _check_curves(steps, y_meth)
@@ -310,6 +311,8 @@ def restricted_speedup(steps, y_base, y_meth, *, fraction: float, horizon: float
               else {"lo": math.nan, "hi": math.nan, "undefined_share": math.nan, "max_undefined": math.nan})
         res[c] = {"value": float(v[0]), **ci, "paired": True, "estimator": f"restricted ({by})",
                   "horizon": float(horizon), "n": S}
+    if return_boot:
+        res["boot"] = {c: (np.asarray(boots[c], float) if boots is not None else np.full(0, np.nan)) for c in point}
     return res
 
 

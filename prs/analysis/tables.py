@@ -32,6 +32,26 @@ def fmt_ci(d: dict, nd: int = 2, bound: bool = False) -> str:
     return s
 
 
+BOUND_NOTE = {"exact": "estimate", "upper": "ceiling (method censored)", "lower": "floor (reference censored)",
+              "both": "no bound (both censored)"}
+
+
+def fmt_ratio(d: dict, nd: int = 2) -> str:
+    """A speed-up ``{"value", "lo", "hi", "bound"}`` with its censoring bound in front (``stats.censoring_bound``).
+
+    A method whose seed-mean curve never reaches the level by the horizon is counted there, so the ratio is
+    only a ceiling of the speed-up (``bound="upper"``): ``"<= 0.72 [0.67, 0.77]"``, and its interval is
+    that ceiling's, not an estimate's; a censored reference makes it a floor (``">= "``); censoring in
+    both arms bounds it in neither direction (``"undefined (censored in both arms)"``). Uncensored
+    (``"exact"`` or no ``bound`` key): ``fmt_ci``'s ``"value [lo, hi]"``."""
+    b = d.get("bound", "exact")
+    if b not in BOUND_NOTE:
+        raise ValueError(f"bound must be one of {sorted(BOUND_NOTE)}, got {b!r}")
+    if b == "both":
+        return "undefined (censored in both arms)"
+    return {"upper": "<= ", "lower": ">= ", "exact": ""}[b] + fmt_ci(d, nd)
+
+
 def runs_table(runs: Sequence[Run]) -> str:
     """Markdown table of every run found, with its status (partial/killed runs included)."""
     lines = ["| run | task | method | seed | steps done / planned | evals | status | notes |",
@@ -56,18 +76,20 @@ def convergence_table(task_result: dict[str, Any]) -> str:
                 " and the speed-ups are undefined")
     lines = [ref, "",
              "| method | runs (complete) | steps, mean curve | steps per seed (censored) | speed-up steps | "
-             "speed-up wall-clock | speed-up tokens | wall-clock to converge (s) | paper speed-up |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "speed-up wall-clock | speed-up tokens | censoring bound of the speed-ups | wall-clock to converge (s) | "
+             "paper speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for m, r in t["methods"].items():
         if not r["n_runs"]:
-            lines.append(f"| {m} | 0 (empty: {', '.join(r['excluded_empty'])}) |" + " - |" * 7)
+            lines.append(f"| {m} | 0 (empty: {', '.join(r['excluded_empty'])}) |" + " - |" * 8)
             continue
         mc = (f">= {r['mean_curve_last_step']} (censored)" if r["mean_curve_censored"] else f"{r['mean_curve_steps']:.0f}")
         ps = ", ".join(f">={b:.0f}" if c else f"{s:.0f}" for s, b, c in
                        zip(r["per_seed"]["steps"], r["per_seed"]["steps_bound"], r["per_seed"]["censored"]))
         lines.append(f"| {m} | {r['n_runs']} ({r['n_complete']}) | {mc} | {ps} ({r['n_censored']}) | "
                      f"{fmt_ci(r['speedup_steps'], bound=True)} | {fmt_ci(r['speedup_wall'], bound=True)} | "
-                     f"{fmt_ci(r['speedup_tokens'], bound=True)} | {fmt_ci(r['wall_to_converge'], 1)} | "
+                     f"{fmt_ci(r['speedup_tokens'], bound=True)} | "
+                     f"{BOUND_NOTE.get(r['speedup_steps'].get('bound', 'exact'), '-')} | {fmt_ci(r['wall_to_converge'], 1)} | "
                      f"{fmt(PAPER_ABLATION_SPEEDUP.get(m, math.nan))} |")
     return "\n".join(lines)
 

@@ -518,8 +518,26 @@ def summarise(records: list[dict], *, run_time_s: float = float("nan"), resumed_
     }
 
 
-def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> None:
-    """Training curves of one run as a PNG (held-out pass@1, training pass rates, controller)."""
+def _bucket_stop_note(train: list[dict], kb: str) -> str:
+    """Why bucket ``kb``'s re-roll line stops or has holes: ``bucket/<k>/reroll_pass_rate`` is None at a step
+    where no group was steered with the bucket's prefix (``Trainer``'s metrics). Names the last step with a
+    steered group and whether the bucket held groups after it; "" when the line runs to the last step."""
+    have = [m["step"] for m in train if m[f"bucket/{kb}/reroll_pass_rate"] is not None]
+    if not have:
+        return " (no group steered at any step)"
+    after = [m for m in train if m["step"] > have[-1]]
+    if not after:
+        return "" if len(have) == len(train) else " (gaps: steps without a steered group)"
+    empty = all(not m.get(f"bucket/{kb}/count") for m in after)
+    return (f" (stops: no groups in bucket after step {have[-1]})" if empty
+            else f" (stops: no group steered from bucket after step {have[-1]})")
+
+
+def plot_run(records: list[dict], path: pathlib.Path, *, title: str = ""):
+    """Training curves of one run as a PNG (held-out pass@1, training pass rates, controller); returns the
+    figure. The first rollouts' and the after-re-roll pass rates are drawn in two styles (solid with circles,
+    dashed with triangles) and the legend says when they coincide (no group re-rolled); a bucket's re-roll
+    line that stops or has holes says why in its legend entry (``_bucket_stop_note``)."""
     # A bare Figure (no pyplot): switching the global backend to Agg here would hide the figures of
     # a notebook that trains runs in its kernel.
     from matplotlib.figure import Figure
@@ -532,15 +550,19 @@ def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> Non
         ax[0].plot([m["step"] for m in evals], [m["eval/pass_at_1"] for m in evals], "o-", label="held-out pass@1")
     if train:
         steps = [m["step"] for m in train]
-        ax[0].plot(steps, [m["pass_rate"] for m in train], alpha=0.5, label="train pass rate (first rollouts)")
-        ax[0].plot(steps, [m["pass_rate_train"] for m in train], alpha=0.5, label="train pass rate (after re-roll)")
+        first, after = [m["pass_rate"] for m in train], [m["pass_rate_train"] for m in train]
+        same = first == after
+        ax[0].plot(steps, first, "-", marker="o", ms=3, alpha=0.7, color="C1", label="train pass rate (first rollouts)")
+        ax[0].plot(steps, after, "--", marker="^", ms=4, alpha=0.7, color="C2", mfc="none",
+                   label="train pass rate (after re-roll)" + (": equal to the first rollouts at every step, no group "
+                                                              "re-rolled" if same else ""))
         ks = sorted({key.split("/")[1] for key in train[0] if key.startswith("bucket/")}, key=int)
         n = len(train[0]["k_hist"]) - 1
         for kb in ks:
             ax[1].plot(steps, [m[f"bucket/{kb}/rho"] for m in train], label=f"ρ, bucket {kb}/{n}")
             xs = [m["step"] for m in train if m[f"bucket/{kb}/reroll_pass_rate"] is not None]
             ax[2].plot(xs, [m[f"bucket/{kb}/ema"] for m in train if m[f"bucket/{kb}/reroll_pass_rate"] is not None],
-                       label=f"EMA re-roll pass rate, {kb}/{n}")
+                       ".-", ms=3, label=f"EMA re-roll pass rate, {kb}/{n}" + _bucket_stop_note(train, kb))
         ax[2].axhline(0.5, color="k", ls="--", lw=0.8, label="target")
     ax[0].set(xlabel="training step", ylabel="pass rate", title="pass rates", ylim=(0, 1))
     ax[1].set(xlabel="training step", ylabel="prefix fraction ρ_b", title="controller: prefix fraction", ylim=(0, 1))
@@ -552,3 +574,4 @@ def plot_run(records: list[dict], path: pathlib.Path, *, title: str = "") -> Non
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig

@@ -264,6 +264,9 @@ def test_killed_and_empty_runs_are_reported_not_dropped(sweep):
     assert ps["equal_step_missing_seeds"] == [3, 4]
     assert "killed after 25" in " ".join(ps["status"])
     assert "undefined (censored both: 1 baseline, 1 method seeds)" in an.convergence_table(res)
+    row = next(r for r in an.convergence_table(res).splitlines() if r.startswith("| ps_ada |"))
+    assert row.split(" | ")[7] == "no bound (both censored)"               # the bound's own column
+    assert all(r.count(" | ") == 9 for r in an.convergence_table(res).splitlines() if r.startswith("| "))
     fix = res["methods"]["ps_fix"]
     assert fix["n_runs"] == 0 and fix["excluded_empty"] == ["toy-ps_fix-s0"]   # listed, not in statistics
     assert "0 (empty: toy-ps_fix-s0)" in an.convergence_table(res)

@@ -156,13 +156,13 @@ def test_a_tagged_calibration_is_its_own_chain_with_its_gate(tmp_path):
     assert sorted(data[12]) == ["reroll_noprefix"] and sorted(data["12_lo"]["oracle"]) == [0, 1, 2]
     assert sorted(data["12_lo"]["baseline"]) == [0, 1, 2, 100, 101, 102]
     text, summary = study.section(data, n_boot=100, rec={})
-    assert "### E = 12, lower reach" in text and "**Gate (E = 12, lower reach" in text and ": passes (needs >= 1.5)" in text
+    assert "### E = 12, lower reach" in text and "**Gate (E = 12, lower reach" in text and ": passes (the CI above 1.5x)" in text
     assert study.gate(None) == "oracle vs baseline not run yet"
     for s in range(3):                                                     # a gate that fails: PS is not run
         _write_run(tmp_path, "12_bad", "baseline", s, 1.0)
         _write_run(tmp_path, "12_bad", "oracle", s, 1.0)
     text, _ = study.section(study.load(tmp_path), n_boot=100, rec={})
-    assert "fails (needs >= 1.5)" in text and "PS not run: the positive control failed the gate" in text
+    assert "fails (the CI below 1.5x)" in text and "PS not run: the positive control did not pass the gate" in text
     same = study.compare(data["12_lo"], "baseline", "baseline", n_boot=100)
     assert "fails" in study.gate(same)
 
@@ -310,7 +310,69 @@ def test_comparison_rows_read_each_warm_start_at_its_own_level(tmp_path):
     assert sorted(by_w) == [0, 1]
     assert by_w[0]["value"] == pytest.approx(2.0, rel=0.12) and by_w[1]["value"] == pytest.approx(1.0, abs=1e-9)
     lines, comps = study._comparison_table(data[12], (("ps_cut", "reroll_noprefix", "x"),), n_boot=200)
-    assert lines[-1].count(" | ") == 9 and "A: 1.99 " in lines[-1] and "B: 1.00 " in lines[-1]
+    assert lines[-1].count(" | ") == 11 and "A: 1.99 " in lines[-1] and "B: 1.00 " in lines[-1]
     assert study.per_warm_start(data[2], "ps_cut", "reroll_noprefix", n_boot=200) == {}
     lines, _ = study._comparison_table(data[2], (("ps_cut", "reroll_noprefix", "x"),), n_boot=200)
     assert lines[-1].endswith("| - |")
+
+
+def test_a_censored_ratio_prints_as_a_bound_with_its_column():
+    """A method whose seed-mean curve never reaches the level (planted: it stays flat) is counted at the horizon:
+    the headline is a ceiling, printed "<= r [lo, hi]" with "ceiling" in the bound column, never read as above a level."""
+    from prs.analysis.tables import fmt_ratio
+    t = np.arange(0, 65, 5)
+    yr = np.array([_curve(t, 1.0, s) for s in range(4)])
+    ym = np.full_like(yr, 0.15) + 0.001 * np.arange(4)[:, None]            # never leaves the start
+    runs = {arm: {s: {"steps": t, "tf": y[s], "tokens": np.full(60, 1000.0)} for s in range(4)}
+            for arm, y in (("reroll_noprefix", yr), ("ps_cut", ym))}
+    g = study.compare(runs, "ps_cut", "reroll_noprefix", n_boot=200)
+    r = g[0.8]["speedup_steps"]
+    assert r["bound"] == "upper" and g[0.8]["n_censored_method"] == 4
+    cell = fmt_ratio(r)
+    assert cell.startswith("<= ") and cell[3:] == f"{r['value']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
+    row = study._comparison_row("ps_cut", "reroll_noprefix", "x", g)
+    assert f"| {cell} | ceiling (method censored) |" in row
+    assert study.read_level({**r, "value": 2.0, "lo": 1.8, "hi": 2.2}, 1.5) == "contains"   # a ceiling is not "above"
+    assert fmt_ratio({**r, "bound": "lower"}).startswith(">= ") and "undefined" in fmt_ratio({**r, "bound": "both"})
+    assert fmt_ratio({"value": 1.0, "lo": 0.9, "hi": 1.1}) == "1.00 [0.90, 1.10]"
+    with pytest.raises(ValueError, match="bound must be one of"):
+        fmt_ratio({**r, "bound": "ceiling"})
+
+
+def test_one_gate_rule_reads_the_ci_against_1_5():
+    ci = lambda v, lo, hi: {0.8: {"speedup_steps": {"value": v, "lo": lo, "hi": hi, "bound": "exact"}}}  # noqa: E731
+    assert "passes" in study.gate(ci(2.06, 1.75, 2.52))
+    assert "fails" in study.gate(ci(1.18, 1.12, 1.25))
+    assert "not passed (the CI contains 1.5x)" in study.gate(ci(1.26, 1.06, 1.56))   # a point below 1.5, CI holding it
+    assert "not passed (the CI contains 1.5x)" in study.gate(ci(1.6, 1.45, 1.9))     # a point above 1.5, CI holding it
+
+
+def test_depth_contrast_reads_the_ratio_of_two_chains_speedups(tmp_path):
+    """Long chain: the method is the reference compressed 2x in time; short chain: 1x. The ratio of the two
+    speed-ups reads ~2, its interval above 1; two equal chains read 1 with an interval holding it."""
+    for s in range(6):
+        _write_run(tmp_path, 12, "baseline", s, 1.0)
+        _write_run(tmp_path, 12, "oracle", s, 2.0)
+        _write_run(tmp_path, 2, "baseline", s, 1.0)
+        _write_run(tmp_path, 2, "oracle", s, 1.0 + 0.02 * (s % 2))
+    data = study.load(tmp_path)
+    dc = study.depth_contrast(data[12], data[2], "oracle", "baseline", n_boot=300)
+    assert dc["value"] == pytest.approx(2.0, rel=0.12) and dc["lo"] > 1.5
+    same = study.depth_contrast(data[2], data[2], "oracle", "baseline", n_boot=300)
+    assert same["value"] == pytest.approx(1.0) and same["lo"] <= 1.0 <= same["hi"]
+    assert study.depth_contrast(data[12], {}, "oracle", "baseline") is None
+    text, summary = study.section(data, n_boot=100, rec={}, rf={})
+    assert "**Depth contrast (E = 12 over E = 2; oracle vs baseline):**" in text and "12/2" in summary["depth_contrast"]
+
+
+def test_figure_marks_the_80_percent_levels_and_a_censored_arm(tmp_path):
+    for s in range(3):
+        _write_run(tmp_path, 12, "reroll_noprefix", s, 1.0)
+        _write_run(tmp_path, 12, "ps_cut", s, 0.05)          # stays far below the re-roll's 80% level: censored
+        _write_run(tmp_path, 12, "baseline", s, 1.0)
+    labels = study.figure(study.load(tmp_path), tmp_path / "c.png")[0]
+    assert any(t.startswith("80% of reroll_noprefix's gap") for t in labels)
+    assert any(t.startswith("80% of baseline's gap") for t in labels)
+    cut = [t for t in labels if t.startswith(study.LABEL["ps_cut"])]
+    assert cut and cut[0].endswith("below 80% of reroll_noprefix's gap: censored")
+    assert not any("censored" in t for t in labels if t.startswith(study.LABEL["baseline"]))
