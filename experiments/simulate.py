@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import time
 from dataclasses import field
@@ -27,6 +28,7 @@ from typing import Callable
 import numpy as np
 from omegaconf import OmegaConf
 
+from experiments import cli
 from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
 from prs.analysis.bootstrap import bootstrap_ci, speedup_ci
@@ -415,13 +417,30 @@ def run(cfg: SimulateCfg, out_dir: pathlib.Path, progress: Callable[[str], None]
     return res
 
 
-def main() -> None:
+CONF = pathlib.Path(__file__).resolve().parent.parent / "conf" / "simulate"
+
+
+@cli.command("experiments.simulate")
+def main(argv=None) -> None:
+    """``python -m experiments.simulate [overrides]``: the overrides are checked against ``SimulateCfg``
+    and ``conf/simulate/``'s groups first (``cli.check_overrides``: one ``error:`` line, "did you mean")."""
+    import sys
+
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    sys.argv[1:] = cli.check_overrides(argv, conf=CONF, schema=SimulateCfg, listing="python -m experiments.simulate --cfg job")
+
     @hydra.main(version_base=None, config_path="../conf/simulate", config_name="config")
     def _main(raw) -> None:
-        cfg = validate(raw)
+        try:
+            cfg = validate(raw)
+        except Exception as e:  # noqa: BLE001  a schema error (wrong type): one line, as at the command line
+            if not isinstance(e, cli.usage_errors()) or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {cli.one_line(e)}", file=sys.stderr, flush=True)
+            sys.exit(2)
         run(cfg, pathlib.Path(HydraConfig.get().runtime.output_dir))
 
     _main()
