@@ -65,10 +65,11 @@ import pathlib
 import sys
 
 from prs import analysis as an
+from experiments import cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m experiments.analyze", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m experiments.analyze", description=__doc__.split("\n")[0])
     p.add_argument("run_root", nargs="+", help="directories holding run directories (e.g. runs/sweep); the "
                    "first feeds the tables, every one the decisive section")
     p.add_argument("--baseline", default="baseline", help="method name of the baseline (default: baseline)")
@@ -155,6 +156,7 @@ def record_owned(out: pathlib.Path, patterns, foreign: set[str]) -> None:
     (out / OWNED).write_text(json.dumps(names, indent=0) + "\n")
 
 
+@cli.command("experiments.analyze")
 def main(argv=None) -> dict:
     args = parse_args(argv)
     roots = [pathlib.Path(r) for r in args.run_root]

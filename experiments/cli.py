@@ -10,12 +10,24 @@ nothing written into a run directory by a rejected run, and a sweep that reports
                             exceptions (bugs) keep their traceback
     SweepReport             Hydra callback: after a sweep, names the failed jobs and exits 1
 
+Every other ``python -m experiments.X`` command line shares the same rules through two helpers:
+
+    ArgumentParser          argparse with one ``error: <prog>: <what>; did you mean ...? (--help ...)``
+                            line and exit status 2 for a bad argument
+    command(prog)           decorator of a ``main(argv)``: a ``UsageError`` / ``ValueError`` /
+                            ``FileNotFoundError`` / schema or Hydra composition error prints one
+                            ``error:`` line and exits 2
+    did_you_mean(key, keys) the suggestion: close dotted keys, and the keys whose last part is the
+                            one given (``lr`` -> ``optim.lr``)
+
 Tracebacks stay for bugs; ``HYDRA_FULL_ERROR=1`` re-raises everything.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import pathlib
@@ -37,9 +49,25 @@ class UsageError(ValueError):
 # Before Hydra: the overrides on the command line
 
 
-def _schema_keys() -> tuple[set[str], set[str]]:
-    """(dotted keys of the training schema, keys of free-form dict nodes)."""
-    from experiments.config import TrainCfg
+def did_you_mean(key: str, keys) -> str:
+    """``"did you mean 'a'? "`` (or ``'a' or 'b'``) for ``key`` among ``keys`` ("" if nothing is near): the
+    keys whose last dotted part is ``key``'s (``lr`` -> ``optim.lr``), else the closest dotted keys, else
+    the keys whose last part is close to ``key``'s."""
+    keys = sorted(set(keys))
+    leaf = key.rsplit(".", 1)[-1]
+    near = [k for k in keys if k != key and k.rsplit(".", 1)[-1] == leaf]
+    near = near or difflib.get_close_matches(key, keys, n=1)
+    if not near:
+        leaves = difflib.get_close_matches(leaf, sorted({k.rsplit(".", 1)[-1] for k in keys}), n=1)
+        near = [k for k in keys if leaves and k.rsplit(".", 1)[-1] == leaves[0]]
+    near = near[:3]
+    return f"did you mean {' or '.join(repr(k) for k in near)}? " if near else ""
+
+
+def _schema_keys(schema=None) -> tuple[set[str], set[str]]:
+    """(dotted keys of the schema dataclass (default: the training schema), keys of free-form dict nodes)."""
+    if schema is None:
+        from experiments.config import TrainCfg as schema
 
     keys, free = set(), set()
 
@@ -53,7 +81,7 @@ def _schema_keys() -> tuple[set[str], set[str]]:
             elif fac is dict:
                 free.add(key)
 
-    walk(TrainCfg, "")
+    walk(schema, "")
     return keys, free
 
 
@@ -62,7 +90,8 @@ def _groups(conf: pathlib.Path) -> dict[str, list[str]]:
             if d.is_dir() and d.name not in ("hydra", "simulate")}
 
 
-def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
+def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF, schema=None,
+                    listing: str = "python -m experiments.train --cfg job") -> list[str]:
     """Raises ``UsageError`` (one line: the override, what is wrong, the allowed values) for an
     override of an unknown key or group option; Hydra's own flags and ``hydra.*`` pass through.
 
@@ -74,7 +103,7 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
 
     from experiments.config import moved_key
 
-    keys, free = _schema_keys()
+    keys, free = _schema_keys(schema)
     groups = _groups(conf)
     parser = OverridesParser.create()
     out = []
@@ -96,7 +125,7 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
         key = ov.key_or_group
         if key.startswith(("hydra.", "hydra/")) or key == "hydra":
             continue
-        moved = moved_key(key.lstrip("+~"))
+        moved = moved_key(key.lstrip("+~")) if schema is None else None
         if moved is not None:
             raise UsageError(f"{arg}: {key.lstrip('+~')} is now {moved} (the config's nodes mirror "
                              "prs.rl.config.RLConfig)")
@@ -117,11 +146,56 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF) -> list[str]:
                 out[-1] = "++" + arg
             continue
         top = sorted({k.split(".")[0] for k in keys} | set(groups))
-        near = difflib.get_close_matches(key, sorted(keys | set(groups)), n=1)
-        hint = f"did you mean {near[0]!r}? " if near else ""
+        hint = did_you_mean(key, keys | set(groups))
         raise UsageError(f"{arg}: unknown key {key!r}; {hint}top-level keys: {', '.join(top)} "
-                         f"(`python -m experiments.train --cfg job` prints them all)")
+                         f"(`{listing}` prints them all)")
     return out
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose mistakes are one line, ``error: <prog>: <what>`` with a "did you
+    mean" for a misspelt option and a pointer to ``--help``, and exit status 2 (argparse's own)."""
+
+    def error(self, message: str):
+        hint = ""
+        if message.startswith("unrecognized arguments:"):
+            opts = [o for a in self._actions for o in a.option_strings]
+            for word in message.split(":", 1)[1].split():
+                near = difflib.get_close_matches(word.split("=")[0], opts, n=1)
+                if near:
+                    hint = f"; did you mean {near[0]!r}?"
+                    break
+        self.exit(2, f"error: {self.prog}: {message}{hint} (`{self.prog} --help` lists the arguments)\n")
+
+
+def usage_errors() -> tuple[type, ...]:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return ValueError, FileNotFoundError, NotADirectoryError, OmegaConfBaseException, HydraException
+
+
+def command(prog: str):
+    """Decorator of an entry point's ``main(argv=None)``: a user's mistake (``usage_errors``: a
+    ``UsageError``, ``ValueError``, missing file, schema or Hydra composition error) prints one
+    ``error: <what>`` line and exits 2, as ``experiments.train`` does; bugs keep their traceback
+    (``HYDRA_FULL_ERROR=1``: every traceback)."""
+
+    def wrap(main):
+        @functools.wraps(main)
+        def run(*args, **kw):
+            try:
+                return main(*args, **kw)
+            except usage_errors() as e:
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                msg = one_line(e)
+                hint = "" if f"python -m {prog}" in msg else f" (`python -m {prog} --help`)"
+                print(f"error: {msg}{hint}", file=sys.stderr, flush=True)
+                raise SystemExit(2) from None
+        return run
+
+    return wrap
 
 
 def help_text(conf: pathlib.Path = CONF) -> str:

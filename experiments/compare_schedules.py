@@ -8,13 +8,14 @@ A run directory holds ``metrics.jsonl`` (or ``metrics.jsonl.gz``) and ``summary.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import pathlib
 import re
 
 import numpy as np
+
+from experiments import cli
 
 COLS = [("tokens_generated", "generated tok/step"), ("tokens_replayed", "replayed tok/step"),
         ("rollouts_sampled", "rollouts/step"), ("groups_steered", "steered/step"), ("groups_kept", "kept/step"),
@@ -77,8 +78,9 @@ def table(root: pathlib.Path) -> str:
     return "\n".join(out) + "\n"
 
 
+@cli.command("experiments.compare_schedules")
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.compare_schedules", description=__doc__.splitlines()[0])
     ap.add_argument("root", type=pathlib.Path)
     ap.add_argument("--out", type=pathlib.Path, default=None)
     a = ap.parse_args(argv)

@@ -16,6 +16,7 @@ import sys
 import time
 
 from prs.analysis import coverage as C
+from experiments import cli
 
 
 def _commit() -> str | None:
@@ -25,8 +26,9 @@ def _commit() -> str | None:
         return None
 
 
+@cli.command("experiments.coverage")
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(prog="python -m experiments.coverage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--studies", type=int, default=400)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)

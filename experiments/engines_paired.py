@@ -18,7 +18,6 @@ compile and vLLM's warm-up), and the weight push time ``rollout/sync_s``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import pathlib
@@ -27,6 +26,7 @@ import re
 import numpy as np
 
 from prs.analysis.bootstrap import bootstrap_diff_of_means, bootstrap_mean
+from experiments import cli
 
 ENGINES = ("jax", "vllm")
 RUN = re.compile(r"^(jax|vllm)-s(\d+)$")
@@ -178,8 +178,9 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli.command("experiments.engines_paired")
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m experiments.engines_paired", description=__doc__.split("\n")[0])
     p.add_argument("root", nargs="?", default=str(pathlib.Path(__file__).resolve().parents[1] / "results/engines/paired"))
     args = p.parse_args(argv)
     root = pathlib.Path(args.root)

@@ -16,12 +16,13 @@ held-out pass@1 the run's step-0 evaluation would log.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import time
 
 import numpy as np
+
+from experiments import cli
 
 
 def histogram(k: np.ndarray, n: int) -> dict:
@@ -160,8 +161,9 @@ def dataclasses_repr(task) -> str:
     return repr(getattr(task, "cfg", task))
 
 
+@cli.command("experiments.k_histogram")
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m experiments.k_histogram", description=__doc__.split("\n\n")[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.k_histogram", description=__doc__.split("\n\n")[0])
     ap.add_argument("--problems", type=int, default=256, help="training problems (groups of N) to sample")
     ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for experiments.train")

@@ -17,11 +17,12 @@ would build it).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 
 import numpy as np
+
+from experiments import cli
 
 
 def _surface(p):
@@ -207,8 +208,9 @@ def pilot_table(runs: list[str], tf_files: list[str]) -> str:
     return "\n".join(lines)
 
 
+@cli.command("experiments.mechanism")
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m experiments.mechanism", description=__doc__.split("\n\n")[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.mechanism", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("guesser")
     g.add_argument("--out", default=None)

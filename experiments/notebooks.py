@@ -15,13 +15,14 @@ executes the run notebooks on a tiny run set trained on the fly.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
 import re
 import sys
 import tempfile
+
+from experiments import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -119,8 +120,9 @@ def check(names: list[str] | None = None) -> list[str]:
     return [p.name for p in paths if outputs_digest(nbformat.read(p, as_version=4)) != outputs_digest(execute(p))]
 
 
+@cli.command("experiments.notebooks")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.notebooks", description=__doc__.splitlines()[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.notebooks", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="notebooks (default: all in notebooks/)")
     ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
     args = ap.parse_args(argv)

@@ -23,6 +23,7 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
+from experiments import cli
 from experiments.config import rl_config, validate
 
 CONF = str(pathlib.Path(__file__).resolve().parent.parent / "conf")
@@ -33,23 +34,29 @@ FLAGS = ("devices", "device_gib", "prompt_len", "mem_fraction", "vllm_memory_uti
 
 
 def _flags(argv):
+    """(``--flag value`` / ``--flag=value`` pairs, the Hydra overrides); an unknown or valueless flag is a
+    ``UsageError``, and the overrides are checked as ``experiments.train`` checks them (``cli.check_overrides``)."""
+    known = ["--" + f.replace("_", "-") for f in FLAGS]
     flags, rest, i = {}, [], 0
     while i < len(argv):
         a = argv[i]
         if a.startswith("--"):
-            key, _, val = a[2:].partition("=")
-            if not val:
+            key, eq, val = a[2:].partition("=")
+            if key.replace("-", "_") not in FLAGS:
+                raise cli.UsageError(f"unknown flag --{key}; {cli.did_you_mean('--' + key, known)}known: "
+                                     + ", ".join(known))
+            if not eq:
                 i += 1
+                if i == len(argv):
+                    raise cli.UsageError(f"--{key} needs a value")
                 val = argv[i]
             flags[key.replace("-", "_")] = val
+        elif a.startswith("-"):
+            raise cli.UsageError(f"unknown flag {a}; flags: --help, " + ", ".join(known))
         else:
             rest.append(a)
         i += 1
-    bad = set(flags) - set(FLAGS)
-    if bad:
-        raise SystemExit(f"experiments.plan: unknown flags {sorted(bad)}; known: "
-                         + ", ".join("--" + f.replace("_", "-") for f in FLAGS))
-    return flags, rest
+    return flags, cli.check_overrides(rest)
 
 
 def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, frac=None) -> dict:
@@ -82,7 +89,7 @@ def setup(overrides, *, devices=None, device_gib=None, prompt_len: int = 512, fr
         known *= v if v != -1 else 1
     sizes = {k: (devices // known if v == -1 else v) for k, v in sizes.items()}
     if sizes["data"] * sizes["fsdp"] * sizes["tensor"] != devices:
-        raise SystemExit(f"experiments.plan: mesh {sizes} does not cover --devices {devices}")
+        raise cli.UsageError(f"mesh {sizes} does not cover --devices {devices}")
     return dict(cfg=cfg, model_cfg=model_cfg, rl=rl, sizes=sizes, devices=devices, platform=platform,
                 device_gib=float(device_gib or cfg.mesh.device_gib or 80),
                 mem_fraction=float(frac) if frac is not None else mem_fraction(platform=platform),
@@ -112,10 +119,18 @@ def preset_setup(name: str, *, devices: int | None = None, prompt_len: int = 512
     return setup([f"+experiment={name}"], devices=devices, prompt_len=prompt_len)
 
 
+@cli.command("experiments.plan")
 def main(argv=None) -> int:
     from prs.plan import plan_run, sampler_cache_slots
 
-    flags, overrides = _flags(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.replace("``", "").strip() + "\n")  # the examples and every flag
+        print(cli.help_text().replace("python -m experiments.train [-m]", "python -m experiments.plan [--flag V ...]", 1)
+              .replace("one GRPO / Prefix Sampling training run (-m: a sweep over comma-separated values)",
+                       "the memory plan of that training run's configuration"))
+        return 0
+    flags, overrides = _flags(argv)
     s = setup(overrides, devices=flags.get("devices"), device_gib=flags.get("device_gib"),
               prompt_len=int(flags.get("prompt_len", 512)), frac=flags.get("mem_fraction"))
     rl, model_cfg, prompt, budget, gib, frac = s["rl"], s["model_cfg"], s["prompt_len"], s["budget"], s["device_gib"], s["mem_fraction"]
@@ -123,7 +138,7 @@ def main(argv=None) -> int:
         p = plan_run(model_cfg, rl, prompt_len=prompt, max_new_tokens=budget, device_gib=gib,
                      prefix_rerolls=s["rerolls"], mem_fraction=frac, **s["sizes"])
     except ValueError as e:  # e.g. micro-batches that the batch shards do not divide
-        raise SystemExit(f"prs.plan: {e}") from None
+        raise cli.UsageError(f"prs.plan: {e}") from None
     rows = rl.tasks_per_step * rl.group_size
     print(f"{s['cfg'].model.preset}: {rows} rollouts x (prompt {prompt} + budget {budget}), update width "
           f"{prompt + 2 * budget}, sampler cache {sampler_cache_slots(prompt, budget, prefix_rerolls=s['rerolls'])} slots"
@@ -160,7 +175,7 @@ def vllm_plan(s: dict, p, flags: dict):
         util = round(0.95 - frac, 2)
     sleep = str(flags.get("vllm_sleep_mode", "false")).lower()
     if sleep not in ("true", "false", "1", "0"):
-        raise SystemExit(f"prs.plan: --vllm-sleep-mode={sleep!r}; choose from true, false")
+        raise cli.UsageError(f"--vllm-sleep-mode={sleep!r}; choose from true, false")
     try:
         return plan_vllm(s["model_cfg"], rows=rl.tasks_per_step * rl.group_size, prompt_len=s["prompt_len"],
                          max_new_tokens=s["budget"], devices=s["devices"], device_gib=gib, jax_plan=p,
@@ -168,7 +183,7 @@ def vllm_plan(s: dict, p, flags: dict):
                          tensor_parallel=int(flags.get("vllm_tensor_parallel", rl.rollout.tensor_parallel_size)),
                          sleep_mode=sleep in ("true", "1"), prefix_rerolls=s["rerolls"])
     except ValueError as e:
-        raise SystemExit(f"prs.plan: {e}") from None
+        raise cli.UsageError(f"prs.plan: {e}") from None
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,13 +23,13 @@ the code that changed under the run.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 import tempfile
 
 from prs.analysis.runs import read_records  # noqa: F401  (also this module's API)
+from experiments import cli
 
 
 def comparable(records: list[dict]) -> list[dict]:
@@ -134,8 +134,9 @@ def new_fields(recorded: list[dict], fresh: list[dict]) -> list[str]:
     return sorted(set().union(*map(set, fresh)) - have) if fresh else []
 
 
+@cli.command("experiments.reproduce")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.split("\n\n")[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", nargs="?", help="a recorded run directory (summary.json, metrics.jsonl[.gz])")
     ap.add_argument("--mode", default="auto", choices=("auto", "exact", "determinism"),
                     help="auto: exact when the machine fingerprint matches the record's, else determinism")

@@ -31,7 +31,6 @@ Stages (each writes files into ``--out`` and skips what exists, so an interrupte
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import pathlib
@@ -42,6 +41,7 @@ import numpy as np
 from prs import sim
 from prs.analysis.gap import crossing_steps, gap_compare, gap_levels
 from prs.analysis.tables import to_jsonable
+from experiments import cli
 
 LEARNER = dict(n_tasks=128, chain_len=8, groups=32, steps=200, recovery_handicap=4.0, estimator="rloo",
                reroll="add", reroll_combine="mean", shared_dim=64, shared_common=0.03)  # noise_limited.yaml
@@ -219,8 +219,9 @@ def summary_markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli.command("experiments.sim_grid")
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m experiments.sim_grid", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m experiments.sim_grid", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="results/sim/grid")
     p.add_argument("--stage", choices=("all", "scan", "grid", "report"), default="all")
     p.add_argument("--seeds", type=int, default=16)

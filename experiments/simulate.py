@@ -1,7 +1,7 @@
 """Hydra entry point of the many-seed simulator (issue #9): ablation x difficulty x N x target sweeps.
 
-    python -m experiments.simulate                                   # the full sweep (conf/simulate/)
-    python -m experiments.simulate sweep=quick                       # a smoke run (seconds)
+    python -m experiments.simulate                                   # the quick sweep (default: sweep=quick)
+    python -m experiments.simulate sweep=full                        # the full grid (168 configurations)
     python -m experiments.simulate sweep.ns=[8] sweep.targets=[0.4,0.5,0.6] sweep.seeds=200
     python -m experiments.simulate -m learner.recovery_handicap=2,3,4 sweep=quick
     python -m experiments.simulate sweep=controls learner=noise_limited   # ps_ada vs its controls (issue #16)
@@ -9,7 +9,8 @@
 The config tree is ``conf/simulate/`` (separate from the training config ``conf/config.yaml``);
 every node is merged into the dataclass schema below, so an unknown key is an error. Outputs go
 into the Hydra run dir: ``metrics.json`` (every configuration: steps to the success threshold with
-bootstrap CIs, speed-ups vs baseline with paired-bootstrap CIs, time per configuration),
+bootstrap CIs, speed-ups vs baseline with paired-bootstrap CIs, seconds per configuration: ``wall_s``
+the simulation, ``line_s`` the whole line with its statistics),
 ``summary.md``, and the PNG figures of `make_figures`. One program is compiled per (mode, N); the
 difficulty mixture and the controller target are traced, so they reuse it.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import time
 from dataclasses import field
@@ -26,6 +28,7 @@ from typing import Callable
 import numpy as np
 from omegaconf import OmegaConf
 
+from experiments import cli
 from experiments.schema import node, rest_of, to_kwargs
 from prs import sim
 from prs.analysis.bootstrap import bootstrap_ci, speedup_ci
@@ -184,11 +187,13 @@ def run_sweep(cfg: SimulateCfg, progress: Callable[[str], None] = log.info) -> d
                 "success": m["success"].mean(0).tolist()}
         if mode == "baseline" and n == sw.trajectory_n and dname == sw.trajectory_difficulty:
             trajectories["baseline"] = {"success": m["success"].mean(0).tolist()}
+        rec["line_s"] = time.perf_counter() - t0  # the whole configuration: simulate + bootstrap / gap statistics
         records.append(rec)
         sp = rec.get("speedup", {}).get("mean", float("nan"))
         progress(f"[{i + 1}/{len(jobs)}] N={n} {mode:<11} {dname:<10} target={target:.2f}  "
                  f"steps={rec['steps']['mean']:.1f}  speed-up={sp:.3f}  "
-                 f"({wall:.1f} s{', incl. compile' if first else ''})")
+                 f"({rec['line_s']:.1f} s: simulate {wall:.1f} s{' incl. compile' if first else ''}, "
+                 f"statistics {rec['line_s'] - wall:.1f} s)")
     total = time.perf_counter() - t_all
     run_times = [r["wall_s"] for r in records if not r["includes_compile"]]
     return {"config": dataclasses.asdict(cfg), "records": records, "trajectories": trajectories,
@@ -234,8 +239,9 @@ def summary_markdown(res: dict) -> str:
     recs = res["records"]
     lines = ["# Simulator sweep", "",
              f"reach = {res['config']['sweep']['reach']} of the gap to 1, {res['config']['sweep']['seeds']} seeds, "
-             f"{len(recs)} configurations in {res['total_s']:.0f} s (median {res['median_s_per_config'] or 0:.1f} s "
-             f"per configuration once compiled, at most {res['max_s_per_config_incl_compile']:.1f} s incl. compile).",
+             f"{len(recs)} configurations in {res['total_s']:.0f} s (simulation alone: median {res['median_s_per_config'] or 0:.1f} s "
+             f"per configuration once compiled, at most {res['max_s_per_config_incl_compile']:.1f} s incl. compile; "
+             f"the bootstrap statistics take the rest).",
              "", "## Speed-up vs baseline at target 0.5 (mean [95% CI], paired bootstrap over seeds)", "",
              "| N | difficulty | skewed share (step 0) | baseline steps | ps_fix | ps_ada_hard | ps_ada "
              "| reroll_only (control) | ps_ada per decision | reroll_only per decision |",
@@ -411,13 +417,30 @@ def run(cfg: SimulateCfg, out_dir: pathlib.Path, progress: Callable[[str], None]
     return res
 
 
-def main() -> None:
+CONF = pathlib.Path(__file__).resolve().parent.parent / "conf" / "simulate"
+
+
+@cli.command("experiments.simulate")
+def main(argv=None) -> None:
+    """``python -m experiments.simulate [overrides]``: the overrides are checked against ``SimulateCfg``
+    and ``conf/simulate/``'s groups first (``cli.check_overrides``: one ``error:`` line, "did you mean")."""
+    import sys
+
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    sys.argv[1:] = cli.check_overrides(argv, conf=CONF, schema=SimulateCfg, listing="python -m experiments.simulate --cfg job")
+
     @hydra.main(version_base=None, config_path="../conf/simulate", config_name="config")
     def _main(raw) -> None:
-        cfg = validate(raw)
+        try:
+            cfg = validate(raw)
+        except Exception as e:  # noqa: BLE001  a schema error (wrong type): one line, as at the command line
+            if not isinstance(e, cli.usage_errors()) or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {cli.one_line(e)}", file=sys.stderr, flush=True)
+            sys.exit(2)
         run(cfg, pathlib.Path(HydraConfig.get().runtime.output_dir))
 
     _main()

@@ -12,11 +12,12 @@ The theory's toy (``theory.partial_pass``) beside each row: E[R|A] = p_A + (1 âˆ
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import pathlib
 import time
+
+from experiments import cli
 
 
 def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
@@ -30,8 +31,9 @@ def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
     return mid - half, mid + half
 
 
+@cli.command("experiments.trap_calibrate")
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.trap_calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--p", type=float, nargs="+", default=[0.1, 0.3, 0.5])
     ap.add_argument("--preset", default="trap_fraction")
     ap.add_argument("--out", default=None)

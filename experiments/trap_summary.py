@@ -11,7 +11,6 @@ Paired differences between arms (same seed, same p_A) come with a percentile boo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 from collections import defaultdict
@@ -19,6 +18,7 @@ from collections import defaultdict
 import numpy as np
 
 from prs.analysis.bootstrap import bootstrap_mean
+from experiments import cli
 
 KEYS = ("eval/true_resolution_rate", "eval/hack_rate", "eval/mean_fraction_reward", "eval/p_root",
         "eval/root_attempt_rate")
@@ -50,8 +50,9 @@ def theory_surface_advantage(p_a: float, q: float, group_size: int = 8, estimato
     return grpo_type_advantages(p_a, q, group_size=group_size, estimator=estimator).surface
 
 
+@cli.command("experiments.trap_summary")
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.ArgumentParser(prog="python -m experiments.trap_summary", description=__doc__.splitlines()[0])
     ap.add_argument("root")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

@@ -134,8 +134,10 @@ def test_sbatch_command_plans_on_two_nodes(capsys, monkeypatch):
     assert "algo.micro_batches=32" in args
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
     assert main([*args, "--devices", "16"]) == 0 and "verdict: fits" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="micro_batches"):
+    with pytest.raises(SystemExit) as e:
         main([a for a in args if not a.startswith("algo.micro_batches")] + ["--devices", "16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: ") and "micro_batches" in err[0], err
 
 
 def test_cli_plans_with_the_rollout_config_keys_and_a_flag_overrides_them(capsys, monkeypatch):

@@ -4,7 +4,9 @@ Everything a run writes goes to its output directory:
 
     metrics.jsonl      one line per training step ({"kind": "train", ...}) and per evaluation
                        ({"kind": "eval", "step": s, "eval/pass_at_1": ...}, params after s updates)
-    summary.json       configuration, final/peak held-out pass rate, totals, timings
+    summary.json       configuration, final/peak held-out pass rate, totals, timings, and the warm
+                       start (``warm_start``: its source, cache path, loss per cycle, attempts,
+                       held-out demonstration loss; ``base_params``)
     curves.png         held-out and training pass rates, ρ_b and re-rollout pass rates per bucket
     checkpoints/       orbax checkpoints of the full train state every ``ckpt_every`` steps and at the end
     config.json        the configuration the directory was started with (``prs.rl.rundir``)
@@ -53,7 +55,9 @@ from prs.parallel import multihost
 from prs.rl import rundir
 from prs.rl.provenance import code_state
 from prs.rl.rundir import RunDirError  # noqa: F401  (re-exported: the run directory cannot be used)
-from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree, supervised_warm_start
+from prs.rl.trainer import RLConfig, Trainer, TrainState, checkpoint_tree, heldout_demo_loss, supervised_warm_start
+
+WARM_START_FACTS = "warm_start.json"  # in a cached warm start's directory: how it was built (base_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +190,12 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
+    def final(self, text: str) -> None:
+        """One closing line after the last step (e.g. the final evaluation, which runs after it)."""
+        if self.enabled:
+            self.stream.write(f"{self.label}{text}\n")
+            self.stream.flush()
+
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
@@ -197,21 +207,30 @@ def _sft_progress(run: RunConfig) -> Progress:
 
 
 def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.Path, *, log=print,
-                shardings=None):
+                shardings=None, facts: dict | None = None):
     """Warm-start parameters, trained once and cached under ``base_dir/<hash>``. With ``shardings``
     (``Trainer.param_shardings``) a checkpoint or cached warm start is read straight into that
     layout, each device reading only its slice (no whole copy on one device), and a fresh
-    initialisation is created sharded (``prs.parallel.multihost.sharded_params``)."""
+    initialisation is created sharded (``prs.parallel.multihost.sharded_params``).
+
+    ``facts`` (a dict, filled in place; ``summary.json``'s ``warm_start``): ``source`` (``checkpoint``,
+    ``random_init``, ``built``, ``cache``), ``cache`` (the cached directory, or None), and for a
+    supervised warm start the build's record (``supervised_warm_start``'s ``report``: loss per cycle,
+    cycles, attempts) and ``heldout_loss`` (``heldout_demo_loss``), logged once when built and kept in
+    ``<cache>/warm_start.json`` for the runs that reuse it."""
     import orbax.checkpoint as ocp
 
     from prs.parallel.multihost import sharded_params
 
+    facts = {} if facts is None else facts
     if run.init_checkpoint:
         from prs.models import hf
 
         log(f"[base] loading {run.init_checkpoint} (replaces the warm start)")
+        facts.update(source="checkpoint", checkpoint=str(run.init_checkpoint), cache=None)
         return hf.load_params(hf.checkpoint_tensors(run.init_checkpoint), model_cfg, shardings=shardings)
     if run.sft_steps == 0:
+        facts.update(source="random_init", seed=run.sft_seed, cache=None)
         return sharded_params(lambda: init_params(model_cfg, jax.random.PRNGKey(run.sft_seed)), shardings)
     # a task may name what its warm start depends on (trap: not the RL reward), so arms share one
     restarts = () if run.sft_until_loss is None else (run.sft_until_loss, run.sft_max_cycles)  # defaults add nothing to the key
@@ -227,18 +246,37 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         if shardings is not None:  # restored straight into the trainer's layout
             abstract = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
                                     abstract, shardings)
-        log(f"[base] reusing warm-start parameters {path}")
+        recorded = path / WARM_START_FACTS
+        facts.clear()
+        facts.update(json.loads(recorded.read_text()) if recorded.exists() else
+                     {"note": f"a cache built before {WARM_START_FACTS} was recorded: no build record"})
+        facts.update(source="cache", cache=str(path))
+        log(f"[base] reusing warm-start parameters {path}" + (
+            f" (held-out demonstration loss {facts['heldout_loss']:.4f})" if facts.get("heldout_loss") is not None else ""))
         return ckptr.restore(path, abstract)
+
+    def build():
+        report = {}
+        params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
+                                       seed=run.sft_seed, until_loss=run.sft_until_loss,
+                                       max_cycles=run.sft_max_cycles, attempts=run.sft_attempts, log=log,
+                                       progress=_sft_progress(run), report=report)
+        report["heldout_loss"] = round(heldout_demo_loss(task, model_cfg, params, seed=run.sft_seed,
+                                                         chunk=run.sft_batch), 6)
+        facts.update(source="built", **report)
+        cycles = "; ".join(f"attempt {a + 1}: " + ", ".join(f"{x:.4f}" for x in c)
+                           for a, c in enumerate(report["cycle_losses"]))
+        log(f"[base] warm start: held-out demonstration loss {report['heldout_loss']:.4f} (512 problems it never "
+            f"drew); mean loss of each cycle's last steps: {cycles}; kept attempt {report['kept_attempt']}")
+        return params, report
 
     if path.exists():
         return load()
     if jax.process_count() > 1:  # orbax saves are collective and the cache is one process's: not cached
         log(f"[base] supervised warm start on every process ({jax.process_count()}), not cached: build {path} "
             "with one process first to reuse it")
-        return supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                     seed=run.sft_seed, until_loss=run.sft_until_loss,
-                                     max_cycles=run.sft_max_cycles, attempts=run.sft_attempts, log=log,
-                                     progress=_sft_progress(run))
+        facts.update(cache=None)
+        return build()[0]
     # Concurrent sweep jobs (joblib, slurm on a shared disk) take turns: the first builds, the others
     # wait on the lock and then load its copy. The rename stays atomic (no reader sees half a
     # checkpoint), and a loser that built anyway (no flock on its filesystem) discards its copy.
@@ -246,15 +284,14 @@ def base_params(task, model_cfg: ModelConfig, run: RunConfig, base_dir: pathlib.
         if path.exists():
             return load()
         log(f"[base] supervised warm start: {run.sft_steps} steps x {run.sft_batch} demonstrations -> {path}")
-        params = supervised_warm_start(task, model_cfg, steps=run.sft_steps, batch=run.sft_batch, lr=run.sft_lr,
-                                       seed=run.sft_seed, until_loss=run.sft_until_loss,
-                                     max_cycles=run.sft_max_cycles, attempts=run.sft_attempts, log=log,
-                                     progress=_sft_progress(run))
+        params, report = build()
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         ckptr.save(tmp, params)
         ckptr.wait_until_finished()
+        (tmp / WARM_START_FACTS).write_text(json.dumps(report, indent=1))  # published with the parameters
         if not rundir.publish_dir(tmp, path):
             return load()
+    facts.update(cache=str(path))
     return params
 
 
@@ -335,7 +372,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         rundir.clear_failure(out)
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
-    params = base_params(task, model_cfg, run_cfg, base_dir, log=log, shardings=trainer.param_shardings)
+    warm = {}  # summary.json's warm_start
+    params = base_params(task, model_cfg, run_cfg, base_dir, log=log, shardings=trainer.param_shardings, facts=warm)
     state = trainer.init_state(params)
 
     metrics_path = out / "metrics.jsonl"
@@ -387,7 +425,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                     and not key.endswith(controller_keys)}, step=rec["step"])
 
     bar = Progress(run_cfg.steps, start=start, enabled=run_cfg.progress)
-    last_eval = next((m["eval/pass_at_1"] for m in reversed(kept) if m["kind"] == "eval"), float("nan"))
+    last_eval, eval_step = next(((m["eval/pass_at_1"], m["step"]) for m in reversed(kept) if m["kind"] == "eval"),
+                                (float("nan"), None))
     t_run = time.perf_counter()
     skipped = 0
     s = start
@@ -396,7 +435,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         for s in range(start, run_cfg.steps):
             if s % run_cfg.eval_every == 0:
                 ev = trainer.evaluate(state.params, s)
-                last_eval = ev["eval/pass_at_1"]
+                last_eval, eval_step = ev["eval/pass_at_1"], s
                 emit({"kind": "eval", "step": s, **ev})
             # ``step`` donates the params/optimiser buffers: keep copies only when a bad step may be skipped
             # (the KL reference is never donated nor updated: shared, not copied)
@@ -419,7 +458,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                 m = {**m, "skipped": True}
             state = new_state
             emit({"kind": "train", **m})
-            bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval {last_eval:.3f}")
+            # the held-out pass@1 names the step it was measured at (the final one follows the last step)
+            bar.update(s + 1, f"pass {m['pass_rate']:.3f} eval@{eval_step} {last_eval:.3f}")
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
                 mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(checkpoint_tree(state), mesh)))
@@ -427,6 +467,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
                 raise _interrupt(mngr, state, s + 1, run_cfg, out, mesh)
         ev = trainer.evaluate(state.params, run_cfg.steps)  # overlaps the last checkpoint's write
         emit({"kind": "eval", "step": run_cfg.steps, **ev})
+        bar.final(f"final eval@{run_cfg.steps} {ev['eval/pass_at_1']:.3f}")
         if mngr is not None:
             mngr.wait_until_finished()  # the last checkpoint committed before the run counts as done
     except BaseException as e:  # noqa: BLE001  (recorded, then re-raised)
@@ -445,6 +486,7 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     summary["config"] = config_dict or {}
     summary["provenance"] = segments[-1]
     summary["provenance_segments"] = segments
+    summary["warm_start"] = warm
     summary = multihost.broadcast_json(summary)  # several processes: process 0's summary everywhere
     if writer:
         rundir.write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
@@ -452,7 +494,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     if wb is not None:
         wb.summary.update({key: val for key, val in summary.items() if isinstance(val, (int, float))})
         wb.finish()
-    log(f"[run] done: final held-out pass@1 {summary['eval_final']:.3f} (peak {summary['eval_peak']:.3f}); "
+    log(f"[run] done: final held-out pass@1 {summary['eval_final']:.3f} at step {run_cfg.steps} "
+        f"(peak {summary['eval_peak']:.3f}); "
         f"metrics, curves.png and summary.json in {out}")
     return summary
 

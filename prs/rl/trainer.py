@@ -492,9 +492,30 @@ def sft_loss(params, tokens, loss_mask, *, cfg: ModelConfig):
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
+def heldout_demo_loss(task, model_cfg: ModelConfig, params, *, seed: int, count: int = 512, chunk: int = 64) -> float:
+    """``sft_loss`` (token mean) on ``count`` demonstrations of problems the warm start never drew: step
+    10⁷ of its stream (``task.warm_start_problems(seed=10_000_000 + seed, ...)``, else ``train_problems``
+    with seed 99), demonstration seed 424 242 - the measure ``tests/rl/test_trainer_warm_start.py`` bounds.
+    Evaluated ``chunk`` rows at a time (the largest power of two <= ``chunk`` that divides ``count``:
+    one compile); the chunks' token sums are pooled, so the value is the whole set's token mean."""
+    probs = task.warm_start_problems(seed=10_000_000 + seed, step=10**7, count=count) \
+        if hasattr(task, "warm_start_problems") else task.train_problems(seed=99, step=10**7, count=count)
+    tokens, mask = task.demonstrations(probs, seed=424_242)  # [count, T]
+    width = 1
+    while width * 2 <= chunk and count % (width * 2) == 0:
+        width *= 2
+    loss = jax.jit(functools.partial(sft_loss, cfg=model_cfg))
+    num = den = 0.0
+    for a in range(0, count, width):
+        m = float(np.sum(np.asarray(mask)[a:a + width, 1:]))  # the tokens sft_loss averages over
+        num += float(loss(params, jnp.asarray(tokens[a:a + width]), jnp.asarray(mask[a:a + width]))) * max(m, 1.0)
+        den += m
+    return num / max(den, 1.0)
+
+
 def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: int, lr: float, seed: int,
                           until_loss: float | None = None, max_cycles: int = 1, attempts: int = 1,
-                          log_every: int = 50, log=print, progress=None):
+                          log_every: int = 50, log=print, progress=None, report: dict | None = None):
     """Trains a fresh model on the task's (imperfect) demonstrations; returns params.
 
     Data: ``steps × batch`` problems drawn from a stream disjoint from RL's (seed offset), each
@@ -516,7 +537,20 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     (``fold_in(PRNGKey(seed), attempt)``; the data stream goes on); the first attempt that reaches
     the target is returned, else the attempt with the lowest final loss (logged).
     ``until_loss=None`` (default) is one cycle of one attempt.
+
+    ``report`` (a dict, filled in place): ``cycle_losses`` (per attempt, the mean loss of each cycle's
+    last ``min(50, steps)`` steps), ``attempts`` (started), ``kept_attempt`` (1-based), ``reached_target``
+    (None without ``until_loss``), ``steps_total`` (demonstration batches drawn) and ``seconds``.
     """
+    report = {} if report is None else report
+    report.update(steps_per_cycle=steps, until_loss=until_loss, cycle_losses=[], attempts=0, kept_attempt=None,
+                  reached_target=None, steps_total=0, seconds=None)
+
+    def done(params, attempt, reached):
+        report.update(kept_attempt=attempt + 1, reached_target=reached, steps_total=i,
+                      seconds=round(time.perf_counter() - t0, 3))
+        return params
+
     if not (isinstance(max_cycles, int) and max_cycles >= 1):
         raise ValueError(f"supervised_warm_start: max_cycles must be an int >= 1, got {max_cycles!r}")
     if not (isinstance(attempts, int) and attempts >= 1):
@@ -539,6 +573,8 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     for attempt in range(attempts):
         key = jax.random.PRNGKey(seed)
         params = init_params(model_cfg, key if attempt == 0 else jax.random.fold_in(key, attempt))
+        report["attempts"] = attempt + 1
+        report["cycle_losses"].append([])
         for cycle in range(max_cycles):
             opt = tx.init(params)
             losses = []
@@ -555,11 +591,14 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
                     log(f"[sft] step {i}/{steps * (cycle + 1)} loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
             if log and progress is not None and steps:
                 log(f"[sft] {i} steps: loss {float(loss):.4f} ({time.perf_counter() - t0:.1f}s)")
-            if until_loss is None or not steps:
-                return params
+            if not steps:
+                return done(params, attempt, None)
             tail = float(jnp.mean(jnp.stack(losses[-min(50, steps):])))
+            report["cycle_losses"][-1].append(round(tail, 6))
+            if until_loss is None:
+                return done(params, attempt, None)
             if tail <= until_loss:
-                return params
+                return done(params, attempt, True)
             last = cycle + 1 == max_cycles
             if log:
                 log(f"[sft] attempt {attempt + 1} cycle {cycle + 1}: mean loss of its last steps {tail:.4f} > "
@@ -572,4 +611,4 @@ def supervised_warm_start(task, model_cfg: ModelConfig, *, steps: int, batch: in
     if log:
         log(f"[sft] no attempt reached sft.until_loss {until_loss}: keeping attempt {best[1] + 1} (final mean loss "
             f"{best[0]:.4f}); the warm start may not have learned the task")
-    return best[2]
+    return done(best[2], best[1], False)

@@ -35,6 +35,7 @@ _METHODS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[2] /
     (["metod=baseline"], r"unknown key 'metod'; did you mean 'method'\?"),
     (["+metod=baseline"], r"unknown key 'metod'; did you mean 'method'\?"),
     (["loss.clip_hihg=0.3"], r"did you mean 'loss.clip_high'\?"),
+    (["lr=1e-3"], r"unknown key 'lr'; did you mean 'optim.lr'"),  # a leaf: the full dotted keys that end in it
     (["method=nope"], r"method=nope: no such method; choose one of " + ", ".join(_METHODS)),
     (["-m", "method=baseline,nope"], r"method=nope: no such method"),
     (["experiment=ablation_arith_cpu"], r"write \+experiment=ablation_arith_cpu"),

@@ -234,7 +234,7 @@ def test_hydra_config_composes_and_rejects_unknown_keys():
         # the YAML mixtures are the library's
         for name, d in cfg.difficulties.items():
             assert (tuple(d.weight), tuple(d.alpha), tuple(d.beta)) == dataclasses_astuple(sim.DIFFICULTIES[name])
-        full = exp.validate(compose("config"))
+        full = exp.validate(compose("config", overrides=["sweep=full"]))
         assert full.sweep.seeds >= 100 and full.sweep.ns == [4, 8, 16] and len(full.sweep.targets) == 5
         with pytest.raises(Exception):
             exp.validate(compose("config", overrides=["+learner.n_taks=3"]))
@@ -246,6 +246,32 @@ def test_hydra_config_composes_and_rejects_unknown_keys():
     lr2 = exp.sim_config(cfg, "baseline_lr2", 8)
     assert lr2.mode == "baseline" and lr2.lr == 2 * cfg.learner.lr
     assert cfg.learner.reroll_combine == "sum" and cfg.learner.shared_dim == 0  # derived from SimConfig
+
+
+def test_the_default_sweep_is_the_quick_one_and_the_full_one_is_named():
+    """A bare ``python -m experiments.simulate`` runs the smoke sweep (issue #45): the defaults resolve to
+    conf/simulate/sweep/quick.yaml as read by yaml (20 configurations), ``sweep=full`` to the 168 of full.yaml."""
+    import dataclasses
+    import pathlib
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from experiments import simulate as exp
+
+    conf = pathlib.Path(__file__).resolve().parents[2] / "conf" / "simulate"
+
+    def n_configs(sw):  # what run_sweep enumerates: adaptive modes x targets, the others once, the controls
+        per = sum(len(sw["targets"]) if m in exp.ADAPTIVE else 1 for m in sw["modes"])
+        return len(sw["ns"]) * len(sw["difficulties"]) * (per + (len(exp.CONTROLS) if sw["control"] else 0))
+
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        default = dataclasses.asdict(exp.validate(compose("config")).sweep)
+        full = dataclasses.asdict(exp.validate(compose("config", overrides=["sweep=full"])).sweep)
+    for got, name, count in ((default, "quick", 20), (full, "full", 168)):
+        want = yaml.safe_load((conf / "sweep" / f"{name}.yaml").read_text())
+        assert {k: got[k] for k in want} == want, name
+        assert n_configs(got) == count, name
 
 
 def dataclasses_astuple(d):
@@ -263,6 +289,10 @@ def test_sweep_writes_metrics_summary_and_figures(tmp_path):
     lines = []
     res = exp.run(cfg, tmp_path, progress=lines.append)
     assert len(lines) == 2 * 1 + 2 * 2 + 1
+    # each line's time is the whole configuration's (simulate + statistics), the simulation's share beside it
+    for line, r in zip(lines, res["records"]):
+        assert r["line_s"] >= r["wall_s"] > 0
+        assert f"({r['line_s']:.1f} s: simulate {r['wall_s']:.1f} s" in line and "statistics" in line, line
     recs = res["records"]
     assert {(r["mode"], r["difficulty"], r["target"]) for r in recs} == {
         ("baseline", "uniform", 0.5), ("baseline", "hard_heavy", 0.5), ("ps_ada", "uniform", 0.3),

@@ -232,7 +232,7 @@ def test_cli_writes_the_page_section_with_commit_and_figures(tmp_path):
     assert page.read_text().count(dc.BEGIN) == 1
 
 
-def test_cli_copy_records_then_analyses_the_copy(tmp_path):
+def test_cli_copy_records_then_analyses_the_copy(tmp_path, capsys):
     """--copy-records: the complete runs (prefix-selected) are copied gzipped, the copy is what is analysed,
     the page's command names the copy; copying again is a no-op, a different run of that name an error."""
     import gzip
@@ -265,8 +265,10 @@ def test_cli_copy_records_then_analyses_the_copy(tmp_path):
     assert gzip.decompress((d / "metrics.jsonl.gz").read_bytes()) == gzip.decompress(before)
     with open(root / d.name / "metrics.jsonl", "a") as f:   # a different run under the same name
         f.write(json.dumps({"kind": "eval", "step": 99, "eval/pass_at_1": 0.5}) + "\n")
-    with pytest.raises(ValueError, match="already holds different metrics.jsonl.gz"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # one error line (experiments.cli.command), exit status 2
         analyze.main(argv)
+    assert e.value.code == 2 and "already holds different metrics.jsonl.gz" in capsys.readouterr().err
 
 
 def test_committed_records():
