@@ -1,6 +1,8 @@
-"""prs.models.hf against Hugging Face ``transformers`` (torch CPU): a tiny random Qwen3 / Llama saved with
-``save_pretrained`` must give the same logits in prs (full forward, cached decoding, greedy
-generation); safetensors I/O against the reference ``safetensors`` package; errors."""
+"""prs.models.hf against Hugging Face ``transformers`` (torch CPU): a tiny random Qwen3 / Qwen2 (q/k/v
+biases) / Llama (plain and llama3 RoPE scaling) / Mistral saved with ``save_pretrained`` must give the
+same logits in prs (full forward, cached decoding, greedy generation); sharded saves, model ids from
+the local HF cache; safetensors I/O against the reference ``safetensors`` package; errors."""
+import dataclasses
 import json
 
 import jax
@@ -13,21 +15,34 @@ from prs.models import qwen3 as M
 from prs.models.sampler import SamplerConfig, sample
 
 V, D, L, K, KV, H, F = 96, 64, 2, 4, 2, 16, 128
+ARCHS = ["qwen3", "qwen2", "llama", "llama3", "mistral"]
+# llama3 RoPE scaling whose three wavelength bands are all populated at H = 16, θ = 500 (wavelengths
+# 6.3, 13.6, 29.6, 64, ...: < 32/4 unchanged, 8..32 smoothed, > 32 divided by the factor)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
 
 
 def _hf_model(arch: str, tmp_path, *, dtype=None):
     """A tiny random HF model (norm scales randomised too, so a missed norm shows) saved to disk."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed({"qwen3": 0, "llama": 1, "mistral": 2}[arch])
+    torch.manual_seed(ARCHS.index(arch))
     common = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=K,
                   num_key_value_heads=KV, head_dim=H, max_position_embeddings=256, rope_theta=5_000.0,
                   initializer_range=0.15)
     if arch == "qwen3":
         cfg = transformers.Qwen3Config(tie_word_embeddings=True, **common)
         model = transformers.Qwen3ForCausalLM(cfg)
+    elif arch == "qwen2":  # Qwen2Config has no head_dim: H = D / K
+        cfg = transformers.Qwen2Config(tie_word_embeddings=True, **{k: v for k, v in common.items() if k != "head_dim"})
+        model = transformers.Qwen2ForCausalLM(cfg)
     elif arch == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=False, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    elif arch == "llama3":
+        common = {k: v for k, v in common.items() if k != "rope_theta"}
+        cfg = transformers.LlamaConfig(tie_word_embeddings=False, rope_parameters={**LLAMA3, "rope_theta": 500.0},
+                                       **common)
         model = transformers.LlamaForCausalLM(cfg)
     else:
         cfg = transformers.MistralConfig(tie_word_embeddings=False, sliding_window=None, **common)
@@ -36,6 +51,8 @@ def _hf_model(arch: str, tmp_path, *, dtype=None):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif name.endswith(".bias"):  # Qwen2's q/k/v biases (initialised to 0): a missed bias shows
+                p.copy_(0.5 * torch.randn_like(p))
     model.eval()
     if dtype is not None:
         model = model.to(dtype)
@@ -52,17 +69,24 @@ def _hf_logits(model, tokens):
         return model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama", "mistral"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_logits_match_transformers(arch, tmp_path):
     model, path = _hf_model(arch, tmp_path)
     cfg, params = hf.load_checkpoint(path)
     assert (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.head_dim) == (V, D, L, H)
-    assert cfg.qk_norm == (arch == "qwen3") and cfg.tie_embeddings == (arch == "qwen3")
-    assert cfg.rope_theta == 5_000.0
+    assert cfg.qk_norm == (arch == "qwen3") and cfg.tie_embeddings == (arch in ("qwen3", "qwen2"))
+    assert cfg.qkv_bias == (arch == "qwen2") and bool(cfg.rope_scaling) == (arch == "llama3")
+    assert cfg.rope_theta == (500.0 if arch == "llama3" else 5_000.0)
     tokens = np.random.default_rng(0).integers(0, V, (3, 12)).astype(np.int32)
     ref = _hf_logits(model, tokens)  # [R, T, V]
     ours = np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg))
     np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=1e-5)
+    if arch in ("qwen2", "llama3"):  # the family's own piece matters: without it the logits differ
+        import dataclasses
+        plain = dataclasses.replace(cfg, qkv_bias=False, rope_scaling=())
+        drop = {"q_bias", "k_bias", "v_bias"}
+        p2 = {**params, "layers": {n: x for n, x in params["layers"].items() if n not in drop}}
+        assert np.abs(np.asarray(M.forward(p2, jnp.asarray(tokens), cfg=plain)) - ref).max() > 1e-2
 
     # cached decoding: prefill the first P tokens, then one token at a time
     P = 5
@@ -74,9 +98,12 @@ def test_logits_match_transformers(arch, tmp_path):
         np.testing.assert_allclose(np.asarray(logits), ref[:, t], atol=2e-5, rtol=1e-5)
 
 
-def test_greedy_generation_matches_transformers(tmp_path):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_generation_matches_transformers(arch, tmp_path):
+    """The sampler (decode-weights layout: joined q/k/v and their biases) and the LM head of each
+    family: greedy tokens equal transformers' greedy ``generate``."""
     torch = pytest.importorskip("torch")
-    model, path = _hf_model("qwen3", tmp_path)
+    model, path = _hf_model(arch, tmp_path)
     cfg, params = hf.load_checkpoint(path)
     prompts = np.random.default_rng(1).integers(0, V, (2, 6)).astype(np.int64)
     with torch.no_grad():
@@ -147,10 +174,11 @@ def _write_cfg(tmp_path, **changes):
 
 
 @pytest.mark.parametrize("changes, match", [
-    (dict(model_type="qwen2"), "biases"),
-    (dict(model_type="gpt2"), "model_type 'gpt2'"),
+    (dict(model_type="qwen2"), "missing tensor 'model.layers.0.self_attn.[qkv]_proj.bias'"),
+    (dict(model_type="gpt2"), "model_type 'gpt2' is not supported; supported: qwen3, qwen2, llama, mistral$"),
+    (dict(model_type=None, architectures=["GPT2LMHeadModel"]), "'GPT2LMHeadModel' is not supported; supported: "),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "yarn"),
-    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5}), "llama3"),
+    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5}), "llama3' lacks"),
     (dict(attention_bias=True), "attention_bias"),
     (dict(hidden_act="gelu"), "gelu"),
     (dict(use_sliding_window=True, sliding_window=64), "sliding"),
@@ -217,7 +245,29 @@ def test_qwen3_presets_match_model_cards(name, total, non_embedding, digits):
     assert round((n - emb) / 1e9, digits) == non_embedding
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "llama", "mistral"])
+def test_llama3_rope_from_either_config_layout():
+    """Llama 3.1's transformers-4 config.json (``rope_theta`` + ``rope_scaling``) and the
+    transformers-5 one (``rope_parameters``) give the same ModelConfig; the original context length
+    defaults to ``max_position_embeddings`` as transformers does."""
+    d = dict(model_type="llama", vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L,
+             num_attention_heads=K, max_position_embeddings=32)
+    old = hf.config_from_hf({**d, "rope_theta": 500.0, "rope_scaling": dict(LLAMA3)})
+    new = hf.config_from_hf({**d, "rope_parameters": {**LLAMA3, "rope_theta": 500.0}})
+    short = {k: v for k, v in LLAMA3.items() if k != "original_max_position_embeddings"}
+    assert old == new == hf.config_from_hf({**d, "rope_scaling": short, "rope_theta": 500.0})
+    assert dict(new.rope_scaling) == LLAMA3 and new.rope_theta == 500.0
+    with pytest.raises(ValueError, match="rope_scaling"):
+        M.ModelConfig(**{**dataclasses.asdict(new), "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
+
+
+def test_architectures_names_the_family_without_model_type():
+    d = dict(architectures=["Qwen2ForCausalLM"], vocab_size=V, hidden_size=D, intermediate_size=F,
+             num_hidden_layers=L, num_attention_heads=K, num_key_value_heads=KV)
+    cfg = hf.config_from_hf(d)
+    assert cfg.qkv_bias and not cfg.qk_norm
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen2", "llama", "mistral"])
 def test_absent_config_keys_take_transformers_defaults(model_type):
     """A config.json without head_dim / tie_word_embeddings / rope_theta / rms_norm_eps /
     num_key_value_heads reads as transformers' own config class reads it."""
