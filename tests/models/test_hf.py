@@ -4,6 +4,7 @@ same logits in prs (full forward, cached decoding, greedy generation); sharded s
 the local HF cache; safetensors I/O against the reference ``safetensors`` package; errors."""
 import dataclasses
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -126,22 +127,72 @@ def test_bf16_weights_fp32_compute(tmp_path):
                                _hf_logits(model, tokens), atol=3e-5, rtol=1e-5)
 
 
-def test_save_checkpoint_loads_in_transformers(tmp_path):
-    """Export direction: prs params -> save_checkpoint -> transformers gives prs's logits."""
+def _random_params(cfg, seed):
+    """init_params with the q/k/v biases (zero at init) drawn too, so a lost bias shows."""
+    params = M.init_params(cfg, jax.random.key(seed), std=0.2)
+    for i, n in enumerate(("q_bias", "k_bias", "v_bias")):
+        if n in params["layers"]:
+            x = params["layers"][n]
+            params["layers"][n] = 0.5 * jax.random.normal(jax.random.key(seed + 100 + i), x.shape, x.dtype)
+    return params
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama_untied", "qwen2", "llama3"])
+def test_save_checkpoint_loads_in_transformers(family, tmp_path):
+    """Export direction: prs params -> save_checkpoint -> transformers gives prs's logits, for each
+    family config_to_hf names (Qwen3, Qwen2 with biases, Llama plain and with llama3 RoPE scaling)."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    for tie, qk in [(True, True), (False, False)]:
-        cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
-                            tie_embeddings=tie, qk_norm=qk)
-        params = M.init_params(cfg, jax.random.key(3), std=0.2)
-        hf.save_checkpoint(tmp_path / f"x{tie}", params, cfg)
-        model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"x{tie}").float().eval()
-        tokens = np.random.default_rng(3).integers(0, V, (2, 9)).astype(np.int32)
-        np.testing.assert_allclose(np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg)),
-                                   _hf_logits(model, tokens), atol=2e-5, rtol=1e-5)
-        cfg2, params2 = hf.load_checkpoint(tmp_path / f"x{tie}")
-        assert cfg2 == cfg
-        jax.tree.map(np.testing.assert_array_equal, params2, params)
+    kw = dict(qwen3=dict(tie_embeddings=True, qk_norm=True), llama_untied=dict(tie_embeddings=False, qk_norm=False),
+              qwen2=dict(tie_embeddings=True, qk_norm=False, qkv_bias=True),
+              llama3=dict(tie_embeddings=False, qk_norm=False, rope_theta=500.0, rope_scaling=LLAMA3))[family]
+    cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F, **kw)
+    params = _random_params(cfg, 3)
+    assert hf.save_checkpoint(tmp_path, params, cfg) == ["model.safetensors"]
+    assert not (tmp_path / "model.safetensors.index.json").exists()  # fits one shard: as save_pretrained
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).float().eval()
+    assert type(model).__name__ == {"qwen3": "Qwen3", "qwen2": "Qwen2"}.get(family, "Llama") + "ForCausalLM"
+    tokens = np.random.default_rng(3).integers(0, V, (2, 20)).astype(np.int32)
+    np.testing.assert_allclose(np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg)),
+                               _hf_logits(model, tokens), atol=2e-5, rtol=1e-5)
+    cfg2, params2 = hf.load_checkpoint(tmp_path)
+    assert cfg2 == cfg
+    jax.tree.map(np.testing.assert_array_equal, params2, params)
+
+
+def test_sharded_save_has_an_index_transformers_reads(tmp_path):
+    """``max_shard_size`` below the model's size: shards ``model-0000i-of-0000n.safetensors`` of at
+    most that many bytes (a bigger tensor alone), an index whose weight_map covers every tensor once
+    and whose total_size is the bytes written; transformers and load_checkpoint read it; a second save
+    with one shard leaves no stale shard behind."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
+                        tie_embeddings=False, qk_norm=False, qkv_bias=True)
+    params = _random_params(cfg, 4)
+    limit = 40_000  # bytes; the f32 [128, 64] MLP kernels are 32,768 each
+    names = hf.save_checkpoint(tmp_path, params, cfg, max_shard_size="40KB")
+    n = len(names)
+    assert n > 3 and names == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    state = hf.to_hf_state_dict(params, cfg)
+    assert sorted(index["weight_map"]) == sorted(state) and sorted(set(index["weight_map"].values())) == names
+    assert index["metadata"]["total_size"] == sum(x.nbytes for x in state.values())
+    for name in names:
+        tensors = hf.read_safetensors(tmp_path / name)
+        size = sum(x.nbytes for x in tensors.values())
+        assert size <= limit or len(tensors) == 1
+        assert all(index["weight_map"][k] == name for k in tensors)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).float().eval()
+    tokens = np.random.default_rng(4).integers(0, V, (2, 9)).astype(np.int32)
+    np.testing.assert_allclose(np.asarray(M.forward(params, jnp.asarray(tokens), cfg=cfg)),
+                               _hf_logits(model, tokens), atol=2e-5, rtol=1e-5)
+    jax.tree.map(np.testing.assert_array_equal, hf.load_checkpoint(tmp_path)[1], params)
+    assert hf.save_checkpoint(tmp_path, params, cfg, max_shard_size="1GiB") == ["model.safetensors"]
+    assert sorted(p.name for p in tmp_path.glob("model*")) == ["model.safetensors"]
+    with pytest.raises(ValueError, match="max_shard_size='2 parsecs'"):
+        hf.save_checkpoint(tmp_path, params, cfg, max_shard_size="2 parsecs")
+    assert (hf.parse_size("2GB"), hf.parse_size("500MiB"), hf.parse_size(7)) == (2 * 10**9, 500 * 2**20, 7)
 
 
 def test_safetensors_io_matches_reference_package(tmp_path):
@@ -283,3 +334,38 @@ def test_absent_config_keys_take_transformers_defaults(model_type):
     assert cfg.n_kv_heads == ref.num_key_value_heads and cfg.rms_norm_eps == ref.rms_norm_eps
     theta = (getattr(ref, "rope_parameters", None) or {}).get("rope_theta", getattr(ref, "rope_theta", None))
     assert cfg.rope_theta == theta
+
+
+def test_model_id_from_the_local_hf_cache(tmp_path, monkeypatch):
+    """``org/name`` resolves offline to its snapshot in ``$HF_HOME/hub`` (the layout huggingface_hub
+    writes: ``models--org--name/refs/main`` -> ``snapshots/<commit>``): load_checkpoint, load_config
+    and the tokenizer read it; an id that is not cached is one ValueError line naming the cache; a
+    directory path still wins."""
+    pytest.importorskip("huggingface_hub")
+    pytest.importorskip("tokenizers")
+    from prs.models.tokenizer import Tokenizer
+    from prs.tasks.math_jsonl import make_tiny_checkpoint
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "home" / "hub" / "models--acme--tiny-qwen3"
+    snap = repo / "snapshots" / commit
+    make_tiny_checkpoint(snap, seed=1)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hf.resolve_checkpoint("acme/tiny-qwen3") == snap
+    cfg, params = hf.load_checkpoint("acme/tiny-qwen3")
+    cfg2, params2 = hf.load_checkpoint(snap)
+    assert cfg == cfg2 == hf.load_config("acme/tiny-qwen3")
+    jax.tree.map(np.testing.assert_array_equal, params, params2)
+    assert Tokenizer.from_checkpoint("acme/tiny-qwen3").encode("1+1") == Tokenizer.from_checkpoint(snap).encode("1+1")
+    with pytest.raises(ValueError, match=r"^checkpoint 'acme/absent' is neither a directory nor a model in the local "
+                                         r"Hugging Face cache .*home/hub"):
+        hf.load_checkpoint("acme/absent")
+    monkeypatch.chdir(tmp_path)  # a relative directory of the same form is a path, not an id
+    (tmp_path / "acme").mkdir()
+    make_tiny_checkpoint(tmp_path / "acme" / "local", seed=2)
+    assert hf.resolve_checkpoint("acme/local") == pathlib.Path("acme/local")
+    assert hf.load_config("acme/local") == cfg
