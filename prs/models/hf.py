@@ -504,9 +504,41 @@ def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapp
         index = {"metadata": {"total_size": int(sum(np.asarray(t).nbytes for t in tensors.values()))},
                  "weight_map": {k: fname for fname, members in zip(names, shards) for k in members}}
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    for name, text in (extra_files or {}).items():
-        (path / name).write_text(text)
+    for name, data in (extra_files or {}).items():
+        (path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
     return names
+
+
+# what transformers' tokenizers read from a checkpoint directory (any that exist are carried over)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def hf_extra_files(base, *, chat_template: str | None = None) -> dict[str, bytes]:
+    """The files besides the weights and ``config.json`` that a checkpoint trained from ``base`` (a
+    directory or a cached model id) needs: ``base``'s tokenizer files (``TOKENIZER_FILES``), its
+    ``generation_config.json`` or, lacking one, one naming the tokenizer's eos / pad ids, and the
+    chat template the run rendered prompts with: ``chat_template`` as ``Tokenizer.from_checkpoint``
+    takes it (``"chatml"``, a Jinja file) is written to ``chat_template.jinja`` (which
+    ``transformers`` reads before ``tokenizer_config.json``'s) and dropped from the config."""
+    from prs.models.tokenizer import Tokenizer
+
+    base = resolve_checkpoint(base)
+    files = {name: (base / name).read_bytes() for name in TOKENIZER_FILES if (base / name).is_file()}
+    if (base / "generation_config.json").is_file():
+        files["generation_config.json"] = (base / "generation_config.json").read_bytes()
+    elif "tokenizer.json" in files:
+        tok = Tokenizer.from_checkpoint(base)
+        files["generation_config.json"] = json.dumps(
+            {"eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}, indent=2).encode()
+    if chat_template is not None:
+        template = Tokenizer.from_checkpoint(base, chat_template=chat_template).chat_template
+        files["chat_template.jinja"] = template.encode()
+        if "tokenizer_config.json" in files:
+            tc = json.loads(files["tokenizer_config.json"])
+            tc.pop("chat_template", None)
+            files["tokenizer_config.json"] = json.dumps(tc, indent=2).encode()
+    return files
 
 
 def make_tiny_checkpoint(path, *, seed: int = 0, vocab_size: int = 384, d_model: int = 64, n_layers: int = 2,
