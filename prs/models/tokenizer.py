@@ -32,6 +32,8 @@ import pathlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from prs.models.hub import resolve_checkpoint
+
 CHATML = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -76,13 +78,11 @@ class Tokenizer:
 
     @classmethod
     def from_checkpoint(cls, path, *, chat_template: str | None = None) -> "Tokenizer":
-        """From a directory (or a model id in the local HF cache, ``prs.models.hf.resolve_checkpoint``)
+        """From a directory (or a model id in the local HF cache, ``prs.models.hub.resolve_checkpoint``)
         holding ``tokenizer.json`` (and optionally ``tokenizer_config.json``, ``chat_template.jinja``).
         ``chat_template``: None = the checkpoint's own; ``"chatml"`` = ``CHATML``; else a path to a
         Jinja file. ValueError if ``tokenizer.json`` or the template file is missing; ImportError (with
         the install line) if the ``tokenizers`` package is."""
-        from prs.models.hf import resolve_checkpoint
-
         path = resolve_checkpoint(path)
         if not (path / "tokenizer.json").exists():
             raise ValueError(f"Tokenizer.from_checkpoint: {path / 'tokenizer.json'} does not exist")

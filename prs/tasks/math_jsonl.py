@@ -265,7 +265,7 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
         raise ValueError(f"math_jsonl: reward_workers must be an int >= 0 (0: serial), got {reward_workers!r}")
     from prs.models.tokenizer import Tokenizer
 
-    from prs.models.hf import resolve_checkpoint
+    from prs.models.hub import resolve_checkpoint
 
     tokenizer = str(resolve_checkpoint(tokenizer))
     tok = Tokenizer.from_checkpoint(tokenizer, chat_template=chat_template)
