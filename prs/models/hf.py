@@ -471,13 +471,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
-def hf_extra_files(base, *, chat_template: str | None = None) -> dict[str, bytes]:
+def hf_extra_files(base, *, chat_template: str | None = None, template: str | None = None) -> dict[str, bytes]:
     """The files besides the weights and ``config.json`` that a checkpoint trained from ``base`` (a
     directory or a cached model id) needs: ``base``'s tokenizer files (``TOKENIZER_FILES``), its
     ``generation_config.json`` or, lacking one, one naming the tokenizer's eos / pad ids, and the
     chat template the run rendered prompts with: ``chat_template`` as ``Tokenizer.from_checkpoint``
     takes it (``"chatml"``, a Jinja file) is written to ``chat_template.jinja`` (which
-    ``transformers`` reads before ``tokenizer_config.json``'s) and dropped from the config."""
+    ``transformers`` reads before ``tokenizer_config.json``'s) and dropped from the config; ``template``
+    (the Jinja text itself, e.g. a task tokenizer's ``chat_template``) likewise when it differs from
+    the base's."""
     from prs.models.tokenizer import Tokenizer
 
     base = resolve_checkpoint(base)
@@ -490,6 +492,8 @@ def hf_extra_files(base, *, chat_template: str | None = None) -> dict[str, bytes
             {"eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}, indent=2).encode()
     if chat_template is not None:
         template = Tokenizer.from_checkpoint(base, chat_template=chat_template).chat_template
+    if template is not None and template != (Tokenizer.from_checkpoint(base).chat_template
+                                             if "tokenizer.json" in files else None):
         files["chat_template.jinja"] = template.encode()
         if "tokenizer_config.json" in files:
             tc = json.loads(files["tokenizer_config.json"])

@@ -125,8 +125,9 @@ def test_export_loads_in_transformers(family, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_of_a_trained_run(tmp_path):
-    """A run the runner trained (2 RL steps, checkpointed) exports to a directory whose logits in
-    transformers equal the runner's restored parameters."""
+    """A run the runner trained (2 RL steps, checkpointed, ``logging.save_hf_every=1``) exports to a
+    directory whose logits in transformers equal the runner's restored parameters; the runner's own
+    Hugging Face copies ``hf/step_1``, ``hf/step_2`` hold the same weights as the exports of steps 1, 2."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from hydra import compose, initialize_config_dir
@@ -140,9 +141,11 @@ def test_export_of_a_trained_run(tmp_path):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         dcfg = compose(config_name="config", overrides=[
             "+experiment=math_qwen3_tiny", f"model.checkpoint={base}", "task.params.max_new_tokens=8",
-            "task.params.backend=fallback", f"sft.base_dir={tmp_path}/sft", "ckpt_every=1"])
+            "task.params.backend=fallback", f"sft.base_dir={tmp_path}/sft", "ckpt_every=1",
+            "logging.save_hf_every=1"])
     cfg = validate(dcfg)
     task, model_cfg, rl, prefix, run_cfg = build(cfg)
+    assert run_cfg.save_hf_every == 1
     run(task, model_cfg, rl, prefix, run_cfg, tmp_path / "run", config_dict=dataclasses.asdict(cfg),
         log=lambda *a: None)
     params = export.restore_params(tmp_path / "run" / "checkpoints" / "2")
@@ -154,3 +157,9 @@ def test_export_of_a_trained_run(tmp_path):
         ref = model(torch.as_tensor(tokens, dtype=torch.long)).logits.numpy()
     ours = np.asarray(M.forward(jax.tree.map(jnp.asarray, params), jnp.asarray(tokens), cfg=model_cfg))
     np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=1e-5)
+    assert export.main([str(tmp_path / "run"), "--out", str(tmp_path / "hf1"), "--step", "1"]) == 0
+    for step, exported in [(1, tmp_path / "hf1"), (2, tmp_path / "hf")]:
+        own = tmp_path / "run" / "hf" / f"step_{step}"
+        assert sorted(p.name for p in own.iterdir()) == sorted(p.name for p in exported.iterdir())
+        for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"):
+            assert (own / name).read_bytes() == (exported / name).read_bytes(), (step, name)

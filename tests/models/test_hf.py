@@ -251,15 +251,15 @@ def test_no_checkpoint_errors(tmp_path):
         hf.load_checkpoint(tmp_path)
 
 
-@pytest.mark.parametrize("axis_types", ["auto", "explicit"])
-def test_sharded_load_over_mesh(tmp_path, eight_devices, axis_types):
+@pytest.mark.parametrize("axis_types, family", [("auto", "qwen3"), ("explicit", "qwen3"), ("explicit", "qwen2")])
+def test_sharded_load_over_mesh(tmp_path, eight_devices, axis_types, family):
     """Sharded load over 8 devices: every device holds 1/8 of each big kernel, read slice by slice
     from disk, and the forward pass equals the unsharded one. Auto mesh: the storage layout
     (``fsdp_shardings``, over a data x tensor mesh); Explicit mesh (``fsdp4_tp2``): the logical rules
     (``param_shardings``), the layout the model's explicit annotations run on."""
     cfg = M.ModelConfig(vocab_size=V, d_model=D, n_layers=L, n_heads=K, n_kv_heads=KV, head_dim=H, d_ff=F,
-                        tie_embeddings=False)
-    params = M.init_params(cfg, jax.random.key(5), std=0.2)
+                        tie_embeddings=False, qk_norm=family == "qwen3", qkv_bias=family == "qwen2")
+    params = _random_params(cfg, 5)
     hf.save_checkpoint(tmp_path, params, cfg)
     from prs.parallel.sharding import make_mesh
     mesh = (make_mesh(eight_devices, model_parallel=2, axis_types="auto") if axis_types == "auto"
