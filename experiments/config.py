@@ -30,7 +30,7 @@ METHOD_PREFIX = [f.name for f in dataclasses.fields(PrefixConfig) if f.name != "
 ALGO = rest_of(RLConfig, PARTS)  # RLConfig's own scalar fields
 SFT = {"steps": "sft_steps", "batch": "sft_batch", "lr": "sft_lr", "seed": "sft_seed", "until_loss": "sft_until_loss",
        "max_cycles": "sft_max_cycles", "attempts": "sft_attempts", "base_dir": "base_dir"}
-LOGGING = ["wandb_mode", "wandb_project", "progress"]
+LOGGING = ["wandb_mode", "wandb_project", "progress", "save_hf_every"]
 
 
 def _all(cls) -> list[str]:

@@ -336,12 +336,13 @@ VLLM_PAGE = 16  # tokens per KV page (vLLM's default block size)
 
 def hf_param_count(cfg: ModelConfig, *, untied: bool = True) -> int:
     """Parameters of the Hugging Face Qwen3 model vLLM loads, from the config: embedding V·D; per layer
-    q D·K·H, k and v D·Kv·H, o K·H·D, gate/up/down 3·D·F, the q/k norms 2·H (with ``qk_norm``), two
-    RMS norms 2·D; the final norm D; and an LM head V·D unless tied (``untied``: the vLLM engine writes
-    every model untied)."""
+    q D·K·H, k and v D·Kv·H, o K·H·D, gate/up/down 3·D·F, the q/k norms 2·H (with ``qk_norm``), the q/k/v
+    biases (K + 2·Kv)·H (with ``qkv_bias``), two RMS norms 2·D; the final norm D; and an LM head V·D
+    unless tied (``untied``: the vLLM engine writes every model untied)."""
     L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
                             cfg.vocab_size)
     layer = D * K * H + 2 * D * Kv * H + K * H * D + 3 * D * F + (2 * H if cfg.qk_norm else 0) + 2 * D
+    layer += (K + 2 * Kv) * H if cfg.qkv_bias else 0
     head = V * D if (untied or not cfg.tie_embeddings) else 0
     return V * D + L * layer + D + head
 

@@ -3,19 +3,27 @@
     cfg, params = load_checkpoint("/models/Qwen3-4B", dtype=jnp.float32)          # bf16 weights, fp32 compute
     cfg, params = load_checkpoint(path, mesh=mesh)                                # sharded over the mesh
     with jax.set_mesh(mesh): logits = jax.jit(partial(forward, cfg=cfg))(params, tokens)  # Explicit axes
-    save_checkpoint("/tmp/tiny", params, cfg)                                     # back to the HF layout
+    save_checkpoint("/tmp/tiny", params, cfg, max_shard_size="2GB")               # back to the HF layout
+    load_checkpoint("Qwen/Qwen2.5-Math-1.5B")        # a model id: its snapshot in the local HF cache
 
-Supported architectures (``config.json`` ``model_type``), all mapped onto ``prs.models.qwen3``'s
-Qwen3-shaped decoder (pre-norm, grouped-query attention, RoPE rotate-half, SwiGLU, RMSNorm):
+Supported architectures (``config.json`` ``model_type``, else ``architectures[0]``), all mapped onto
+``prs.models.qwen3``'s decoder (pre-norm, grouped-query attention, RoPE rotate-half, SwiGLU, RMSNorm):
 
     qwen3   Qwen3ForCausalLM   per-head q/k RMSNorm (``qk_norm=True``), no biases, ``head_dim`` explicit
-    llama   LlamaForCausalLM   no q/k norm, ``head_dim`` defaults to D / K; plain RoPE only
+    qwen2   Qwen2ForCausalLM   q/k/v biases (``qkv_bias=True``), no q/k norm (Qwen2, Qwen2.5, Qwen2.5-Math,
+                               DeepSeek-R1-Distill-Qwen)
+    llama   LlamaForCausalLM   no q/k norm, no biases, ``head_dim`` defaults to D / K; RoPE plain or
+                               ``rope_type: llama3`` (Llama 3.1+; ``ModelConfig.rope_scaling``)
     mistral MistralForCausalLM as llama, without a sliding window
 
-Everything else raises ``ValueError`` naming the field: ``qwen2`` (Qwen2/2.5: q/k/v biases, which
-``prs.models.qwen3`` has no parameters for), ``attention_bias``/``mlp_bias`` true, a ``rope_scaling`` /
-``rope_parameters.rope_type`` other than default (linear, dynamic, yarn, llama3: ``prs.models.qwen3``
-implements θ only), a sliding window, an activation other than SiLU.
+Everything else raises ``ValueError`` naming the field: another ``model_type`` (one line listing the
+supported ones), ``attention_bias``/``mlp_bias`` true on llama/mistral (o_proj / MLP biases), a RoPE
+type other than default and llama3 (linear, dynamic, yarn), a sliding window, an activation other
+than SiLU.
+
+A checkpoint is a directory or a Hugging Face model id (``org/name``) already in the local cache
+(``resolve_checkpoint``: ``huggingface_hub.snapshot_download(local_files_only=True)`` under
+``$HF_HUB_CACHE`` or ``$HF_HOME/hub``); nothing is downloaded.
 
 Names and transposes (HF ``nn.Linear.weight`` is ``[out, in]``; prs kernels are ``[in, out]`` with
 layers stacked on ``[L]``) are those of ``prs.models.qwen3``'s docstring; with ``tie_word_embeddings`` the
@@ -34,6 +42,7 @@ memory never exists whole on one device (host RAM holds at most one layer's slic
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -47,15 +56,21 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from prs.models.hub import hf_hub_cache, resolve_checkpoint  # noqa: F401  (re-exported)
 from prs.models.qwen3 import HF_LAYER_NAMES, ModelConfig, Params, init_params
 from prs.parallel.explicit import has_explicit_axes
 from prs.parallel.sharding import param_shardings
 
-SUPPORTED = ("qwen3", "llama", "mistral")
-# transformers' config-class defaults for keys a config.json may omit (Qwen3Config, MistralConfig;
-# LlamaConfig: num_key_value_heads = num_attention_heads, head_dim = D / K)
-_CLASS_DEFAULTS = {"qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+SUPPORTED = ("qwen3", "qwen2", "llama", "mistral")
+_ARCHITECTURES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
+                  "MistralForCausalLM": "mistral"}
+# transformers' config-class defaults for keys a config.json may omit (Qwen3Config, Qwen2Config,
+# MistralConfig; LlamaConfig: num_key_value_heads = num_attention_heads, head_dim = D / K)
+_CLASS_DEFAULTS = {"qwen3": {"num_key_value_heads": 32, "head_dim": 128}, "qwen2": {"num_key_value_heads": 32},
                    "mistral": {"num_key_value_heads": 8, "sliding_window": 4096}, "llama": {}}
+_HF_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+                  "GIB": 2**30, "TIB": 2**40}
+DEFAULT_MAX_SHARD_SIZE = "5GB"
 
 _ST_DTYPES = {  # safetensors dtype tag <-> numpy dtype
     "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
@@ -126,8 +141,9 @@ def write_safetensors(path, tensors: Mapping[str, Any], *, metadata: Mapping[str
 
 def checkpoint_tensors(path) -> dict[str, np.ndarray]:
     """All tensors of a checkpoint directory (``model.safetensors`` or the shards named by
-    ``model.safetensors.index.json``) as lazy memmaps. ValueError when there are none."""
-    path = pathlib.Path(path)
+    ``model.safetensors.index.json``) as lazy memmaps (``path``: a directory or a cached model id).
+    ValueError when there are none."""
+    path = resolve_checkpoint(path)
     index = path / "model.safetensors.index.json"
     if index.exists():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -145,28 +161,51 @@ def checkpoint_tensors(path) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- config.json
 
 
-def _rope_theta(hf: Mapping[str, Any]) -> float:
+def _rope(hf: Mapping[str, Any]) -> tuple[float, tuple]:
+    """(θ, ``ModelConfig.rope_scaling``) from ``rope_theta`` + ``rope_scaling`` (transformers 4) or
+    ``rope_parameters`` (transformers 5). llama3's ``original_max_position_embeddings`` defaults to
+    ``max_position_embeddings``, as transformers' ``standardize_rope_params`` does."""
     rp = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
-    kind = rp.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
-        raise ValueError(f"config.json: rope scaling {kind!r} ({rp or scaling}) is not supported; prs.models.qwen3 "
-                         f"implements plain RoPE with base θ only")
-    theta = rp.get("rope_theta", hf.get("rope_theta", 10_000.0))
-    return float(theta)
+    src = {**scaling, **rp}
+    kind = src.get("rope_type") or src.get("type") or "default"
+    theta = float(rp.get("rope_theta", hf.get("rope_theta", 10_000.0)))
+    if kind == "default":
+        return theta, ()
+    if kind != "llama3":
+        raise ValueError(f"config.json: rope type {kind!r} ({src}) is not supported; supported: default, llama3")
+    src.setdefault("original_max_position_embeddings",
+                   hf.get("original_max_position_embeddings", hf.get("max_position_embeddings")))
+    missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+               if src.get(k) is None]
+    if missing:
+        raise ValueError(f"config.json: rope type 'llama3' lacks {missing} ({src})")
+    return theta, (("factor", float(src["factor"])), ("high_freq_factor", float(src["high_freq_factor"])),
+                   ("low_freq_factor", float(src["low_freq_factor"])),
+                   ("original_max_position_embeddings", int(src["original_max_position_embeddings"])),
+                   ("rope_type", "llama3"))
+
+
+def model_type(hf: Mapping[str, Any]) -> str:
+    """The family of a parsed ``config.json``: ``model_type``, else the family of ``architectures[0]``;
+    ValueError (one line listing the supported ones) for any other."""
+    mt = hf.get("model_type")
+    if mt is None and hf.get("architectures"):
+        mt = _ARCHITECTURES.get(hf["architectures"][0], hf["architectures"][0])
+    if mt not in SUPPORTED:
+        raise ValueError(f"config.json: model_type {mt!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    return mt
 
 
 def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     """``ModelConfig`` from a parsed HF ``config.json``; keyword ``overrides`` replace fields
     (``dtype``, ``param_dtype``, ...). ValueError names the unsupported field."""
-    mt = hf.get("model_type")
-    if mt not in SUPPORTED:
-        extra = " (Qwen2/2.5 have q/k/v biases, which prs.models.qwen3 lacks)" if mt == "qwen2" else ""
-        raise ValueError(f"config.json: model_type {mt!r} is not supported{extra}; supported: {SUPPORTED}")
+    mt = model_type(hf)
     hf = {**_CLASS_DEFAULTS[mt], **hf}
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
-            raise ValueError(f"config.json: {flag}=true is not supported (prs.models.qwen3 has no biases)")
+            raise ValueError(f"config.json: {flag}=true is not supported (prs.models.qwen3 has q/k/v biases for "
+                             f"model_type qwen2 only, no o_proj or MLP biases)")
     act = hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"config.json: hidden_act {act!r} is not supported (SwiGLU with SiLU only)")
@@ -175,6 +214,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
                          f"is not supported")
     d, k = int(hf["hidden_size"]), int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or d // k
+    theta, scaling = _rope(hf)
     stored = hf.get("torch_dtype") or hf.get("dtype") or "float32"
     if stored not in _NAMED_DTYPES:
         raise ValueError(f"config.json: dtype {stored!r} is not supported; one of {sorted(_NAMED_DTYPES)}")
@@ -182,9 +222,9 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     fields = dict(
         vocab_size=int(hf["vocab_size"]), d_model=d, n_layers=int(hf["num_hidden_layers"]), n_heads=k,
         n_kv_heads=int(hf.get("num_key_value_heads") or k), head_dim=int(head_dim),
-        d_ff=int(hf["intermediate_size"]), rope_theta=_rope_theta(hf),
+        d_ff=int(hf["intermediate_size"]), rope_theta=theta, rope_scaling=scaling,
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), qk_norm=mt == "qwen3",
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), qk_norm=mt == "qwen3", qkv_bias=mt == "qwen2",
         param_dtype=param_dtype,
     )
     fields["dtype"] = overrides.pop("dtype", None) or param_dtype
@@ -192,27 +232,36 @@ def config_from_hf(hf: Mapping[str, Any], **overrides) -> ModelConfig:
 
 
 def load_config(path, **overrides) -> ModelConfig:
-    """``config_from_hf`` of ``<path>/config.json``."""
-    f = pathlib.Path(path) / "config.json"
+    """``config_from_hf`` of ``<path>/config.json`` (``path``: a directory or a cached model id)."""
+    f = resolve_checkpoint(path) / "config.json"
     if not f.exists():
         raise ValueError(f"load_config: {f} does not exist (expected a Hugging Face checkpoint directory)")
     return config_from_hf(json.loads(f.read_text()), **overrides)
 
 
-def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
-    """A Qwen3 (``qk_norm``) or Llama ``config.json`` dict describing ``cfg`` (inverse of
-    ``config_from_hf`` on the fields prs uses)."""
+def config_to_hf(cfg: ModelConfig, *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A ``config.json`` dict describing ``cfg`` (inverse of ``config_from_hf`` on the fields prs
+    uses): Qwen3 (``qk_norm``), Qwen2 (``qkv_bias``) or Llama (neither; llama3 RoPE scaling kept).
+    ``base`` (the config.json the model was loaded from) keeps its other keys (token ids,
+    ``max_position_embeddings``, ...); its RoPE and shape keys are replaced by ``cfg``'s."""
+    if cfg.qk_norm and cfg.qkv_bias:
+        raise ValueError("config_to_hf: qk_norm and qkv_bias together match no Hugging Face family")
     dt = {np.dtype(v): k for k, v in _NAMED_DTYPES.items()}[np.dtype(cfg.param_dtype)]
-    arch = ("Qwen3ForCausalLM", "qwen3") if cfg.qk_norm else ("LlamaForCausalLM", "llama")
-    return {
+    arch = (("Qwen3ForCausalLM", "qwen3") if cfg.qk_norm else ("Qwen2ForCausalLM", "qwen2") if cfg.qkv_bias
+            else ("LlamaForCausalLM", "llama"))
+    out = {key: val for key, val in (base or {}).items()
+           if key not in ("rope_parameters", "rope_scaling", "rope_theta", "dtype", "torch_dtype")}
+    out.setdefault("max_position_embeddings", 40_960)
+    out.update({
         "architectures": [arch[0]], "model_type": arch[1], "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "intermediate_size": cfg.d_ff,
-        "hidden_act": "silu", "rope_theta": cfg.rope_theta, "rope_scaling": None,
+        "hidden_act": "silu", "rope_theta": cfg.rope_theta,
+        "rope_scaling": dict(cfg.rope_scaling) if cfg.rope_scaling else None,
         "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_embeddings,
-        "attention_bias": False, "use_sliding_window": False, "max_position_embeddings": 40_960,
-        "torch_dtype": dt,
-    }
+        "attention_bias": False, "use_sliding_window": False, "torch_dtype": dt,
+    })
+    return out
 
 
 # ----------------------------------------------------------------------------- loading
@@ -329,7 +378,8 @@ def load_checkpoint(path, *, mesh: Mesh | None = None, shardings: Params | Calla
 def to_hf_state_dict(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
     """Inverse of ``load_params``: HF names, ``[out, in]`` kernels, one tensor per layer (numpy,
     in ``cfg.param_dtype``). A tied model gets no ``lm_head.weight`` (HF re-ties it on load)."""
-    host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    pd = np.dtype(cfg.param_dtype)
+    host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)).astype(pd, copy=False), params)
     out = {"model.embed_tokens.weight": host["embed_tokens"], "model.norm.weight": host["norm"]}
     for ours, stack in host["layers"].items():
         suffix, transpose = HF_LAYER_NAMES[ours]
@@ -340,18 +390,116 @@ def to_hf_state_dict(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
     return out
 
 
-def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapping[str, str] | None = None) -> None:
-    """Writes ``config.json`` and ``model.safetensors`` (HF layout) into directory ``path``
-    (created), plus ``extra_files`` (name -> text, e.g. a tokenizer). ``transformers``'
-    ``AutoModelForCausalLM.from_pretrained(path)`` and ``load_checkpoint`` both read it."""
+def parse_size(size: int | str) -> int:
+    """Bytes of a shard size given as an int or as transformers writes it (``"2GB"`` = 2·10⁹,
+    ``"500MiB"`` = 500·2²⁰; ``convert_file_size_to_int``). ValueError on anything else."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size
+    text = str(size).strip().upper().replace(" ", "")
+    for unit in sorted(_HF_SIZE_UNITS, key=len, reverse=True):
+        if text.endswith(unit):
+            try:
+                value = float(text[:-len(unit)])
+            except ValueError:
+                break
+            if value > 0:
+                return int(value * _HF_SIZE_UNITS[unit])
+            break
+    raise ValueError(f"max_shard_size={size!r}: give a positive number of bytes or a size such as '2GB', '500MB', "
+                     f"'1GiB'")
+
+
+def shard_names(tensors: Mapping[str, np.ndarray], max_shard_size: int | str) -> list[list[str]]:
+    """Tensor names grouped into shards in order, a new shard starting where the next tensor would
+    take the current one past ``max_shard_size`` bytes; a tensor larger than that gets a shard of its
+    own (transformers' ``split_torch_state_dict_into_shards`` rule)."""
+    limit = parse_size(max_shard_size)
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, t in tensors.items():
+        n = int(np.asarray(t).nbytes)
+        if shards[-1] and size + n > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += n
+    return shards
+
+
+def save_checkpoint(path, params: Params, cfg: ModelConfig, *, extra_files: Mapping[str, str] | None = None,
+                    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE, dtype: Any = None,
+                    base_config: Mapping[str, Any] | None = None) -> list[str]:
+    """Writes ``config.json`` and the weights (HF layout) into directory ``path`` (created), plus
+    ``extra_files`` (name -> text, e.g. a tokenizer); returns the weight files written.
+
+    Weights as ``save_pretrained`` writes them: one ``model.safetensors`` when they fit in
+    ``max_shard_size`` (bytes or ``"2GB"``-style; default 5GB), else shards
+    ``model-0000i-of-0000n.safetensors`` and ``model.safetensors.index.json`` (``weight_map`` name ->
+    shard, ``metadata.total_size`` bytes). ``dtype`` casts the stored weights (default
+    ``cfg.param_dtype``; config.json's ``torch_dtype`` says which); ``base_config`` as in
+    ``config_to_hf``. Weight files of an earlier save in ``path`` are removed first (the loader would
+    read a stale shard). ``transformers``' ``AutoModelForCausalLM.from_pretrained(path)`` and
+    ``load_checkpoint`` both read it."""
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=2))
-    tmp = path / f"model.safetensors.tmp{os.getpid()}"
-    write_safetensors(tmp, to_hf_state_dict(params, cfg))
-    os.replace(tmp, path / "model.safetensors")
-    for name, text in (extra_files or {}).items():
-        (path / name).write_text(text)
+    limit = parse_size(max_shard_size)
+    if dtype is not None:
+        cfg = dataclasses.replace(cfg, param_dtype=dtype)
+    tensors = to_hf_state_dict(params, cfg)
+    shards = shard_names(tensors, limit)
+    for old in list(path.glob("model*.safetensors")) + [path / "model.safetensors.index.json"]:
+        if old.exists():
+            old.unlink()
+    (path / "config.json").write_text(json.dumps(config_to_hf(cfg, base=base_config), indent=2))
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    for fname, members in zip(names, shards):
+        tmp = path / f"{fname}.tmp{os.getpid()}"
+        write_safetensors(tmp, {k: tensors[k] for k in members})
+        os.replace(tmp, path / fname)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": int(sum(np.asarray(t).nbytes for t in tensors.values()))},
+                 "weight_map": {k: fname for fname, members in zip(names, shards) for k in members}}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    for name, data in (extra_files or {}).items():
+        (path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return names
+
+
+# what transformers' tokenizers read from a checkpoint directory (any that exist are carried over)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def hf_extra_files(base, *, chat_template: str | None = None, template: str | None = None) -> dict[str, bytes]:
+    """The files besides the weights and ``config.json`` that a checkpoint trained from ``base`` (a
+    directory or a cached model id) needs: ``base``'s tokenizer files (``TOKENIZER_FILES``), its
+    ``generation_config.json`` or, lacking one, one naming the tokenizer's eos / pad ids, and the
+    chat template the run rendered prompts with: ``chat_template`` as ``Tokenizer.from_checkpoint``
+    takes it (``"chatml"``, a Jinja file) is written to ``chat_template.jinja`` (which
+    ``transformers`` reads before ``tokenizer_config.json``'s) and dropped from the config; ``template``
+    (the Jinja text itself, e.g. a task tokenizer's ``chat_template``) likewise when it differs from
+    the base's."""
+    from prs.models.tokenizer import Tokenizer
+
+    base = resolve_checkpoint(base)
+    files = {name: (base / name).read_bytes() for name in TOKENIZER_FILES if (base / name).is_file()}
+    if (base / "generation_config.json").is_file():
+        files["generation_config.json"] = (base / "generation_config.json").read_bytes()
+    elif "tokenizer.json" in files:
+        tok = Tokenizer.from_checkpoint(base)
+        files["generation_config.json"] = json.dumps(
+            {"eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}, indent=2).encode()
+    if chat_template is not None:
+        template = Tokenizer.from_checkpoint(base, chat_template=chat_template).chat_template
+    if template is not None and template != (Tokenizer.from_checkpoint(base).chat_template
+                                             if "tokenizer.json" in files else None):
+        files["chat_template.jinja"] = template.encode()
+        if "tokenizer_config.json" in files:
+            tc = json.loads(files["tokenizer_config.json"])
+            tc.pop("chat_template", None)
+            files["tokenizer_config.json"] = json.dumps(tc, indent=2).encode()
+    return files
 
 
 def make_tiny_checkpoint(path, *, seed: int = 0, vocab_size: int = 384, d_model: int = 64, n_layers: int = 2,

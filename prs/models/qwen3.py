@@ -5,8 +5,9 @@ Architecture (Qwen3, Yang et al. 2025, arXiv:2505.09388; HF ``transformers`` ``m
     h₀ = E[x]
     for each layer ℓ:
       a  = RMSNorm(h; γ_in)
-      q, k, v = a W_q, a W_k, a W_v            (grouped-query: K query heads, K_kv key/value heads)
-      q, k = RMSNorm_H(q; γ_q), RMSNorm_H(k; γ_k)   (per-head norm over H, if ``qk_norm``)
+      q, k, v = a W_q (+ b_q), a W_k (+ b_k), a W_v (+ b_v)  (grouped-query: K query heads, K_kv
+                                               key/value heads; biases if ``qkv_bias``, Qwen2)
+      q, k = RMSNorm_H(q; γ_q), RMSNorm_H(k; γ_k)   (per-head norm over H, if ``qk_norm``, Qwen3)
       q, k = RoPE(q, pos), RoPE(k, pos)        (rotate-half convention, as HF)
       h  = h + softmax(q kᵀ / √H + mask) v W_o
       m  = RMSNorm(h; γ_post)
@@ -16,7 +17,15 @@ Architecture (Qwen3, Yang et al. 2025, arXiv:2505.09388; HF ``transformers`` ``m
 RMSNorm(x; γ) = x / √(mean(x²) + eps) · γ  (Zhang & Sennrich 2019, arXiv:1910.07467; γ initialised
 to ones, no ``1 + γ`` offset). RoPE (Su et al. 2021, arXiv:2104.09864) with inverse frequencies
 θ^(−2i/H), i < H/2, applied as ``x·cos + rotate_half(x)·sin`` with
-``rotate_half([x₁, x₂]) = [−x₂, x₁]`` (the HF layout, not the interleaved one).
+``rotate_half([x₁, x₂]) = [−x₂, x₁]`` (the HF layout, not the interleaved one). With
+``rope_scaling`` of type ``llama3`` (Llama 3.1, Grattafiori et al. 2024, arXiv:2407.21783; HF
+``modeling_rope_utils._compute_llama3_parameters``) each ω_i of wavelength λ_i = 2π/ω_i becomes
+ω_i / s when λ_i > C / f_lo, stays ω_i when λ_i < C / f_hi, and in between
+(1 − a)·ω_i / s + a·ω_i with a = (C / λ_i − f_lo) / (f_hi − f_lo) (s ``factor``, C
+``original_max_position_embeddings``, f_lo / f_hi ``low_freq_factor`` / ``high_freq_factor``).
+
+The same code serves three Hugging Face families (``prs.models.hf``): Qwen3 (``qk_norm``), Qwen2 /
+Qwen2.5 (``qkv_bias``, no q/k norm) and Llama / Mistral (neither; Llama 3.1+ with ``rope_scaling``).
 
 Parameter layout (``init_params``): a plain dict; every kernel is stored ``[in, out]`` (HF
 ``nn.Linear.weight`` is ``[out, in]``: transpose when loading). Per-layer tensors are stacked on a
@@ -29,13 +38,15 @@ leading ``[L]`` axis so the layer loop is one ``lax.scan`` (one compile for any 
     layers/v_proj                [L, D, Kv·H]<- ...self_attn.v_proj.weight.T
     layers/o_proj                [L, K·H, D] <- ...self_attn.o_proj.weight.T
     layers/q_norm, layers/k_norm [L, H]      <- ...self_attn.{q,k}_norm.weight   (if qk_norm)
+    layers/q_bias                [L, K·H]    <- ...self_attn.q_proj.bias          (if qkv_bias)
+    layers/k_bias, layers/v_bias [L, Kv·H]   <- ...self_attn.{k,v}_proj.bias     (if qkv_bias)
     layers/post_attention_layernorm [L, D]   <- model.layers.{i}.post_attention_layernorm.weight
     layers/gate_proj, up_proj    [L, D, F]   <- ...mlp.{gate,up}_proj.weight.T
     layers/down_proj             [L, F, D]   <- ...mlp.down_proj.weight.T
     norm                         [D]         <- model.norm.weight
     lm_head                      [D, V]      <- lm_head.weight.T        (absent if tie_embeddings)
 
-Qwen3 has no attention biases. Head ``j`` of ``q_proj``'s output occupies columns
+Qwen3 and Llama have no attention biases (Qwen2 has q/k/v ones, none on o). Head ``j`` of ``q_proj``'s output occupies columns
 ``[j·H, (j+1)·H)`` (the HF ``view(..., K, H)`` order); query head ``j`` uses key/value head
 ``j // (K / Kv)`` (HF ``repeat_kv``).
 
@@ -77,6 +88,8 @@ NEG_INF = _bw.NEG  # finite "minus infinity" for masked attention scores: fully 
 
 # ModelConfig.remat -> jax.checkpoint policy (None: no checkpoint). Each policy's compiled temp
 # bytes: benchmarks/README.md; tests/models/test_qwen3_gradients.py checks their order on a small shape.
+LLAMA3_ROPE_KEYS = ("rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
 REMAT_POLICIES = {
     "none": None,
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -94,6 +107,11 @@ class ModelConfig:
       head_dim: H (Qwen3 decouples H from D / K).        d_ff: F, SwiGLU inner width.
       rope_theta: RoPE base θ.  rms_norm_eps: RMSNorm ε. tie_embeddings: W_lm = Eᵀ.
       qk_norm: per-head RMSNorm on q and k (Qwen3).
+      qkv_bias: biases on the q, k and v projections (Qwen2 / Qwen2.5).
+      rope_scaling: RoPE frequency scaling as sorted ``(key, value)`` pairs of HF's ``rope_scaling``
+        dict (a dict is accepted and converted); ``()`` = plain RoPE. Only ``rope_type: llama3``
+        (keys ``factor``, ``low_freq_factor``, ``high_freq_factor``,
+        ``original_max_position_embeddings``; the module docstring's formula).
       dtype: compute dtype of matmuls.  param_dtype: storage dtype of parameters.
       remat: rematerialisation of the layer scan in ``forward_hidden`` (``REMAT_POLICIES``):
         ``none`` keeps every layer's activations for the backward pass; ``full`` keeps only each
@@ -146,6 +164,8 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     tie_embeddings: bool = True
     qk_norm: bool = True
+    qkv_bias: bool = False
+    rope_scaling: Any = ()
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: str = "none"
@@ -156,6 +176,15 @@ class ModelConfig:
     prefill_block: int = 256
 
     def __post_init__(self):
+        scaling = self.rope_scaling
+        if isinstance(scaling, dict) or hasattr(scaling, "items"):
+            scaling = tuple(sorted((str(k), v) for k, v in scaling.items()))
+        object.__setattr__(self, "rope_scaling", tuple(tuple(kv) for kv in (scaling or ())))
+        if self.rope_scaling:
+            sd = dict(self.rope_scaling)
+            if sd.get("rope_type") != "llama3" or set(sd) != set(LLAMA3_ROPE_KEYS):
+                raise ValueError(f"ModelConfig.rope_scaling={sd!r}: only rope_type 'llama3' with keys "
+                                 f"{sorted(LLAMA3_ROPE_KEYS)} is supported (or () for plain RoPE)")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"ModelConfig.remat={self.remat!r}; choose from {tuple(REMAT_POLICIES)}")
         if self.attention_impl not in _ATTENTION_IMPLS:
@@ -222,6 +251,10 @@ def param_logical_axes(cfg: ModelConfig) -> Params:
     if cfg.qk_norm:
         layers["q_norm"] = ("layers", "head_dim")
         layers["k_norm"] = ("layers", "head_dim")
+    if cfg.qkv_bias:
+        layers["q_bias"] = ("layers", "heads")
+        layers["k_bias"] = ("layers", "kv_heads")
+        layers["v_bias"] = ("layers", "kv_heads")
     out = {"embed_tokens": ("vocab", "embed"), "layers": layers, "norm": ("norm",)}
     if not cfg.tie_embeddings:
         out["lm_head"] = ("embed", "vocab")
@@ -235,7 +268,7 @@ def param_count(params: Params) -> int:
 
 def init_params(cfg: ModelConfig, key: jax.Array, *, std: float = 0.02) -> Params:
     """Random parameters in the layout of the module docstring: kernels and the embedding
-    ~ N(0, std²) (HF ``initializer_range`` 0.02), norm scales = 1."""
+    ~ N(0, std²) (HF ``initializer_range`` 0.02), norm scales = 1, q/k/v biases (``qkv_bias``) = 0."""
     L, D, K, Kv, H, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                             cfg.head_dim, cfg.d_ff, cfg.vocab_size)
     shapes = {
@@ -250,6 +283,10 @@ def init_params(cfg: ModelConfig, key: jax.Array, *, std: float = 0.02) -> Param
     if cfg.qk_norm:
         layers["q_norm"] = jnp.ones((L, H), pd)
         layers["k_norm"] = jnp.ones((L, H), pd)
+    if cfg.qkv_bias:
+        layers["q_bias"] = jnp.zeros((L, K * H), pd)
+        layers["k_bias"] = jnp.zeros((L, Kv * H), pd)
+        layers["v_bias"] = jnp.zeros((L, Kv * H), pd)
     params = {
         "embed_tokens": (std * jax.random.normal(keys[-2], (V, D))).astype(pd),
         "layers": layers,
@@ -271,13 +308,32 @@ def rms_norm(x: jax.Array, scale: jax.Array, *, eps: float) -> jax.Array:
     return (y * scale).astype(x.dtype)
 
 
-def rope(x: jax.Array, positions: jax.Array, *, theta: float) -> jax.Array:
+def rope_inv_freq(H: int, *, theta: float, scaling: tuple = ()) -> jax.Array:
+    """RoPE inverse frequencies ω_i = θ^(−2i/H), i < H/2, float32 [H/2]; with ``scaling`` (a
+    ``ModelConfig.rope_scaling`` of type ``llama3``) rescaled by wavelength as in the module
+    docstring (HF ``_compute_llama3_parameters``, the same float32 operations)."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, H, 2, dtype=jnp.float32) / H))  # [H/2]
+    if not scaling:
+        return inv_freq
+    sd = dict(scaling)
+    factor, lo, hi = float(sd["factor"]), float(sd["low_freq_factor"]), float(sd["high_freq_factor"])
+    ctx = float(sd["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > ctx / lo, inv_freq / factor, inv_freq)
+    smooth = (ctx / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < ctx / hi) & ~(wavelen > ctx / lo)
+    return jnp.where(medium, smoothed, scaled)
+
+
+def rope(x: jax.Array, positions: jax.Array, *, theta: float, scaling: tuple = ()) -> jax.Array:
     """Rotary embedding, HF rotate-half layout. x: [R, T, K, H]; positions: [R, T] int.
 
-    x·cos(pos·ω) + rotate_half(x)·sin(pos·ω), ω_i = θ^(−2i/H) repeated twice, rotate_half([a, b]) = [−b, a].
+    x·cos(pos·ω) + rotate_half(x)·sin(pos·ω), ω_i = θ^(−2i/H) repeated twice (``rope_inv_freq``;
+    ``scaling``: llama3's rescaled ω), rotate_half([a, b]) = [−b, a].
     """
     H = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, H, 2, dtype=jnp.float32) / H))  # [H/2]
+    inv_freq = rope_inv_freq(H, theta=theta, scaling=scaling)  # [H/2]
     ang = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]  # [R, T, H/2]
     ang = jnp.concatenate([ang, ang], axis=-1)[:, :, None, :]  # [R, T, 1, H]
     x32 = x.astype(jnp.float32)
@@ -300,28 +356,31 @@ def dense(x: jax.Array, w: jax.Array, *, dtype: Any = None, preferred_element_ty
 
 
 def project_qkv(lp: Params, a: jax.Array, positions: jax.Array, cfg: ModelConfig):
-    """a: [R, T, D] -> q [R, T, K, H], k, v [R, T, Kv, H] (normed, rotated).
+    """a: [R, T, D] -> q [R, T, K, H], k, v [R, T, Kv, H] (biased, normed, rotated).
 
     ``lp`` is one layer's weights in the stacked layout's slice (``q_proj``, ``k_proj``, ``v_proj``:
     three matmuls) or in the joined layout of ``decode_weights`` (``qkv`` = [W_q | W_k | W_v]
-    [D, (K + 2 Kv) H]: one matmul whose columns are the same dot products)."""
+    [D, (K + 2 Kv) H]: one matmul whose columns are the same dot products; ``qkv_bias`` = [b_q | b_k | b_v])."""
     R, T, _ = a.shape
     dt = cfg.dtype
     K, Kv, H = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     if "qkv" in lp:
         y = dense(a, lp["qkv"], dtype=dt)  # [R, T, (K + 2 Kv) H]
+        if cfg.qkv_bias:
+            y = y + lp["qkv_bias"].astype(dt)[None, None, :]
         q = y[..., :K * H].reshape(R, T, K, H)
         k = y[..., K * H:(K + Kv) * H].reshape(R, T, Kv, H)
         v = y[..., (K + Kv) * H:].reshape(R, T, Kv, H)
     else:
-        q = dense(a, lp["q_proj"], dtype=dt).reshape(R, T, K, H)
-        k = dense(a, lp["k_proj"], dtype=dt).reshape(R, T, Kv, H)
-        v = dense(a, lp["v_proj"], dtype=dt).reshape(R, T, Kv, H)
+        q, k, v = (dense(a, lp[f"{n}_proj"], dtype=dt) for n in "qkv")  # [R, T, K·H], [R, T, Kv·H] x 2
+        if cfg.qkv_bias:
+            q, k, v = (x + lp[f"{n}_bias"].astype(dt)[None, None, :] for x, n in zip((q, k, v), "qkv"))
+        q, k, v = q.reshape(R, T, K, H), k.reshape(R, T, Kv, H), v.reshape(R, T, Kv, H)
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], eps=cfg.rms_norm_eps)
         k = rms_norm(k, lp["k_norm"], eps=cfg.rms_norm_eps)
-    q = rope(q, positions, theta=cfg.rope_theta)
-    k = rope(k, positions, theta=cfg.rope_theta)
+    q = rope(q, positions, theta=cfg.rope_theta, scaling=cfg.rope_scaling)
+    k = rope(k, positions, theta=cfg.rope_theta, scaling=cfg.rope_scaling)
     return q, k, v
 
 
@@ -632,6 +691,8 @@ def decode_weights(params: Params, cfg: ModelConfig) -> Params:
     def layer(l):
         lp = {n: (w[l].astype(cfg.dtype) if n in MATMUL_WEIGHTS else w[l]) for n, w in params["layers"].items()}
         lp["qkv"] = jnp.concatenate([lp.pop("q_proj"), lp.pop("k_proj"), lp.pop("v_proj")], axis=1)
+        if cfg.qkv_bias:
+            lp["qkv_bias"] = jnp.concatenate([lp.pop("q_bias"), lp.pop("k_bias"), lp.pop("v_bias")], axis=0)
         lp["gate_up"] = jnp.concatenate([lp.pop("gate_proj"), lp.pop("up_proj")], axis=1)
         return lp
     head = params["embed_tokens"].T if cfg.tie_embeddings else params["lm_head"]  # [D, V]
@@ -829,6 +890,9 @@ HF_LAYER_NAMES = {  # our stacked name -> (HF suffix under model.layers.{i}., tr
     "o_proj": ("self_attn.o_proj.weight", True),
     "q_norm": ("self_attn.q_norm.weight", False),
     "k_norm": ("self_attn.k_norm.weight", False),
+    "q_bias": ("self_attn.q_proj.bias", False),
+    "k_bias": ("self_attn.k_proj.bias", False),
+    "v_bias": ("self_attn.v_proj.bias", False),
     "post_attention_layernorm": ("post_attention_layernorm.weight", False),
     "gate_proj": ("mlp.gate_proj.weight", True),
     "up_proj": ("mlp.up_proj.weight", True),

@@ -9,22 +9,30 @@ Encoding uses the ``tokenizers`` package (the Rust tokenizer behind ``transforme
 tokenizers) on the checkpoint's ``tokenizer.json``, so ids equal ``AutoTokenizer``'s. The chat
 template is the checkpoint's Jinja ``chat_template`` (``tokenizer_config.json`` or
 ``chat_template.jinja``) rendered the way ``transformers`` renders it (sandboxed ``jinja2``,
-``trim_blocks``/``lstrip_blocks``, ``raise_exception``, ``tojson``); without a template, or
-without ``jinja2``, the built-in ChatML of Qwen (``CHATML``) is used:
+``trim_blocks``/``lstrip_blocks``, ``raise_exception``, ``tojson``, ``strftime_now``). A checkpoint
+without a template (a base model) is an error when a prompt is rendered, unless the caller picks
+one: ``chat_template="chatml"`` (``math_jsonl``'s ``task.params.chat_template=chatml``), the built-in
+ChatML of Qwen (``CHATML``),
 
     <|im_start|>user\\n{content}<|im_end|>\\n<|im_start|>assistant\\n[<think>\\n\\n</think>\\n\\n]
 
-where the bracketed empty think block is Qwen3's non-thinking mode (``enable_thinking=False``).
+where the bracketed empty think block is Qwen3's non-thinking mode (``enable_thinking=False``), or a
+path to a ``.jinja`` file. Nothing falls back silently: without ``jinja2`` rendering raises ImportError.
 
 ``eos_id`` is the chat's end-of-turn token (``eos_token`` of ``tokenizer_config.json``, ``<|im_end|>``
-for Qwen3 instruct/hybrid models), ``pad_id`` its ``pad_token`` (``<|endoftext|>``).
+for Qwen3 instruct/hybrid models), ``pad_id`` its ``pad_token`` (``<|endoftext|>``). A tokenizer without
+a pad token (Llama 3) pads with ``eos`` (TRL's and verl's rule; one log line says so): prompts are
+right-padded and the pad is never attended, so its id does not change any number.
 """
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from prs.models.hub import resolve_checkpoint
 
 CHATML = (
     "{%- for message in messages %}"
@@ -60,16 +68,22 @@ class Tokenizer:
         self.config = dict(config or {})
         self.chat_template = chat_template if chat_template is not None else self.config.get("chat_template")
         eos = _token_text(self.config.get("eos_token")) or "<|im_end|>"
-        pad = _token_text(self.config.get("pad_token")) or "<|endoftext|>"
+        pad = _token_text(self.config.get("pad_token"))
         self.eos_id = self.token_id(eos)
+        if pad is None:
+            logging.getLogger(__name__).warning("tokenizer has no pad_token: padding with eos_token %r (id %d), as "
+                                                "TRL and verl do", eos, self.eos_id)
+            pad = eos
         self.pad_id = self.token_id(pad)
 
     @classmethod
-    def from_checkpoint(cls, path) -> "Tokenizer":
-        """From a directory holding ``tokenizer.json`` (and optionally ``tokenizer_config.json``,
-        ``chat_template.jinja``). ValueError if ``tokenizer.json`` is missing; ImportError (with the
-        install line) if the ``tokenizers`` package is."""
-        path = pathlib.Path(path)
+    def from_checkpoint(cls, path, *, chat_template: str | None = None) -> "Tokenizer":
+        """From a directory (or a model id in the local HF cache, ``prs.models.hub.resolve_checkpoint``)
+        holding ``tokenizer.json`` (and optionally ``tokenizer_config.json``, ``chat_template.jinja``).
+        ``chat_template``: None = the checkpoint's own; ``"chatml"`` = ``CHATML``; else a path to a
+        Jinja file. ValueError if ``tokenizer.json`` or the template file is missing; ImportError (with
+        the install line) if the ``tokenizers`` package is."""
+        path = resolve_checkpoint(path)
         if not (path / "tokenizer.json").exists():
             raise ValueError(f"Tokenizer.from_checkpoint: {path / 'tokenizer.json'} does not exist")
         try:
@@ -82,6 +96,14 @@ class Tokenizer:
         template = None
         if (path / "chat_template.jinja").exists():
             template = (path / "chat_template.jinja").read_text()
+        if chat_template == "chatml":
+            template = CHATML
+        elif chat_template is not None:
+            f = pathlib.Path(chat_template).expanduser()
+            if not f.is_file():
+                raise ValueError(f"chat_template={chat_template!r}: give 'chatml', a path to a Jinja template file, "
+                                 f"or null (the checkpoint's own)")
+            template = f.read_text()
         return cls(_Tok.from_file(str(path / "tokenizer.json")), config=config, chat_template=template)
 
     @property
@@ -111,13 +133,14 @@ class Tokenizer:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise ValueError(f"apply_chat_template: messages[{i}]={m!r} needs 'role' and 'content'")
+        if not self.chat_template:
+            raise ValueError("the checkpoint has no chat template (tokenizer_config.json chat_template or "
+                             "chat_template.jinja); set chat_template='chatml' (task.params.chat_template=chatml) "
+                             "or a path to a Jinja file")
         try:
             import jinja2  # noqa: F401
-        except ImportError:  # pragma: no cover - depends on the environment
-            jinja2 = None
-        if not self.chat_template or jinja2 is None:
-            return _render_chatml(messages, add_generation_prompt=add_generation_prompt,
-                                  enable_thinking=enable_thinking)
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("rendering the chat template needs jinja2: pip install jinja2") from e
         kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
         return _compiled(self.chat_template).render(
             messages=list(messages), add_generation_prompt=add_generation_prompt,
@@ -140,6 +163,7 @@ def _compiled(template: str):
                                             extensions=["jinja2.ext.loopcontrols"])
         env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, indent=indent, ensure_ascii=False)
         env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: __import__("datetime").datetime.now().strftime(fmt)  # Llama 3.2
         _TEMPLATES[template] = env.from_string(template)
     return _TEMPLATES[template]
 

@@ -80,6 +80,10 @@ class RunConfig:
       on_nonfinite: a non-finite loss or gradient norm ``stop``s the run (default; ``NonFiniteError``)
         or ``skip``s that step's update (params, optimiser and controller unchanged; costs a copy of
         the state per step).
+      save_hf_every: every this many steps (and at the end) the parameters are also written as a
+        Hugging Face directory ``<out_dir>/hf/step_<k>`` (``prs.models.hf.save_checkpoint`` with
+        ``init_checkpoint``'s tokenizer files, as ``python -m experiments.export`` writes); 0 = never.
+        One process only.
     """
 
     steps: int = 200
@@ -99,6 +103,7 @@ class RunConfig:
     progress: bool = True
     init_checkpoint: str | None = None
     on_nonfinite: str = "stop"
+    save_hf_every: int = 0
 
     def __post_init__(self):
         if self.steps < 1:
@@ -109,6 +114,8 @@ class RunConfig:
             raise ValueError(f"RunConfig.wandb_mode={self.wandb_mode!r}; choose disabled, offline or online")
         if self.on_nonfinite not in ("stop", "skip"):
             raise ValueError(f"RunConfig.on_nonfinite={self.on_nonfinite!r}; choose stop or skip")
+        if self.save_hf_every < 0:
+            raise ValueError(f"RunConfig.save_hf_every must be >= 0 (0 = never), got {self.save_hf_every}")
         if self.ckpt_every < 0:
             raise ValueError(f"RunConfig.ckpt_every must be >= 0 (0 = no checkpoints), got {self.ckpt_every}")
 
@@ -370,6 +377,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     if writer:
         _check_length(out, run_cfg, log)
         rundir.clear_failure(out)
+    if run_cfg.save_hf_every and jax.process_count() > 1:
+        raise ValueError("RunConfig.save_hf_every needs one process (parameters are sharded over processes); "
+                         "export a checkpoint with python -m experiments.export instead")
     base_dir = pathlib.Path(run_cfg.base_dir) if run_cfg.base_dir else out.parent / "base"
     trainer = Trainer(task, model_cfg, rl, prefix, seed=run_cfg.seed, mesh=mesh)
     warm = {}  # summary.json's warm_start
@@ -463,6 +473,8 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
             if mngr is not None and ((s + 1) % run_cfg.ckpt_every == 0 or s + 1 == run_cfg.steps):
                 # periodic, and always at the end; collective with several processes (multihost.checkpointable)
                 mngr.save(s + 1, args=ocp.args.StandardSave(multihost.checkpointable(checkpoint_tree(state), mesh)))
+            if run_cfg.save_hf_every and writer and ((s + 1) % run_cfg.save_hf_every == 0 or s + 1 == run_cfg.steps):
+                _save_hf(task, state.params, model_cfg, run_cfg, out / "hf" / f"step_{s + 1}", log=log)
             if stop.is_set:
                 raise _interrupt(mngr, state, s + 1, run_cfg, out, mesh)
         ev = trainer.evaluate(state.params, run_cfg.steps)  # overlaps the last checkpoint's write
@@ -498,6 +510,21 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
         f"(peak {summary['eval_peak']:.3f}); "
         f"metrics, curves.png and summary.json in {out}")
     return summary
+
+
+def _save_hf(task, params, model_cfg: ModelConfig, run_cfg: RunConfig, path: pathlib.Path, *, log=print) -> None:
+    """``params`` as a Hugging Face directory at ``path`` (``RunConfig.save_hf_every``): the base
+    checkpoint's tokenizer files and stored dtype, the task tokenizer's chat template."""
+    from prs.models import hf
+
+    extra, base, dtype = {}, None, None
+    if run_cfg.init_checkpoint:
+        root = hf.resolve_checkpoint(run_cfg.init_checkpoint)
+        base = json.loads((root / "config.json").read_text())
+        dtype = hf._NAMED_DTYPES.get(base.get("torch_dtype") or base.get("dtype"))
+        extra = hf.hf_extra_files(root, template=getattr(getattr(task, "tokenizer", None), "chat_template", None))
+    hf.save_checkpoint(path, params, model_cfg, extra_files=extra, dtype=dtype, base_config=base)
+    log(f"[run] Hugging Face copy of the parameters in {path}")
 
 
 def _restore(mngr, step: int, fresh: TrainState, mesh, *, log=print) -> TrainState:

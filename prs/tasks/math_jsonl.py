@@ -243,12 +243,14 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
                     instruction: str = INSTRUCTION, system_prompt: str | None = None,
                     enable_thinking: bool = False, max_prompt_len: int | None = None,
                     backend: str = "auto", max_rows: int | None = None, eval_fraction: float = 0.25,
-                    reward_workers: int = 0) -> MathJsonlTask:
+                    reward_workers: int = 0, chat_template: str | None = None) -> MathJsonlTask:
     """Factory registered as ``"math_jsonl"``.
 
     Args:
-      tokenizer: checkpoint directory with ``tokenizer.json`` (and ``config.json``, whose
-        ``vocab_size`` becomes the task's unless ``vocab_size`` is given).
+      tokenizer: checkpoint directory (or model id in the local HF cache) with ``tokenizer.json`` (and
+        ``config.json``, whose ``vocab_size`` becomes the task's unless ``vocab_size`` is given).
+      chat_template: None = the checkpoint's own (a checkpoint without one is an error); ``"chatml"``
+        = Qwen's ChatML (``prs.models.tokenizer.CHATML``); or a path to a Jinja template file.
       path: JSONL file or HF dataset name (default: the shipped tiny file). eval_path: held-out
         problems; default: a deterministic ``eval_fraction`` of ``path`` held out (``split_rows``),
         never the training problems. split / eval_split: HF dataset splits.
@@ -263,7 +265,10 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
         raise ValueError(f"math_jsonl: reward_workers must be an int >= 0 (0: serial), got {reward_workers!r}")
     from prs.models.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_checkpoint(tokenizer)
+    from prs.models.hub import resolve_checkpoint
+
+    tokenizer = str(resolve_checkpoint(tokenizer))
+    tok = Tokenizer.from_checkpoint(tokenizer, chat_template=chat_template)
     path = str(path or SHIPPED)
     rows = load_rows(path, split=split, problem_key=problem_key, answer_key=answer_key)
     if eval_path is None:

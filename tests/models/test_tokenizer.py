@@ -81,3 +81,52 @@ def test_builtin_chatml_equals_jinja_template(ckpt):
                 _render_chatml(msgs, add_generation_prompt=gen, enable_thinking=thinking)
     with pytest.raises(ValueError, match="messages\\[0\\]"):
         tok.apply_chat_template([{"content": "no role"}])
+
+
+def _copy_without(ckpt, dst, *drop):
+    """The tiny checkpoint's tokenizer files with ``drop``ped tokenizer_config.json keys."""
+    cfg = json.loads((ckpt / "tokenizer_config.json").read_text())
+    for key in drop:
+        cfg.pop(key)
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (dst / "tokenizer.json").write_text((ckpt / "tokenizer.json").read_text())
+    return dst
+
+
+def test_missing_pad_token_pads_with_eos_said_once(ckpt, tmp_path, caplog):
+    """A tokenizer without pad_token (Llama 3) pads with eos as TRL / verl do; one warning line;
+    transformers' own tokenizer indeed has no pad token there."""
+    transformers = pytest.importorskip("transformers")
+    path = _copy_without(ckpt, tmp_path / "nopad", "pad_token")
+    assert transformers.AutoTokenizer.from_pretrained(str(path)).pad_token is None
+    with caplog.at_level("WARNING", logger="prs.models.tokenizer"):
+        tok = Tokenizer.from_checkpoint(path)
+    assert tok.pad_id == tok.eos_id == tok.token_id("<|im_end|>")
+    lines = [r.getMessage() for r in caplog.records if r.name == "prs.models.tokenizer"]
+    assert len(lines) == 1 and "no pad_token" in lines[0] and "<|im_end|>" in lines[0]
+
+
+def test_missing_chat_template_is_an_error_unless_chosen(ckpt, tmp_path):
+    """No template in the checkpoint: rendering is an error naming the option; ``chatml`` renders
+    ChatML (equal to the checkpoint template it replaces), a .jinja path renders that file, and the
+    math task passes the option through (before: a silent ChatML fallback)."""
+    pytest.importorskip("jinja2")
+    from prs.tasks import math_jsonl
+
+    path = _copy_without(ckpt, tmp_path / "notemplate", "chat_template")
+    (path / "config.json").write_text((ckpt / "config.json").read_text())
+    with pytest.raises(ValueError, match="no chat template.*task.params.chat_template=chatml"):
+        Tokenizer.from_checkpoint(path).apply_chat_template(MSGS[0])
+    with pytest.raises(ValueError, match="no chat template"):
+        math_jsonl.make_math_jsonl(tokenizer=str(path), backend="fallback")
+    chatml = Tokenizer.from_checkpoint(path, chat_template="chatml")
+    assert chatml.apply_chat_template(MSGS[1], enable_thinking=False) == \
+        Tokenizer.from_checkpoint(ckpt).apply_chat_template(MSGS[1], enable_thinking=False)
+    task = math_jsonl.make_math_jsonl(tokenizer=str(path), backend="fallback", chat_template="chatml")
+    assert task.prompt_text("1+1?").startswith("<|im_start|>user\n1+1?")
+    (tmp_path / "t.jinja").write_text("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}")
+    own = Tokenizer.from_checkpoint(path, chat_template=str(tmp_path / "t.jinja"))
+    assert own.apply_chat_template(MSGS[0]) == "[user] What is $2+2$?\n"
+    with pytest.raises(ValueError, match="chat_template='chatmll'"):
+        Tokenizer.from_checkpoint(path, chat_template="chatmll")
