@@ -83,17 +83,21 @@ def load_table(path: str, *, split: str = "train") -> list[dict[str, Any]]:
     if str(path).endswith((".jsonl", ".json", ".parquet")) or "/" not in str(path).strip("/") or str(path).startswith((".", "/", "~")):
         raise ValueError(f"data path {path!r} does not exist (a file, a save_to_disk directory, or an org/name "
                          f"dataset in the local Hugging Face cache)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # offline only: the local cache, never a download
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # offline only: the local cache, never a download (read at import)
     _need("datasets", f"loading {path!r} from the local Hugging Face cache")
     import datasets
+    import huggingface_hub.constants as hub
 
+    saved = hub.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE
+    hub.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True  # imported before
     try:
         ds = datasets.load_dataset(str(path), split=split)
     except Exception as e:
         raise ValueError(f"data path {path!r} is not a file and not in the local Hugging Face cache "
                          f"(split={split!r}; offline, nothing is downloaded): {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    finally:
+        hub.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE = saved
     return _hf_dataset(ds, split, str(path))
 
 
