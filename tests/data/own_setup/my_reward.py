@@ -3,12 +3,19 @@
 Full credit for the right boxed answer; with ``graded`` scoring, 0.25 for a boxed wrong answer.
 The dataset's columns arrive as lists aligned with ``completions`` (here ``final`` and ``level``).
 """
-import re
 
 
 def _boxed(text):
-    m = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    return m[-1].strip() if m else None
+    """Content of the last \\boxed{...} (nested braces balanced), else None."""
+    i = text.rfind("\\boxed{")
+    if i < 0:
+        return None
+    depth, start = 0, i + len("\\boxed")
+    for j in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[start + 1:j].strip()
+    return None
 
 
 def correct(completions, final, **columns):
