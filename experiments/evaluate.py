@@ -50,10 +50,11 @@ def _run_params(run: pathlib.Path, like, step: int | None):
     if step not in steps:
         raise ValueError(f"--step {step}: {run} holds checkpoints at steps {steps}")
     tree = ocp.StandardCheckpointer().restore(ckpts / str(step) / "default")
-    leaves = jax.tree.leaves(tree["params"])
-    if len(leaves) != len(jax.tree.leaves(like)):
+    params = tree["params"]
+    shapes = lambda t: jax.tree.map(lambda x: (tuple(x.shape), str(x.dtype)), t)  # noqa: E731
+    if jax.tree.structure(params) != jax.tree.structure(like) or shapes(params) != shapes(like):
         raise ValueError(f"{run} checkpoint {step}: its parameters do not match the starting checkpoint's layout")
-    return jax.tree.unflatten(jax.tree.structure(like), [jax.numpy.asarray(x) for x in leaves]), step
+    return jax.tree.map(jax.numpy.asarray, params), step
 
 
 def evaluate(args) -> dict:

@@ -210,6 +210,10 @@ class MathJsonlTask:
 
     def eval_problems(self, *, count: int) -> MathProblems:
         n = len(self._eval[0])
+        if count != n:
+            logging.getLogger(__name__).info(
+                "math_jsonl: evaluating %d rows of the %d eval rows (eval.count=%d: %s)", count, n, count,
+                "the first ones; later files' rows are left out" if count < n else "rows repeat")
         return self._problems(self._eval, np.arange(count) % n, 1)
 
     def take(self, problems: MathProblems, index) -> MathProblems:
@@ -387,10 +391,10 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
     if max_rows:
         rows, eval_sets = rows[:max_rows], [e[:max_rows] for e in eval_sets]
     eval_rows = [r for e in eval_sets for r in e]
-    if any(_is_chat(r["problem"]) for r in rows + eval_rows):
+    if all(_is_chat(r["problem"]) for r in rows + eval_rows):
         if prompt_template is not None or instruction is not None:
-            raise ValueError("math_jsonl: the data holds chat-list prompts, rendered as given: prompt_template and "
-                             "instruction apply to string problems only; drop them")
+            raise ValueError("math_jsonl: every prompt of the data is a chat list, rendered as given: prompt_template "
+                             "and instruction apply to string problems only; drop them")
     if vocab_size is None:
         cfg = pathlib.Path(tokenizer) / "config.json"
         vocab_size = json.loads(cfg.read_text())["vocab_size"] if cfg.exists() else tok.vocab_size

@@ -19,6 +19,7 @@ import pathlib
 from typing import Any
 
 _MISSING = object()
+_NONE = object()
 
 
 def _need(package: str, what: str):
@@ -102,8 +103,17 @@ def load_table(path: str, *, split: str = "train") -> list[dict[str, Any]]:
 
 
 def get_path(row: dict, key: str, default=_MISSING):
-    """``row[a][b]...`` for ``key = "a.b..."``; a key present verbatim (dots included) wins. Missing:
-    ``default`` if given, else ``KeyError(key)``."""
+    """``row[a][b]...`` for ``key = "a.b..."``; a key present verbatim (dots included) wins.
+    ``"a|b.c"``: the first of the alternatives the row has (files of different layouts in one run).
+    Missing: ``default`` if given, else ``KeyError(key)``."""
+    if "|" in key and key not in row:
+        for alt in key.split("|"):
+            got = get_path(row, alt, _NONE)
+            if got is not _NONE:
+                return got
+        if default is _MISSING:
+            raise KeyError(key)
+        return default
     if key in row:
         return row[key]
     cur: Any = row

@@ -80,7 +80,7 @@ def test_chat_list_prompts_render_as_given(ckpt):
     row = task.eval_rows[0]
     assert task.prompt_text(row["problem"], row) == task.tokenizer.apply_chat_template(
         row["problem"], add_generation_prompt=True, enable_thinking=False)
-    with pytest.raises(ValueError, match="chat-list prompts"):
+    with pytest.raises(ValueError, match="every prompt of the data is a chat list"):
         math_jsonl.make_math_jsonl(tokenizer=str(ckpt), path=str(DATA / "verl_test.parquet"),
                                    prompt_template="{problem}", **VERL)
 
