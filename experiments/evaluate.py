@@ -68,7 +68,7 @@ def evaluate(args) -> dict:
     from prs.rl.episodes import SingleTurnRollouts
     from prs.tasks.math_jsonl import make_math_jsonl
 
-    target = pathlib.Path(args.target).expanduser()
+    target = pathlib.Path(args.target).expanduser().resolve()
     if not target.is_dir():
         raise ValueError(f"{target}: not a directory (a Hugging Face checkpoint or a run directory)")
     is_run = (target / "config.json").exists() and "task" in _run_config_or_empty(target)
