@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from experiments.schema import node, rest_of, to_kwargs
 from prs.core.prefix import PrefixConfig
+from prs.rewards.custom import RewardConfig
 from prs.rl.config import PARTS, RLConfig
 from prs.rl.runner import RunConfig
 
@@ -46,6 +47,7 @@ ScheduleCfg = node("ScheduleCfg", (PARTS["schedule"], _all(PARTS["schedule"])))
 EvalCfg = node("EvalCfg", (RunConfig, {"every": "eval_every"}), (PARTS["eval"], _all(PARTS["eval"])))
 SftCfg = node("SftCfg", (RunConfig, SFT))
 LoggingCfg = node("LoggingCfg", (RunConfig, LOGGING))
+RewardCfg = node("RewardCfg", (RewardConfig, _all(RewardConfig)))  # a user's reward function (prs.rewards.custom)
 
 # The earlier flat layout's keys -> their place now (a recorded run's config, an old command line).
 MOVED = {
@@ -137,7 +139,8 @@ TrainCfg = node(
            **{key: (cls, field(default_factory=cls)) for key, cls in [
                ("method", MethodCfg), ("task", TaskCfg), ("model", ModelCfg), ("algo", AlgoCfg),
                ("rollout", RolloutCfg), ("optim", OptimCfg), ("loss", LossCfg), ("schedule", ScheduleCfg),
-               ("eval", EvalCfg), ("sft", SftCfg), ("logging", LoggingCfg), ("mesh", MeshCfg)]}})
+               ("eval", EvalCfg), ("sft", SftCfg), ("logging", LoggingCfg), ("mesh", MeshCfg),
+               ("reward", RewardCfg)]}})
 
 
 def validate(cfg) -> TrainCfg:

@@ -41,7 +41,7 @@ def build(cfg: TrainCfg):
     from prs.rl.runner import RunConfig
     from prs.tasks.registry import make_task
 
-    task = make_task(cfg.task.name, **dict(cfg.task.params))
+    task = make_task(cfg.task.name, **dict(cfg.task.params), **reward_params(cfg))
     overrides = dict(cfg.model.overrides)
     for key in ("dtype", "param_dtype"):
         if key in overrides:
@@ -59,6 +59,22 @@ def build(cfg: TrainCfg):
     run_cfg = RunConfig(**to_kwargs(cfg, RunConfig), **to_kwargs(cfg.eval, RunConfig), **to_kwargs(cfg.sft, RunConfig),
                         **to_kwargs(cfg.logging, RunConfig), init_checkpoint=cfg.model.checkpoint)
     return task, model_cfg, rl, prefix, run_cfg
+
+
+def reward_params(cfg: TrainCfg) -> dict:
+    """``{"reward": RewardConfig}`` for the task when the ``reward`` node names a function, else {}."""
+    from prs.rewards.custom import RewardConfig
+
+    reward = RewardConfig(**to_kwargs(cfg.reward, RewardConfig))
+    if not reward.enabled:
+        if reward != RewardConfig():
+            raise ValueError(f"reward: {reward} sets options but no function; give reward.path=FILE.py or "
+                             f"reward.module=pkg.mod with reward.name=FN")
+        return {}
+    if cfg.task.name != "math_jsonl":
+        raise ValueError(f"reward.path / reward.module: a custom reward scores decoded text and dataset columns, "
+                         f"which task=math_jsonl has; task={cfg.task.name} scores its own rollouts")
+    return {"reward": reward}
 
 
 def build_mesh(cfg: TrainCfg):

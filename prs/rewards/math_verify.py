@@ -379,6 +379,25 @@ def verify_answers(responses, golds, *, backend: str = "auto", workers: int = 0)
         return [_verify_one(j) for j in jobs]
 
 
+def grader_info(backend: str = "auto") -> dict:
+    """``{"requested", "backend", "version"}``: the back end ``backend`` resolves to here (``auto``:
+    math-verify when it imports) and its version (the math-verify package's; ``"prs"`` for the
+    fallback, which is this module at the run's commit). Recorded in a run's provenance: the same
+    config grades differently with and without math-verify installed."""
+    if backend not in BACKENDS:
+        raise ValueError(f"grader_info: backend={backend!r}; choose from {BACKENDS}")
+    used = "math-verify" if backend == "math-verify" or (backend == "auto" and has_math_verify()) else "fallback"
+    version = "prs"
+    if used == "math-verify":
+        from importlib.metadata import PackageNotFoundError, version as _version
+
+        try:
+            version = _version("math-verify")
+        except PackageNotFoundError:  # pragma: no cover - imported but not installed as a distribution
+            version = None
+    return {"requested": backend, "backend": used, "version": version}
+
+
 def math_reward(response: str, gold: str, *, backend: str = "auto") -> float:
     """1.0 if ``verify_answer(response, gold)`` else 0.0."""
     return 1.0 if verify_answer(response, gold, backend=backend) else 0.0

@@ -407,7 +407,9 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     kept = [m for m in _read_metrics(metrics_path, log=log) if m["step"] < start]
     segments = [json.loads(x) for x in (out / "provenance.jsonl").read_text().splitlines() if x.strip()] \
         if (out / "provenance.jsonl").exists() else []
-    segments = [sg for sg in segments if sg.get("start_step", 0) < start] + [{"start_step": start, **code_state()}]
+    graded_by = task.provenance() if hasattr(task, "provenance") else {}  # math_jsonl: grader back end, reward fn
+    segments = [sg for sg in segments if sg.get("start_step", 0) < start] + [{"start_step": start, **code_state(),
+                                                                          **graded_by}]
     if writer:
         rundir.write_atomic(metrics_path, "".join(json.dumps(m) + "\n" for m in kept))
         # the code each segment of the run ran on (a resumed run may span commits)

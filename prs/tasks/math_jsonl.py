@@ -40,7 +40,8 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from prs.rewards.math_verify import verify_answers
+from prs.rewards.evaluation import answer_key, eval_metrics
+from prs.rewards.math_verify import grader_info, verify_answers
 from prs.tasks.registry import register_task
 
 SHIPPED = pathlib.Path(__file__).parent / "data" / "math_tiny.jsonl"
@@ -57,37 +58,60 @@ class MathProblems(NamedTuple):
     prompt_len: np.ndarray
 
 
-def load_rows(path: str, *, split: str = "train", problem_key: str = "problem",
-              answer_key: str = "answer") -> list[dict[str, str]]:
-    """Rows ``{"problem", "answer"[, "solution"]}`` from a JSONL file or a HF dataset name."""
-    p = pathlib.Path(path)
-    if p.is_file():
-        rows = []
-        for i, line in enumerate(p.read_text().splitlines()):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"math_jsonl: {p} line {i + 1} is not JSON ({e})") from None
-    else:
-        try:
-            import datasets
-        except ImportError:
-            raise ValueError(f"math_jsonl: path={path!r} is not a file; loading it as a Hugging Face dataset "
-                             f"needs the `datasets` package (pip install datasets) and network access") from None
-        try:
-            rows = list(datasets.load_dataset(path, split=split))
-        except Exception as e:
-            raise ValueError(f"math_jsonl: path={path!r} is not a file and could not be loaded as a Hugging Face "
-                             f"dataset (split={split!r}; no network access?): {type(e).__name__}: {e}") from None
+def _text(problem) -> str:
+    """A problem as one string (a chat list as JSON): what ``split_rows`` hashes."""
+    return problem if isinstance(problem, str) else json.dumps(problem, sort_keys=True)
+
+
+def _is_chat(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def load_rows(path: str, *, split: str = "train", problem_key: str = "problem", answer_key: str = "answer",
+              source_key: str | None = None, solution_key: str = "solution") -> list[dict[str, Any]]:
+    """Rows ``{"problem", "answer", "source", "where", "columns"[, "solution"]}`` of a data set
+    (``prs.tasks.tables.load_table``: JSONL, Parquet, a ``save_to_disk`` directory, a cached HF
+    dataset). Keys are dotted paths into nested columns (verl: ``answer_key=reward_model.ground_truth``).
+
+    ``problem``: a string, or a chat list ``[{"role", "content"}, ...]`` (verl's ``prompt`` column)
+    rendered as given. ``source``: the row's ``source_key`` value; without ``source_key``, the
+    ``data_source`` column when every row has one, else the file's name without suffix. ``columns``:
+    the row as read (every column, for a custom reward). ``where``: "file row i" for error messages."""
+    from prs.tasks.tables import get_path, load_table
+
+    try:
+        table = load_table(path, split=split)
+    except ValueError as e:
+        raise ValueError(f"math_jsonl: {e}") from None
+    name = pathlib.Path(str(path)).name
+    stem = name.split(".")[0] if pathlib.Path(str(path)).suffix else name
+    auto_source = source_key is None and bool(table) and all("data_source" in r for r in table)
     out = []
-    for i, r in enumerate(rows):
-        if problem_key not in r or answer_key not in r:
-            raise ValueError(f"math_jsonl: row {i} of {path} lacks {problem_key!r} or {answer_key!r}: keys {sorted(r)}")
-        row = {"problem": str(r[problem_key]), "answer": str(r[answer_key])}
-        if r.get("solution") is not None:
-            row["solution"] = str(r["solution"])
+    for i, r in enumerate(table):
+        try:
+            problem, answer = get_path(r, problem_key), get_path(r, answer_key)
+        except KeyError as e:
+            raise ValueError(f"math_jsonl: row {i} of {path} lacks {problem_key!r} or {answer_key!r} (missing "
+                             f"{e.args[0]!r}): keys {sorted(r)}; map them with task.params.problem_key / answer_key "
+                             f"(dotted paths reach nested columns)") from None
+        if not (isinstance(problem, str) or _is_chat(problem)):
+            raise ValueError(f"math_jsonl: row {i} of {path}: {problem_key!r} is a {type(problem).__name__}, not a "
+                             f"string or a chat list of {{'role', 'content'}} messages")
+        if answer is None or isinstance(answer, (dict, list)):
+            raise ValueError(f"math_jsonl: row {i} of {path}: {answer_key!r} is {answer!r}, not an answer string")
+        if source_key is not None:
+            try:
+                source = str(get_path(r, source_key))
+            except KeyError:
+                raise ValueError(f"math_jsonl: row {i} of {path} lacks source_key={source_key!r}: keys "
+                                 f"{sorted(r)}") from None
+        else:
+            source = str(r["data_source"]) if auto_source else stem
+        row = {"problem": problem, "answer": str(answer), "source": source, "where": f"{name} row {i}", "columns": r}
+        solution = get_path(r, solution_key, None)
+        if solution is not None:
+            row["solution"] = str(solution)
         out.append(row)
     if not out:
         raise ValueError(f"math_jsonl: {path} holds no problems")
@@ -110,16 +134,23 @@ class MathJsonlTask:
     max_prompt_len: int | None = None
     backend: str = "auto"
     reward_workers: int = 0
+    prompt_template: str | None = None
+    reward: Any = None  # a prs.rewards.custom.RewardConfig (enabled): the user's reward replaces the verifier
     name: str = "math_jsonl"
     rewards_jittable = False
 
     def __post_init__(self):
         tok = self.tokenizer
         self.pad_id, self.eos_id = tok.pad_id, tok.eos_id
+        self.custom = None
+        if self.reward is not None and self.reward.enabled:
+            from prs.rewards.custom import CustomReward
+
+            self.custom = CustomReward(self.reward)
         if max(self.pad_id, self.eos_id, tok.vocab_size - 1) >= self.vocab_size:
             raise ValueError(f"math_jsonl: tokenizer ids up to {tok.vocab_size - 1} exceed the model vocab_size "
                              f"{self.vocab_size}")
-        ids = tok.encode_batch([self.prompt_text(r["problem"]) for r in self.rows + self.eval_rows])
+        ids = tok.encode_batch([self.prompt_text(r["problem"], r) for r in self.rows + self.eval_rows])
         longest = max(len(x) for x in ids)
         self.width = int(self.max_prompt_len or -(-longest // 16) * 16)
         split = len(self.rows)
@@ -137,10 +168,27 @@ class MathJsonlTask:
         lens = np.array([len(ids[i]) for i in keep], np.int32)
         return (keep, prompt, lens), len(ids) - len(keep)
 
-    def prompt_text(self, problem: str) -> str:
-        content = f"{problem}\n{self.instruction}" if self.instruction else problem
-        msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
-        msgs.append({"role": "user", "content": content})
+    def prompt_text(self, problem, row: dict | None = None) -> str:
+        """The chat rendering of one problem: a string problem becomes one user message,
+        ``prompt_template.format(problem=..., **columns)`` when a template is set, else
+        ``problem + "\\n" + instruction``; a chat list (verl's ``prompt``) is rendered as given.
+        ``system_prompt`` is prepended unless the messages hold a system message."""
+        if _is_chat(problem):
+            msgs = [dict(m) for m in problem]
+        else:
+            if self.prompt_template is not None:
+                cols = {k: v for k, v in ((row or {}).get("columns") or {}).items() if isinstance(k, str)}
+                try:
+                    content = self.prompt_template.format(**{**cols, "problem": problem})
+                except (KeyError, IndexError) as e:
+                    raise ValueError(f"math_jsonl: prompt_template {self.prompt_template!r} names {e} but the row "
+                                     f"has the columns {sorted(cols)} (and problem); write literal braces as "
+                                     f"{{{{ }}}}") from None
+            else:
+                content = f"{problem}\n{self.instruction}" if self.instruction else problem
+            msgs = [{"role": "user", "content": content}]
+        if self.system_prompt and not any(m["role"] == "system" for m in msgs):
+            msgs.insert(0, {"role": "system", "content": self.system_prompt})
         return self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True,
                                                   enable_thinking=self.enable_thinking)
 
@@ -162,6 +210,10 @@ class MathJsonlTask:
 
     def eval_problems(self, *, count: int) -> MathProblems:
         n = len(self._eval[0])
+        if count != n:
+            logging.getLogger(__name__).info(
+                "math_jsonl: evaluating %d rows of the %d eval rows (eval.count=%d: %s)", count, n, count,
+                "the first ones; later files' rows are left out" if count < n else "rows repeat")
         return self._problems(self._eval, np.arange(count) % n, 1)
 
     def take(self, problems: MathProblems, index) -> MathProblems:
@@ -186,24 +238,66 @@ class MathJsonlTask:
             out.append(self.tokenizer.decode(ids[:stop[0]] if stop.size else ids, skip_special_tokens=True))
         return out
 
+    def rows_of(self, problems: MathProblems) -> list[dict[str, Any]]:
+        """The data rows [B] of ``problems``."""
+        splits = (self.rows, self.eval_rows)
+        return [splits[int(s)][int(i)] for i, s in zip(np.asarray(problems.index), np.asarray(problems.split))]
+
     def rewards(self, problems: MathProblems, rollout, *, group_size: int) -> jnp.ndarray:
-        """[B, N] float32: 1 iff the response's final answer equals the gold answer."""
+        """[B, N] float32: 1 iff the response's final answer equals the gold answer; with a custom
+        ``reward``, the user's function of (completions, every column of the row), checked
+        (``prs.rewards.custom``)."""
         prompt_len = np.asarray(problems.prompt_len)
         if np.asarray(rollout.tokens).shape[0] != prompt_len.shape[0] * group_size:
             raise ValueError(f"math_jsonl.rewards: rollout has {np.asarray(rollout.tokens).shape[0]} rows, "
                              f"expected B*N = {prompt_len.shape[0]}*{group_size}")
-        gold = np.repeat(np.array(self.answers(problems), dtype=object), group_size)
         texts = self.responses(rollout, np.repeat(prompt_len, group_size))
+        if self.custom is not None:
+            rows = [row for row in self.rows_of(problems) for _ in range(group_size)]  # [R]
+            keys = list(dict.fromkeys(k for row in rows for k in row["columns"]))  # union, first-seen order
+            columns = {k: [row["columns"].get(k) for row in rows] for k in keys}
+            where = [f"{row['where']} (rollout {r % group_size})" for r, row in enumerate(rows)]
+            return jnp.asarray(self.custom(texts, columns, where).astype(np.float32).reshape(-1, group_size))
+        gold = np.repeat(np.array(self.answers(problems), dtype=object), group_size)
         r = np.array(verify_answers(texts, gold, backend=self.backend, workers=self.reward_workers), np.float32)
         return jnp.asarray(r.reshape(-1, group_size))
+
+    def episode_metrics(self, problems: MathProblems, ep) -> dict[str, float]:
+        """Per data source, on evaluation episodes (``problems.split == 1``; training calls get {}):
+        ``<source>/mean@k``, ``<source>/pass@k``, ``<source>/maj@k`` with k = the samples per
+        problem (``eval_metrics``; a source's rows as evaluated, repeats included), and the same
+        pooled over every source under ``all/``."""
+        split = np.asarray(problems.split)
+        if not split.size or not (split == 1).all():
+            return {}
+        b = split.shape[0]
+        rewards = np.asarray(ep.rewards, np.float64).reshape(b, -1)  # [B, N]
+        texts = self.episode_texts(ep)
+        sources = [row["source"] for row in self.rows_of(problems)]
+        return eval_metrics(rewards, [answer_key(t) for t in texts], sources)
+
+    def episode_texts(self, ep) -> list[str]:
+        """Decoded generated tokens [R] of episodes (``policy_mask``), up to the first ``eos_id``."""
+        tokens, mask = np.asarray(ep.tokens), np.asarray(ep.policy_mask)
+        out = []
+        for r in range(tokens.shape[0]):  # host-side strings: one row at a time
+            ids = tokens[r][mask[r]]
+            stop = np.flatnonzero(ids == self.eos_id)
+            out.append(self.tokenizer.decode(ids[:stop[0]] if stop.size else ids, skip_special_tokens=True))
+        return out
+
+    def provenance(self) -> dict[str, Any]:
+        """What decides the rewards beyond the code: the grader back end in use and its version, and
+        a custom reward function's file and hash (recorded in every run's provenance)."""
+        return {"grader": grader_info(self.backend),
+                "reward_fn": self.custom.provenance() if self.custom is not None else None}
 
     def demonstrations(self, problems: MathProblems, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens [B, P + T], loss_mask [B, P + T]): prompt, then the row's ``solution`` (or
         ``\\boxed{answer}``) and ``eos_id``, truncated to ``T = max_new_tokens``; the mask is True on
         the solution and EOS tokens."""
         del seed
-        splits = (self.rows, self.eval_rows)
-        rows = [splits[int(s)][int(i)] for i, s in zip(np.asarray(problems.index), np.asarray(problems.split))]
+        rows = self.rows_of(problems)
         sols = self.tokenizer.encode_batch([r.get("solution") or f"\\boxed{{{r['answer']}}}" for r in rows])
         w = self.width + self.max_new_tokens
         tokens = np.full((len(rows), w), self.pad_id, np.int32)
@@ -228,7 +322,7 @@ def split_rows(rows: list[dict[str, str]], *, eval_fraction: float) -> tuple[lis
 
     if not 0.0 < eval_fraction < 1.0:
         raise ValueError(f"math_jsonl: eval_fraction must lie in (0, 1), got {eval_fraction!r}")
-    u = [int(hashlib.sha256(r["problem"].encode()).hexdigest()[:8], 16) / 16**8 for r in rows]
+    u = [int(hashlib.sha256(_text(r["problem"]).encode()).hexdigest()[:8], 16) / 16**8 for r in rows]
     train = [r for r, x in zip(rows, u) if x >= eval_fraction]
     held = [r for r, x in zip(rows, u) if x < eval_fraction]
     if not train or not held:
@@ -237,13 +331,14 @@ def split_rows(rows: list[dict[str, str]], *, eval_fraction: float) -> tuple[lis
     return train, held
 
 
-def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str | None = None,
+def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str | list[str] | None = None,
                     split: str = "train", eval_split: str = "test", problem_key: str = "problem",
-                    answer_key: str = "answer", vocab_size: int | None = None, max_new_tokens: int = 1024,
-                    instruction: str = INSTRUCTION, system_prompt: str | None = None,
+                    answer_key: str = "answer", source_key: str | None = None, solution_key: str = "solution",
+                    prompt_template: str | None = None, vocab_size: int | None = None, max_new_tokens: int = 1024,
+                    instruction: str | None = None, system_prompt: str | None = None,
                     enable_thinking: bool = False, max_prompt_len: int | None = None,
                     backend: str = "auto", max_rows: int | None = None, eval_fraction: float = 0.25,
-                    reward_workers: int = 0, chat_template: str | None = None) -> MathJsonlTask:
+                    reward_workers: int = 0, reward=None, chat_template: str | None = None) -> MathJsonlTask:
     """Factory registered as ``"math_jsonl"``.
 
     Args:
@@ -251,43 +346,68 @@ def make_math_jsonl(*, tokenizer: str, path: str | None = None, eval_path: str |
         ``config.json``, whose ``vocab_size`` becomes the task's unless ``vocab_size`` is given).
       chat_template: None = the checkpoint's own (a checkpoint without one is an error); ``"chatml"``
         = Qwen's ChatML (``prs.models.tokenizer.CHATML``); or a path to a Jinja template file.
-      path: JSONL file or HF dataset name (default: the shipped tiny file). eval_path: held-out
-        problems; default: a deterministic ``eval_fraction`` of ``path`` held out (``split_rows``),
-        never the training problems. split / eval_split: HF dataset splits.
-      max_new_tokens: generation budget. instruction: appended to each problem.
+      path: training data (default: the shipped tiny file): a JSONL or Parquet file, a
+        ``save_to_disk`` directory or a dataset in the local HF cache (``prs.tasks.tables``).
+      eval_path: held-out data, one path or a list of paths (each its own data source unless the
+        rows name theirs); default: a deterministic ``eval_fraction`` of ``path`` held out
+        (``split_rows``), never the training problems. split / eval_split: HF dataset splits.
+      problem_key / answer_key / source_key / solution_key: columns (dotted paths into nested
+        columns, e.g. verl's ``reward_model.ground_truth``); ``load_rows`` says what each holds.
+      prompt_template: the user message, ``str.format`` over the row's columns and ``{problem}``
+        (e.g. ``"{problem}\\nPut the answer in \\boxed{{}}."``); replaces ``problem + instruction``.
+      max_new_tokens: generation budget. instruction: appended to each string problem (default
+        ``INSTRUCTION``; refused with ``prompt_template``).
       enable_thinking: Qwen3 thinking mode (False = the paper's non-thinking setting).
       max_prompt_len: prompt width P (longer prompts are dropped). backend: verifier back end.
-      max_rows: keep only the first rows of each split (quick runs).
+      max_rows: keep only the first rows of the training data and of each eval file (quick runs).
       reward_workers: score a step's responses over this many processes
         (``prs.rewards.math_verify.verify_answers``; 0 = serial). The same rewards either way.
+      reward: a ``prs.rewards.custom.RewardConfig``: the user's reward function instead of the
+        verifier (config node ``reward``).
     """
     if not (isinstance(reward_workers, int) and not isinstance(reward_workers, bool) and reward_workers >= 0):
         raise ValueError(f"math_jsonl: reward_workers must be an int >= 0 (0: serial), got {reward_workers!r}")
+    if prompt_template is not None and instruction is not None:
+        raise ValueError("math_jsonl: give instruction or prompt_template, not both (the template is the whole "
+                         "user message; put the instruction in it)")
+    if prompt_template is not None and not isinstance(prompt_template, str):
+        raise ValueError(f"math_jsonl: prompt_template must be a string, got {prompt_template!r}")
     from prs.models.tokenizer import Tokenizer
 
     from prs.models.hub import resolve_checkpoint
 
     tokenizer = str(resolve_checkpoint(tokenizer))
     tok = Tokenizer.from_checkpoint(tokenizer, chat_template=chat_template)
+    keys = dict(problem_key=problem_key, answer_key=answer_key, source_key=source_key, solution_key=solution_key)
     path = str(path or SHIPPED)
-    rows = load_rows(path, split=split, problem_key=problem_key, answer_key=answer_key)
+    rows = load_rows(path, split=split, **keys)
     if eval_path is None:
         n_all = len(rows)
         rows, eval_rows = split_rows(rows, eval_fraction=eval_fraction)
         logging.getLogger(__name__).info(
             "math_jsonl: no eval_path; held out %d of %d problems of %s for evaluation (eval_fraction=%s), "
             "training on the other %d", len(eval_rows), n_all, path, eval_fraction, len(rows))
+        eval_sets = [eval_rows]
     else:
-        eval_rows = load_rows(eval_path, split=eval_split, problem_key=problem_key, answer_key=answer_key)
+        paths = [eval_path] if isinstance(eval_path, str) else list(eval_path)
+        if not paths or not all(isinstance(x, str) for x in paths):
+            raise ValueError(f"math_jsonl: eval_path must be a path or a list of paths, got {eval_path!r}")
+        eval_sets = [load_rows(x, split=eval_split, **keys) for x in paths]
     if max_rows:
-        rows, eval_rows = rows[:max_rows], eval_rows[:max_rows]
+        rows, eval_sets = rows[:max_rows], [e[:max_rows] for e in eval_sets]
+    eval_rows = [r for e in eval_sets for r in e]
+    if all(_is_chat(r["problem"]) for r in rows + eval_rows):
+        if prompt_template is not None or instruction is not None:
+            raise ValueError("math_jsonl: every prompt of the data is a chat list, rendered as given: prompt_template "
+                             "and instruction apply to string problems only; drop them")
     if vocab_size is None:
         cfg = pathlib.Path(tokenizer) / "config.json"
         vocab_size = json.loads(cfg.read_text())["vocab_size"] if cfg.exists() else tok.vocab_size
     return MathJsonlTask(tokenizer=tok, rows=rows, eval_rows=eval_rows, vocab_size=int(vocab_size),
-                         max_new_tokens=max_new_tokens, instruction=instruction, system_prompt=system_prompt,
-                         enable_thinking=enable_thinking, max_prompt_len=max_prompt_len, backend=backend,
-                         reward_workers=reward_workers)
+                         max_new_tokens=max_new_tokens, instruction=INSTRUCTION if instruction is None else instruction,
+                         system_prompt=system_prompt, enable_thinking=enable_thinking, max_prompt_len=max_prompt_len,
+                         backend=backend, reward_workers=reward_workers, prompt_template=prompt_template,
+                         reward=reward)
 
 
 register_task("math_jsonl", make_math_jsonl)
