@@ -387,6 +387,7 @@ def part_sampling(spec: dict, ctx: dict) -> dict:
             "decode_budgets": [t1, t2], "generated_tokens": {str(k): v for k, v in gen.items()},
             "call_s": {str(k): v for k, v in times.items()}, "compile_s": round(compile_s, 2),
             "decode_s": dt, "decode_tokens": tokens_decoded, "decode_tokens_per_s": tps,
+            "decode_resolved": dt > 0,  # False: the t2 call was not slower than t1's (timer noise; tiny CPU shapes)
             "prefill_plus_overhead_s": times[t1] - t1 * dt / (t2 - t1),
             "step_bytes": step_bytes, "hbm_bytes_per_s": bw, "hbm_source": bw_src,
             "roofline_tokens_per_s": roof, "roofline_fraction": tps / roof,

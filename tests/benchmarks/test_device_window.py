@@ -149,9 +149,15 @@ def test_cpu_dry_run_fills_every_field(tmp_path):
         assert s["status"] == "ok" and s["rows"] == sp["rows"] and s["cache_slots"] == sp["cache_slots"]
         t1, t2 = s["decode_budgets"]
         assert s["generated_tokens"] == {str(t1): s["rows"] * t1, str(t2): s["rows"] * t2}
-        for k in ("decode_s", "decode_tokens_per_s", "roofline_tokens_per_s", "roofline_fraction", "compile_s",
-                  "planner_bytes", "compiled_bytes"):
+        for k in ("roofline_tokens_per_s", "compile_s", "planner_bytes", "compiled_bytes"):
             assert math.isfinite(s[k]) and s[k] > 0, (name, k, s[k])
+        # the two budgets' difference: at tiny CPU shapes a loaded machine's timer noise can exceed it;
+        # then the driver says so (decode_resolved False, tokens/s NaN), never a negative rate
+        assert math.isfinite(s["decode_s"]) and s["decode_resolved"] == (s["decode_s"] > 0)
+        if s["decode_resolved"]:
+            assert s["decode_tokens_per_s"] > 0 and math.isfinite(s["roofline_fraction"])
+        else:
+            assert math.isnan(s["decode_tokens_per_s"])
         assert s["peak_bytes"] is None and s["hbm_bytes_per_s"] == bw  # CPU: no allocator stats, measured bandwidth
         cfg = DW.model_from(s["plan_model"])
         # independent byte count of one decode step: bf16 weights once + K, V of every slot
@@ -161,7 +167,8 @@ def test_cpu_dry_run_fills_every_field(tmp_path):
         kv = 2 * cfg.n_layers * s["rows"] * s["cache_slots"] * cfg.n_kv_heads * cfg.head_dim * 2
         assert s["step_bytes"] == pytest.approx(2 * (layer + head) + kv)
         assert s["roofline_tokens_per_s"] == pytest.approx(s["rows"] * bw / s["step_bytes"])
-        assert s["decode_tokens_per_s"] == pytest.approx(s["rows"] * (t2 - t1) / s["decode_s"])
+        if s["decode_resolved"]:
+            assert s["decode_tokens_per_s"] == pytest.approx(s["rows"] * (t2 - t1) / s["decode_s"])
         assert s["planner_bytes"] == PL.plan(cfg, **s["plan_kwargs"]).sampling_total
     u = p["update_4b_xla"]
     assert u["status"] == "ok" and 1 <= u["layers"] <= u["layers_of"] and u["micro_batches"] == 2
