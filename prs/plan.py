@@ -77,6 +77,14 @@ C_DW = 2.5     # the decode step's per-layer weights (``qwen3.decode_weights``; 
 C_PH = 2.0     # f32 copies of the prompt's hidden states [rows, P, D] during the chunked prefill
 C_KT = 0.8     # the cache's f32 transients (the decode attention's converted blocks), per byte of KV cache
 C_SL = 4.0     # f32 [rows, V] buffers of the decode step's logits, log-softmax and sampling
+UPDATE_CONSTANTS = ("C_D", "C_Q", "C_F", "C_S", "C_OPT", "C_LG")
+SAMPLING_CONSTANTS = ("C_DW", "C_PH", "C_KT", "C_SL")
+
+
+def constants() -> dict:
+    """The planner's fitted constants by name (``plan(..., constants=)`` overrides any of them)."""
+    g = globals()
+    return {k: (dict(g[k]) if k == "C_S" else g[k]) for k in UPDATE_CONSTANTS + SAMPLING_CONSTANTS}
 
 
 def _bytes(dtype) -> int:
@@ -176,10 +184,18 @@ def _leaves(tree):
 def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_tokens: int,
          micro_batches: int = 1, logits_chunk: int = 512, data: int = 1, fsdp: int = 1, tensor: int = 1,
          sample_rows: int | None = None, device_gib: float = 80.0, kl_reference: bool = False,
-         sampling_bytes: int | None = None, cache_slots: int | None = None, mem_fraction: float = 1.0) -> Plan:
+         sampling_bytes: int | None = None, cache_slots: int | None = None, mem_fraction: float = 1.0,
+         constants: dict | None = None) -> Plan:
     """Per-device bytes for the update on ``rows`` rows of ``width`` tokens and sampling of
     ``sample_rows`` (default ``rows``) rollouts of ``cache_slots`` (default ``prompt_len +
-    max_new_tokens``) cache slots."""
+    max_new_tokens``) cache slots. ``constants``: fitted constants to use instead of the module's
+    (``constants()``'s names; e.g. ``calibrate``'s), default none."""
+    bad = sorted(set(constants or {}) - set(UPDATE_CONSTANTS + SAMPLING_CONSTANTS))
+    if bad:
+        raise ValueError(f"plan: unknown constants {bad}; known: {list(UPDATE_CONSTANTS + SAMPLING_CONSTANTS)}")
+    kc = {**globals()["constants"](), **(constants or {})}
+    C_D, C_Q, C_F, C_S, C_OPT, C_LG = (kc[k] for k in UPDATE_CONSTANTS)
+    C_DW, C_PH, C_KT, C_SL = (kc[k] for k in SAMPLING_CONSTANTS)
     for name, val in dict(rows=rows, width=width, micro_batches=micro_batches, data=data, fsdp=fsdp,
                           tensor=tensor, logits_chunk=logits_chunk).items():
         if not (isinstance(val, int) and val >= 1):
@@ -227,6 +243,53 @@ def plan(cfg: ModelConfig, *, rows: int, width: int, prompt_len: int, max_new_to
                 device_bytes=int(device_gib * GIB), reference=int(P * pb / shard) if kl_reference else 0,
                 head=int(head), decode_weights=int(C_DW * mats * b / t), prefill=int(pre),
                 cache_transient=int(C_KT * kv), mem_fraction=float(mem_fraction))
+
+
+def _scaled(base: dict, names: tuple[str, ...], s: float) -> dict:
+    return {**base, **{k: ({i: v * s for i, v in base[k].items()} if k == "C_S" else base[k] * s) for k in names}}
+
+
+def calibrate(points, *, margin: float = 1.05, band: float = 1.2) -> dict:
+    """Constants calibrated from measured peaks (a GPU window's ``peak_bytes_in_use``), not applied.
+
+    ``points``: (program, cfg, plan_kwargs, peak_bytes) with program ``update`` or ``sampling``,
+    ``plan_kwargs`` the keywords the measured program's ``plan(cfg, **plan_kwargs)`` takes. Each
+    program's fitted constants (``UPDATE_CONSTANTS``, then ``SAMPLING_CONSTANTS`` with the update's
+    calibrated ones held) are scaled by one factor s. A program's planned total is affine in s,
+    m_i(s) = m_i(0) + s·(m_i(1) − m_i(0)), so the smallest s with m_i(s) >= margin·peak_i for every
+    point is
+
+        s = max_i (margin·peak_i − m_i(0)) / (m_i(1) − m_i(0))
+
+    (never below the peak: the tightest point sits at ``margin``); ``within`` says whether every
+    point then lies in [1, ``band``]·peak (issue #49: within 1.2x above, never below). A program
+    without points keeps its constants (factor None). Returns {"constants": {...}, "update": {...},
+    "sampling": {...}} with each program's factor, its points' planned / peak ratios and ``within``."""
+    if not (isinstance(margin, (int, float)) and 1.0 <= margin <= band):
+        raise ValueError(f"calibrate: margin must be a number in [1, band={band}], got {margin!r}")
+    pts = list(points)
+    for p in pts:
+        if p[0] not in ("update", "sampling") or not (p[3] and p[3] > 0):
+            raise ValueError(f"calibrate: a point is (program in update|sampling, cfg, plan_kwargs, peak > 0); got "
+                             f"program {p[0]!r}, peak {p[3]!r}")
+    base = constants()
+    out: dict = {}
+    for prog, names in (("update", UPDATE_CONSTANTS), ("sampling", SAMPLING_CONSTANTS)):
+        mine = [p for p in pts if p[0] == prog]
+        total = (lambda q: q.update_total) if prog == "update" else (lambda q: q.sampling_total)  # noqa: E731
+        if not mine:
+            out[prog] = {"factor": None, "ratios": [], "within": None}
+            continue
+        m0 = [total(plan(c, **kw, constants=_scaled(base, names, 0.0))) for _, c, kw, _ in mine]
+        m1 = [total(plan(c, **kw, constants=_scaled(base, names, 1.0))) for _, c, kw, _ in mine]
+        if any(b <= a for a, b in zip(m0, m1)):
+            raise ValueError(f"calibrate: {prog}: a point's fitted terms are zero; its constants cannot be calibrated")
+        s = max(0.0, max((margin * p[3] - a) / (b - a) for p, a, b in zip(mine, m0, m1)))
+        base = _scaled(base, names, s)
+        ratios = [total(plan(c, **kw, constants=base)) / peak for _, c, kw, peak in mine]
+        out[prog] = {"factor": s, "ratios": ratios, "within": all(1.0 <= r <= band for r in ratios)}
+    out["constants"] = base
+    return out
 
 
 MEM_FRACTION_VAR = "XLA_PYTHON_CLIENT_MEM_FRACTION"
