@@ -10,7 +10,7 @@ venv (torch needs sympy >= 1.13), so the data is made once and committed:
 Every (split, module) pair has its own seed, ``SEED + crc32(split/module)``, set into Python's ``random`` and
 numpy's global generator (the two the generator draws from) right before that pair's problems are drawn, so
 one pair's rows regenerate without the others (``--only SPLIT/MODULE --count K`` prints the first K rows of a
-pair; ``tests/tasks/test_mathematics_dataset.py`` compares them with the committed file when the generator is
+pair; ``tests/tasks/test_tables_mathematics_dataset.py`` compares them with the committed file when the generator is
 importable, and is skipped with one line otherwise). Problems are drawn as ``generate.py`` draws them
 (``sample_from_module``: questions/answers over the length limits are redrawn), the train pools at the three
 entropy levels of ``generate.py --train_split`` (easy / medium / hard thirds of each module's entropy range),
