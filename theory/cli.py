@@ -62,7 +62,8 @@ def controls_main(argv: Sequence[str]) -> int:
     ap.add_argument("--n", type=int, default=None, help="rollouts per group N (default 8, or len(--hist) - 1)")
     ap.add_argument("--groups", type=int, default=32, help="groups trained per step B (default 32)")
     ap.add_argument("--gen-groups", type=int, default=None, help="dynamic sampling: groups per gen batch (default B)")
-    ap.add_argument("--max-batches", type=int, default=4, help="dynamic sampling: cap on gen batches (default 4)")
+    ap.add_argument("--max-batches", type=int, default=10,
+                    help="dynamic sampling: cap on gen batches (default 10, the trainer's schedule.ds_max_gen_batches)")
     ap.add_argument("--n-init", type=int, default=4, help="screen: screening rollouts per candidate (default 4)")
     ap.add_argument("--target", type=float, default=0.5, help="Prefix Sampling controller target (default 0.5)")
     ap.add_argument("--pool-size", type=int, default=None, help="predicted: tasks to choose from M (default 4B)")

@@ -470,10 +470,10 @@ def predicted(pool: Pool, *, n: int, groups: int, pool_size: int, len_success: f
 
 
 def compare_controls(pool: Pool, *, n: int = 8, groups: int = 32, gen_groups: int | None = None,
-                     max_batches: int = 4, n_init: int = 4, p_easy: float = 0.5, p_hard: float = 0.5,
+                     max_batches: int = 10, n_init: int = 4, p_easy: float = 0.5, p_hard: float = 0.5,
                      floor: float = 0.01, target: float = 0.5, pool_size: int | None = None,
                      len_success: float = 1.0, len_failure: float = 1.0) -> list[ControlRate]:
-    """Every control on one pool (defaults: gen batch G = B, cap C = 4, n_init = 4, GRESO 0.5/0.5/0.01,
+    """Every control on one pool (defaults: gen batch G = B, cap C = 10 = the trainer's ``ds_max_gen_batches``, n_init = 4, GRESO 0.5/0.5/0.01,
     PS target 0.5, oracle pool M = 4B)."""
     ln = dict(len_success=len_success, len_failure=len_failure)
     return [uniform(pool, n=n, groups=groups, **ln),

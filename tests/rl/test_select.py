@@ -379,15 +379,16 @@ def test_dynamic_sampling_with_prefix_sampling_composes_through_hydra_and_runs_t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("select", ["dynamic_sampling", "predicted"])
+@pytest.mark.parametrize("select", ["dynamic_sampling", "predicted", "selective", "screen"])
 def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
     from prs.rl.runner import RunConfig, run
 
     common = dict(seed=3, eval_every=2, ckpt_every=2, sft_steps=60, sft_batch=32, sft_lr=3e-3,
                   base_dir=str(tmp_path / "base"), wandb_mode="disabled", progress=False)
     rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1),
-                  schedule=ScheduleConfig(select=select, pool_size=8))
-    prefix = ps.PrefixConfig(mode="ps_ada", n=8)
+                  schedule=ScheduleConfig(select=select, pool_size=8,
+                                          **({"screen_max_rounds": 100} if select == "screen" else {})))
+    prefix = ps.PrefixConfig(mode="ps_ada", n=8)  # screen: this policy's pass rate is low, 10 rounds may not fill
     full, part = tmp_path / "full", tmp_path / "part"
     run(TASK, MODEL, rl, prefix, RunConfig(steps=4, **common), full, log=lambda *a: None)
     run(TASK, MODEL, rl, prefix, RunConfig(steps=2, **common), part, log=lambda *a: None)  # "killed" at 2
@@ -398,10 +399,53 @@ def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
     a, b = strip(full), strip(part)
     assert a == b
     train = [m for m in a if m["kind"] == "train"]
-    if select == "dynamic_sampling":  # the resumed steps used the restored cursor (a fresh one restarts at 0)
+    if select != "predicted":  # the resumed steps used the restored cursor (a fresh one restarts at 0)
         assert train[2]["select/pos"] > train[1]["select/pos"]
     else:                             # ... the restored posteriors (a fresh state has all 8 tasks unvisited)
         assert train[2]["select/unvisited"] < 8 - 4
     summary = json.loads((full / "summary.json").read_text())
     assert summary["tokens_trained_total"] == sum(m["tokens_trained"] for m in train) > 0
     assert summary["groups_contrast_total"] == sum(m["groups_contrast"] for m in train)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_ledger_matches_the_theorys_refill_prediction():
+    """Issue 46 item 3: ``theory.controls.dynamic_sampling`` (E[T] = Σ_{j<C} P(Bin(jG, s̄) < B), rollouts
+    N·G·E[T]) against the training run's logged ledger. The pool is the run's own fresh-group k histogram
+    (``k_hist``, every generated group, pooled over S seeds, fitted as ``python -m theory controls --hist`` does: by Wald's identity its informative share is a
+    consistent estimate of s̄ despite the stopping rule); the tolerance is 3 standard errors of the mean of T
+    from the theory's own law of T (P(T > j) = P(K_j < B)) plus the s̄ estimate's binomial error propagated
+    through E[T]. The run's stream draws the pool without replacement; the theory draws iid."""
+    from theory import controls as TC
+
+    b, n, seeds = 4, 8, 8
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(select="dynamic_sampling", pool_size=256, ds_max_gen_batches=0))
+    cap = 256 // b  # no cap in the run (a cap would raise); the theory's C = one pool of candidates, past
+    #                 which the run would stop too
+    batches, rollouts, hist = [], [], np.zeros(n + 1)
+    for seed in range(seeds):
+        tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=n), seed=seed)
+        _, m = tr.step(tr.init_state(warm_params()))
+        batches.append(m["gen_batches"])
+        rollouts.append(m["rollouts_sampled"])
+        hist += np.asarray(m["k_hist"])
+        assert m["rollouts_sampled"] == m["gen_batches"] * b * n == m["groups_generated"] * n
+    assert hist.sum() == b * sum(batches)
+
+    def theory(h):
+        return TC.dynamic_sampling(TC.hist_pool(h / h.sum())[0], n=n, groups=b, gen_groups=b, max_batches=cap)
+    th = theory(hist)
+    e_t = th.extra["expected_batches"]
+    s = th.extra["informative_prob"]
+    se_s = math.sqrt(s * (1 - s) / hist.sum())
+    assert abs(s - hist[1:n].sum() / hist.sum()) < 3 * se_s            # the CLI's --hist Beta fit keeps the share
+    gt = np.array([TC.stats.binom.cdf(b - 1, j * b, s) for j in range(cap)])  # P(T > j), j < C
+    var_t = float(np.sum((2 * np.arange(cap) + 1) * gt) - e_t ** 2)
+    h_hi = hist.copy(); h_hi[1] += se_s * hist.sum(); h_hi[0] -= se_s * hist.sum()  # noqa: E702
+    slope = abs(theory(h_hi).extra["expected_batches"] - e_t) / se_s
+    tol = 3 * math.sqrt(var_t / seeds) + 3 * slope * se_s
+    assert 0 < s < 1 and var_t > 0
+    assert abs(np.mean(batches) - e_t) < tol, (batches, e_t, tol)
+    np.testing.assert_allclose(th.rollouts, n * b * e_t)
+    assert abs(np.mean(rollouts) - th.rollouts) < n * b * tol

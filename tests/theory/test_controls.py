@@ -185,3 +185,21 @@ def test_bad_pool_and_hist_raise():
         C.hist_pool([0.0, 0.0])
     with pytest.raises(ValueError, match="beta"):
         C.beta_pool(0, 1)
+
+
+def test_the_theorys_dynamic_sampling_cap_default_is_the_trainers(capsys):
+    """theory/ sits below prs.rl (tests/test_layout.py), so it cannot read the trainer's default; this pins
+    them equal: ``python -m theory controls`` predicts the run ``schedule.select=dynamic_sampling`` makes."""
+    import inspect
+    import json
+
+    from prs.rl import select as SEL
+    from theory import cli
+
+    cap = SEL.DEFAULTS["ds_max_gen_batches"]
+    assert inspect.signature(C.compare_controls).parameters["max_batches"].default == cap
+
+    def ds(*extra):  # a pool of rare contrast, where the cap binds: each cap gives other numbers
+        cli.controls_main(["--beta", "0.02,0.02", "--groups", "8", "--json", *extra])
+        return json.loads(capsys.readouterr().out)["controls"][1]
+    assert ds() == ds("--max-batches", str(cap)) != ds("--max-batches", str(cap - 1))
