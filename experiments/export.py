@@ -47,11 +47,13 @@ def checkpoint_steps(run_dir: pathlib.Path) -> list[int]:
 def restore_params(step_dir: pathlib.Path) -> dict[str, Any]:
     """The ``params`` subtree of the train state checkpointed in ``step_dir`` (``<run>/checkpoints/<step>``),
     as host numpy arrays in their stored shapes and dtypes (orbax partial restore: the optimiser state is
-    not read)."""
+    not read). A relative ``step_dir`` is made absolute first: orbax reads no metadata from a relative
+    path (``tree`` None)."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
 
+    step_dir = pathlib.Path(step_dir).absolute()
     ckptr = ocp.PyTreeCheckpointer()
     meta = ckptr.metadata(step_dir / "default")
     tree = getattr(meta, "item_metadata", meta)

@@ -123,6 +123,16 @@ def test_export_loads_in_transformers(family, tmp_path, capsys):
     assert "holds steps [1, 3]" in capsys.readouterr().err and not (tmp_path / "new").exists()
 
 
+def test_restore_params_from_a_relative_run_dir(tmp_path, monkeypatch):
+    """A run directory given relative to the working directory (``python -m experiments.export
+    runs/NAME``, as docs/your_own_setup.md writes it) restores the checkpointed parameters (orbax reads
+    no metadata from a relative path)."""
+    run, saved, _, _ = _run_dir(tmp_path, "qwen3", steps=(2,))
+    monkeypatch.chdir(tmp_path)
+    params = export.restore_params(pathlib.Path(run.name) / "checkpoints" / "2")
+    jax.tree.map(np.testing.assert_array_equal, params, saved[2])
+
+
 @pytest.mark.slow
 def test_export_of_a_trained_run(tmp_path):
     """A run the runner trained (2 RL steps, checkpointed, ``logging.save_hf_every=1``) exports to a

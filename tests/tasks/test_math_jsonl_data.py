@@ -165,3 +165,31 @@ def test_custom_reward_sees_every_column(ckpt):
     r2 = np.asarray(task2.rewards(probs, types.SimpleNamespace(tokens=ep.tokens, lengths=ep.lengths), group_size=2))
     levels = [r["columns"]["level"] for r in task.rows_of(probs)]
     np.testing.assert_array_equal(r2, np.repeat(np.array(levels)[:, None] >= 2, 2, axis=1).astype(np.float32))
+
+
+def test_dataset_from_the_local_hf_datasets_cache(tmp_path, monkeypatch):
+    """``org/name`` read offline from the datasets cache in the layout ``load_dataset`` leaves after a
+    Hub download (``<cache>/org___name/default/0.0.0/<commit>/name-<split>.arrow`` + ``dataset_info.json``),
+    written here by datasets' own Parquet builder from verl_test.parquet: the rows equal the Parquet
+    file's; an absent split is one error line naming the cached splits."""
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("pyarrow")
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    Parquet(cache_dir=str(tmp_path / "build"), dataset_name="tiny-verl", hash=commit, config_name="default",
+            data_files={"test": str(DATA / "verl_test.parquet")}).download_and_prepare()
+    built = next((tmp_path / "build" / "tiny-verl").glob(f"default*/0.0.0/{commit}"))
+    cache = tmp_path / "datasets"
+    (cache / "acme___tiny-verl" / "default" / "0.0.0").mkdir(parents=True)
+    built.rename(cache / "acme___tiny-verl" / "default" / "0.0.0" / commit)
+    assert (cache / "acme___tiny-verl" / "default" / "0.0.0" / commit / "tiny-verl-test.arrow").is_file()
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    want = math_jsonl.load_rows(str(DATA / "verl_test.parquet"), **VERL)
+    got = math_jsonl.load_rows("acme/tiny-verl", split="test", **VERL)
+    assert [(r["problem"], r["answer"], r["source"], r["columns"]) for r in got] == \
+        [(r["problem"], r["answer"], r["source"], r["columns"]) for r in want]
+    with pytest.raises(ValueError, match=r"^math_jsonl: data path 'acme/tiny-verl' is not a file and not in the "
+                                         r"local Hugging Face cache \(split='train'; offline.*one of \['test'\]") as e:
+        math_jsonl.load_rows("acme/tiny-verl", **VERL)
+    assert "\n" not in str(e.value)
