@@ -28,7 +28,6 @@ cut's (and PS-ada's) steps ratio against the re-roll >= 1.5 with CI lower bound 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import re
@@ -37,6 +36,7 @@ import sys
 
 import numpy as np
 
+from experiments.studies import command_line
 from prs.analysis.bootstrap import bootstrap_band, bootstrap_mean
 from prs.analysis.bootstrap import percentile_ci
 from prs.analysis.gap import common_horizon, gap_compare, gap_levels, restricted_speedup
@@ -914,8 +914,9 @@ def write_section(page: pathlib.Path, text: str) -> None:
     page.write_text(s)
 
 
+@command_line.command("experiments.studies.mechanism")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.studies.mechanism", description=__doc__.split("\n\n")[0])
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.mechanism", description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",
