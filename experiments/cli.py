@@ -10,7 +10,8 @@ nothing written into a run directory by a rejected run, and a sweep that reports
                             exceptions (bugs) keep their traceback
     SweepReport             Hydra callback: after a sweep, names the failed jobs and exits 1
 
-Every other ``python -m experiments.X`` command line shares the same rules through two helpers:
+Every other ``python -m experiments.X`` command line (and ``experiments.studies.X``) shares the same
+rules through the helpers of ``experiments.studies.command_line``, re-exported here:
 
     ArgumentParser          argparse with one ``error: <prog>: <what>; did you mean ...? (--help ...)``
                             line and exit status 2 for a bad argument
@@ -24,10 +25,7 @@ Tracebacks stay for bugs; ``HYDRA_FULL_ERROR=1`` re-raises everything.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import difflib
-import functools
 import json
 import os
 import pathlib
@@ -36,6 +34,8 @@ import sys
 from typing import Any, Callable
 
 from hydra.experimental.callback import Callback
+
+from experiments.studies.command_line import ArgumentParser, command, did_you_mean, one_line, usage_errors  # noqa: F401
 
 CONF = pathlib.Path(__file__).resolve().parent.parent / "conf"
 FAILURES = "failures.jsonl"  # in the sweep directory, one line per failed job
@@ -47,21 +47,6 @@ class UsageError(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # Before Hydra: the overrides on the command line
-
-
-def did_you_mean(key: str, keys) -> str:
-    """``"did you mean 'a'? "`` (or ``'a' or 'b'``) for ``key`` among ``keys`` ("" if nothing is near): the
-    keys whose last dotted part is ``key``'s (``lr`` -> ``optim.lr``), else the closest dotted keys, else
-    the keys whose last part is close to ``key``'s."""
-    keys = sorted(set(keys))
-    leaf = key.rsplit(".", 1)[-1]
-    near = [k for k in keys if k != key and k.rsplit(".", 1)[-1] == leaf]
-    near = near or difflib.get_close_matches(key, keys, n=1)
-    if not near:
-        leaves = difflib.get_close_matches(leaf, sorted({k.rsplit(".", 1)[-1] for k in keys}), n=1)
-        near = [k for k in keys if leaves and k.rsplit(".", 1)[-1] == leaves[0]]
-    near = near[:3]
-    return f"did you mean {' or '.join(repr(k) for k in near)}? " if near else ""
 
 
 def _schema_keys(schema=None) -> tuple[set[str], set[str]]:
@@ -152,52 +137,6 @@ def check_overrides(argv: list[str], *, conf: pathlib.Path = CONF, schema=None,
     return out
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose mistakes are one line, ``error: <prog>: <what>`` with a "did you
-    mean" for a misspelt option and a pointer to ``--help``, and exit status 2 (argparse's own)."""
-
-    def error(self, message: str):
-        hint = ""
-        if message.startswith("unrecognized arguments:"):
-            opts = [o for a in self._actions for o in a.option_strings]
-            for word in message.split(":", 1)[1].split():
-                near = difflib.get_close_matches(word.split("=")[0], opts, n=1)
-                if near:
-                    hint = f"; did you mean {near[0]!r}?"
-                    break
-        self.exit(2, f"error: {self.prog}: {message}{hint} (`{self.prog} --help` lists the arguments)\n")
-
-
-def usage_errors() -> tuple[type, ...]:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    return ValueError, FileNotFoundError, NotADirectoryError, OmegaConfBaseException, HydraException
-
-
-def command(prog: str):
-    """Decorator of an entry point's ``main(argv=None)``: a user's mistake (``usage_errors``: a
-    ``UsageError``, ``ValueError``, missing file, schema or Hydra composition error) prints one
-    ``error: <what>`` line and exits 2, as ``experiments.train`` does; bugs keep their traceback
-    (``HYDRA_FULL_ERROR=1``: every traceback)."""
-
-    def wrap(main):
-        @functools.wraps(main)
-        def run(*args, **kw):
-            try:
-                return main(*args, **kw)
-            except usage_errors() as e:
-                if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                    raise
-                msg = one_line(e)
-                hint = "" if f"python -m {prog}" in msg else f" (`python -m {prog} --help`)"
-                print(f"error: {msg}{hint}", file=sys.stderr, flush=True)
-                raise SystemExit(2) from None
-        return run
-
-    return wrap
-
-
 def help_text(conf: pathlib.Path = CONF) -> str:
     """What ``--help`` prints before the composed config: the training groups and how to add an experiment."""
     groups = _groups(conf)
@@ -213,15 +152,6 @@ def help_text(conf: pathlib.Path = CONF) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Inside the Hydra job
-
-
-def one_line(e: BaseException) -> str:
-    """An exception as one line: omegaconf's schema errors name their key."""
-    text = " ".join(str(e).split("\n")[0].split())
-    key = getattr(e, "full_key", None)
-    if key and key not in text:
-        text = f"{key}: {text}"
-    return text or type(e).__name__
 
 
 def _user_errors() -> tuple[type, ...]:

@@ -28,14 +28,15 @@ cut's (and PS-ada's) steps ratio against the re-roll >= 1.5 with CI lower bound 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import re
+import subprocess
 import sys
 
 import numpy as np
 
+from experiments.studies import command_line
 from prs.analysis.bootstrap import bootstrap_band, bootstrap_mean
 from prs.analysis.bootstrap import percentile_ci
 from prs.analysis.gap import common_horizon, gap_compare, gap_levels, restricted_speedup
@@ -95,14 +96,60 @@ def chain_name(key) -> str:
 
 
 def _complete_runs(runs: pathlib.Path, pattern: str, name: re.Pattern):
-    """``(name match, eval records, train records)`` of every run directory under ``runs`` matching the
-    glob ``pattern`` and ``name`` that is complete (has a ``summary.json``), in name order."""
+    """``(name match, eval records, train records, run directory)`` of every run directory under ``runs``
+    matching the glob ``pattern`` and ``name`` that is complete (has a ``summary.json``), in name order."""
     for d in sorted(runs.glob(pattern)):
         m = name.match(d.name)
         if not m or not d.is_dir() or not (d / "summary.json").exists():
             continue
         recs = read_records(d)
-        yield m, [r for r in recs if r.get("kind") == "eval"], [r for r in recs if r.get("kind") == "train"]
+        yield m, [r for r in recs if r.get("kind") == "eval"], [r for r in recs if r.get("kind") == "train"], d
+
+
+# The commit from which a task's training ``episode_metrics`` (mech/output_len, mech/p_reach,
+# mech/hard_acc_on_reach, restart rates) count fresh rows only (``prs.rl.episodes.fresh_rows``, issue 45
+# item 1). Before it, the arithmetic tasks' oracle arms merged their re-rolls into the training call
+# (``prs.tasks.mechanism.OracleRollouts.rollout``) and these metrics mixed replayed rows with fresh ones.
+FRESH_ROWS_FIX = "c9788b6"
+MIXED_NOTE = ("n/a (mixed): logged before commit c9788b6 (`prs.rl.episodes.fresh_rows`), when this arm's training "
+              "metrics mixed the oracle's replayed rows with fresh ones; not comparable with the other arms")
+_HAS_FIX: dict[str, bool] = {}
+
+
+def _has_fix(commit: str) -> bool:
+    """Whether ``commit`` contains ``FRESH_ROWS_FIX`` (git ancestry in this checkout); False when git cannot
+    tell (no git, a shallow clone, an unknown commit): a record counts as fixed only when shown to be."""
+    if commit not in _HAS_FIX:
+        try:
+            r = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", FRESH_ROWS_FIX, commit],
+                               capture_output=True, timeout=30)
+            _HAS_FIX[commit] = r.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _HAS_FIX[commit] = False
+    return _HAS_FIX[commit]
+
+
+def mixes_replayed(run: pathlib.Path) -> bool:
+    """Whether run directory ``run``'s training episode metrics mix replayed rows with fresh ones: its
+    training rollout call merges an oracle's re-rolls (``arith_deep`` with ``oracle_max_k >= 0``,
+    ``arith_recovery`` with ``oracle_min_k >= 0``: ``OracleRollouts``) and a segment of it (a line of
+    ``provenance.jsonl``; a resumed run has several) was logged by code without ``FRESH_ROWS_FIX``.
+    Prefix Sampling's re-rolls never reached these metrics: ``same_step`` hands ``episode_metrics`` the
+    first call's rollouts and ``next_visit`` its unsteered groups (``prs.rl.schedule``; the fixed-cut
+    arm's ``OracleRollouts.reroll`` is a re-roll call); ``flaky_chain`` filtered its replayed rows before
+    the fix. A run without ``config.json`` is not an oracle run."""
+    cfg_path = run / "config.json"
+    if not cfg_path.exists():
+        return False
+    task = json.loads(cfg_path.read_text()).get("task") or {}
+    params = task.get("params") or {}
+    oracle = ((task.get("name") == "arith_deep" and int(params.get("oracle_max_k", -1)) >= 0)
+              or (task.get("name") == "arith_recovery" and int(params.get("oracle_min_k", -1)) >= 0))
+    if not oracle:
+        return False
+    prov = run / "provenance.jsonl"
+    commits = [json.loads(x).get("commit") for x in prov.read_text().splitlines() if x.strip()] if prov.exists() else []
+    return not commits or not all(c and _has_fix(c) for c in commits)
 
 
 def _column(recs: list[dict], key: str, missing: float = np.nan) -> np.ndarray:
@@ -116,7 +163,7 @@ def load(runs: pathlib.Path = RUNS) -> dict[int | str, dict[str, dict[int, dict]
     the warm start and the seed (``deep_e<E>w<w>-<arm>-s<seed>``: ``w * WARM_STRIDE + seed``; no ``w``: 0):
     the same unit in two arms shares the warm start and the problem stream."""
     out: dict[int | str, dict[str, dict[int, dict]]] = {}
-    for m, ev, tr in _complete_runs(runs, "deep_e*-s*", NAME):
+    for m, ev, tr, d in _complete_runs(runs, "deep_e*-s*", NAME):
         unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
         key = f"{m['e']}_{m['tag']}" if m["tag"] else int(m["e"])
         out.setdefault(key, {}).setdefault(m["arm"], {})[unit] = {
@@ -125,7 +172,7 @@ def load(runs: pathlib.Path = RUNS) -> dict[int | str, dict[str, dict[int, dict]
             "p_reach": _column(ev, "eval/mech/p_reach"), "tokens": np.array([r["tokens_generated"] for r in tr], float),
             "out_len": _column(tr, "mech/output_len"), "steered": _column(tr, "groups_steered", 0.0),
             "adv_mass": _column(tr, "mech/adv_mass_hard"), "p_alive": _column(ev, "eval/mech/p_alive"),
-            "reach_tf": _column(ev, "eval/mech/tf_reach_policy")}
+            "reach_tf": _column(ev, "eval/mech/tf_reach_policy"), "mixed": mixes_replayed(d)}
     return out
 
 
@@ -141,7 +188,7 @@ def load_recovery(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
     """arm -> seed -> {"steps", REC_KEYS' names [E'], "tokens" [T], "oracle_groups" [T], "steered" [T]} of every
     complete recovery run (``recovery-<arm>-s<seed>``)."""
     out: dict[str, dict[int, dict]] = {}
-    for m, ev, tr in _complete_runs(runs, "recovery-*-s*", REC_NAME):
+    for m, ev, tr, _ in _complete_runs(runs, "recovery-*-s*", REC_NAME):
         row = {"steps": np.array([r["step"] for r in ev])}
         row.update({k: _column(ev, key) for k, key in REC_KEYS.items()})
         row["tokens"] = np.array([r["tokens_generated"] for r in tr], float)
@@ -200,12 +247,13 @@ def load_flaky_recovery(runs: pathlib.Path = RUNS) -> dict[str, dict[str, dict[i
     (section 11); the unit is ``w * WARM_STRIDE + seed`` as in ``load``; "steered" counts the groups an arm
     re-rolls or steers per step (the oracle's replaced groups, PS's steered ones)."""
     out: dict[str, dict[str, dict[int, dict]]] = {}
-    for m, ev, tr in _complete_runs(runs, "recovery_flaky_g*-s*", RF_NAME):
+    for m, ev, tr, d in _complete_runs(runs, "recovery_flaky_g*-s*", RF_NAME):
         unit = int(m["w"] or 0) * WARM_STRIDE + int(m["seed"])
         row = {"steps": np.array([r["step"] for r in ev])}
         row.update({k: _column(ev, key) for k, key in RF_EVAL.items()})
         row["tokens"] = np.array([r["tokens_generated"] for r in tr], float)
         row["out_len"] = _column(tr, "mech/output_len")
+        row["mixed"] = mixes_replayed(d)
         row["steered"] = np.maximum(_column(tr, "mech/oracle_groups", 0.0), _column(tr, "groups_steered", 0.0))
         out.setdefault(f"g{m['g']}", {}).setdefault(m["arm"], {})[unit] = row
     return out
@@ -269,12 +317,13 @@ def flaky_recovery_lines(rf: dict[str, dict[str, dict[int, dict]]], *, n_boot: i
                    "reach_tf_low": float(np.nanmin(np.nanmean(cols["reach_tf"], axis=0))),
                    "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
                    "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
-                   "out_len_last10": _finite_mean([data[arm][s]["out_len"][-10:].mean() for s in seeds])}
+                   "out_len_last10": _out_len_last10(data[arm], seeds)}
             rows.append(row)
             lines.append(f"| {RF_LABEL[arm]} (`{arm}`) | {len(seeds)} | {fmt(row['tf_start']['value'], 3)} | "
                          f"{fmt_ci(row['tf_end'], 3)} ({row['horizon']}) | {fmt_ci(row['recovery_end'], 3)} | "
                          f"{fmt_ci(row['clean_end'], 3)} | {fmt_ci(row['pass_end'], 3)} | {row['reach_tf_low']:.3f} | "
-                         f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {fmt(row['out_len_last10'], 1)} |")
+                         f"{row['tokens_per_step']:.0f} | {row['steered_per_step']:.1f} | {_fmt_out_len(row['out_len_last10'])} |")
+        lines += _mixed_note(rows)
         comp_lines, comps = _comparison_table(data, RF_COMPARISONS, n_boot=n_boot)
         lines += comp_lines
         held_out = {}
@@ -298,6 +347,25 @@ def _arm_curves(data: dict[str, dict[int, dict]], order):
             seeds = sorted(data[arm])
             steps, tf = _matrix(data[arm], seeds, "tf")
             yield arm, seeds, steps, tf
+
+
+def _out_len_last10(runs: dict[int, dict], seeds: list[int]) -> float | None:
+    """The output length over each unit's last 10 training steps, mean over units (``mech/output_len``);
+    None when a unit's training metrics mix replayed rows (``mixes_replayed``: not comparable)."""
+    if any(runs[s].get("mixed") for s in seeds):
+        return None
+    return _finite_mean([runs[s]["out_len"][-10:].mean() for s in seeds])
+
+
+def _fmt_out_len(v: float | None) -> str:
+    """An output length for a table: ``n/a (mixed)`` for None (``MIXED_NOTE``)."""
+    return "n/a (mixed)" if v is None else fmt(v, 1)
+
+
+def _mixed_note(rows: list[dict]) -> list[str]:
+    """The footnote of a table some of whose ``rows`` print ``n/a (mixed)``; none otherwise."""
+    arms = [f"`{r['arm']}`" for r in rows if r["out_len_last10"] is None]
+    return ["", f"Output length {MIXED_NOTE} ({', '.join(arms)})."] if arms else []
 
 
 def _finite_mean(x) -> float:
@@ -429,7 +497,7 @@ def arm_rows(data: dict[str, dict[int, dict]]) -> list[dict]:
                      "p_reach_path": [(int(t), float(np.nanmean(pr[:, j]))) for j, t in enumerate(steps)
                                       if t in (0, 10, 20)],
                      "tokens_per_step": float(np.mean([data[arm][s]["tokens"].mean() for s in seeds])),
-                     "out_len_last10": _finite_mean([data[arm][s]["out_len"][-10:].mean() for s in seeds]),
+                     "out_len_last10": _out_len_last10(data[arm], seeds),
                      "steered_per_step": float(np.mean([data[arm][s]["steered"].mean() for s in seeds])),
                      "adv_mass": _adv_mass(data[arm], seeds), "reach_tf": _reach_tf(data[arm], seeds)})
     return rows
@@ -662,10 +730,11 @@ def section(data_all: dict[int, dict] | None = None, *, n_boot: int = 2000, cov:
                          f"{fmt_ci(r['tf_end'], 3)} ({r['horizon']}) | {fmt_ci(r['pass_end'], 3)} | "
                          f"{fmt_ci(r['p_reach_end'], 3)} | {', '.join(f'{v:.2f}' for _, v in r['p_reach_path'])} | "
                          f"{r['tokens_per_step']:.0f} | {r['steered_per_step']:.1f} | "
-                         f"{r['out_len_last10']:.1f} | {fmt(r['adv_mass']['first'], 3)} / {fmt(r['adv_mass']['last'], 3)} "
+                         f"{_fmt_out_len(r['out_len_last10'])} | {fmt(r['adv_mass']['first'], 3)} / {fmt(r['adv_mass']['last'], 3)} "
                          f"({r['adv_mass']['runs']}) | "
                          + ("; ".join(f"{'AB'[w] if w < 2 else w}: {v['start']:.2f} -> {v['low']:.2f}-{v['high']:.2f}"
                                       for w, v in r["reach_tf"].items()) or "-") + " |")
+        lines += _mixed_note(rows)
         comp_lines, comps = _comparison_table(data, COMPARISONS, n_boot=n_boot)
         lines += comp_lines
         if chain_tag(e) == "flaky":  # survival at the hard turn, held out: the arms share the crash draws
@@ -845,8 +914,9 @@ def write_section(page: pathlib.Path, text: str) -> None:
     page.write_text(s)
 
 
+@command_line.command("experiments.studies.mechanism")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.studies.mechanism", description=__doc__.split("\n\n")[0])
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.mechanism", description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",

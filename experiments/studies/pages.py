@@ -11,11 +11,12 @@ whose folder does not exist is left out of the index (the pages of studies made 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fnmatch
 import pathlib
 import sys
+
+from experiments.studies import command_line
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results"
 BEGIN, END = "<!-- study-head:begin (experiments/studies/pages.py; edits here are overwritten) -->", "<!-- study-head:end -->"
@@ -255,8 +256,9 @@ def render(results: pathlib.Path = RESULTS) -> dict[pathlib.Path, str]:
     return out
 
 
+@command_line.command("experiments.studies.pages")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.pages", description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
     args = ap.parse_args(argv)

@@ -24,13 +24,13 @@ The section sits between ``BEGIN`` and ``END`` markers on the page; the rest of 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 
 import numpy as np
 
+from experiments.studies import command_line
 from prs.analysis.runs import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -220,8 +220,9 @@ def splice(page: str, section: str) -> str:
     return page.rstrip("\n") + "\n\n" + section + "\n"
 
 
+@command_line.command("experiments.studies.regime_review")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.regime_review", description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="rewrite the section in results/regime/README.md")
     g.add_argument("--check", action="store_true", help="exit 1 if the committed section differs")

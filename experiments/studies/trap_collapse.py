@@ -24,7 +24,6 @@ lines) and reports, per arm and 10-step window, seed means with 95% percentile-b
 """
 from __future__ import annotations
 
-import argparse
 import math
 import pathlib
 import re
@@ -33,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from experiments.studies import command_line
 from prs.analysis.bootstrap import bootstrap_mean
 from prs.analysis.runs import read_records
 
@@ -160,8 +160,9 @@ def page(res: dict[str, Any], *, command: str) -> str:
     return "\n".join(lines)
 
 
+@command_line.command("experiments.studies.trap_collapse")
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.trap_collapse", description=__doc__.splitlines()[0])
     ap.add_argument("root")
     ap.add_argument("--out", default=None, help="write the markdown tables here")
     ap.add_argument("--arms", nargs="*", default=None, help=f"arms to report (default: those of {ARMS} present, else all)")

@@ -376,3 +376,52 @@ def test_figure_marks_the_80_percent_levels_and_a_censored_arm(tmp_path):
     cut = [t for t in labels if t.startswith(study.LABEL["ps_cut"])]
     assert cut and cut[0].endswith("below 80% of reroll_noprefix's gap: censored")
     assert not any("censored" in t for t in labels if t.startswith(study.LABEL["baseline"]))
+
+
+def _git_commit(rev):
+    """The full hash of ``rev`` in this checkout, or None (no git, a shallow clone without it)."""
+    import subprocess
+    r = subprocess.run(["git", "-C", str(study.ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
+def _plant_provenance(root, name, task, params, *commits):
+    d = root / name
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"task": {"name": task, "params": params}}))
+    (d / "provenance.jsonl").write_text("".join(json.dumps({"start_step": 0, "commit": c}) + "\n" for c in commits))
+
+
+def test_training_metrics_that_mixed_replayed_rows_print_as_not_comparable(tmp_path):
+    # issue 45 item 1: before commit c9788b6 the arithmetic oracle's training mech/output_len counted its
+    # merged re-rolls (17.0 on the page where every other arm read 28.0); those records print n/a (mixed)
+    fixed, old = _git_commit(study.FRESH_ROWS_FIX), _git_commit(f"{study.FRESH_ROWS_FIX}~1")
+    if fixed is None or old is None:
+        pytest.skip("the fix's commit is not in this checkout (shallow clone)")
+    for s in range(3):
+        _write_run(tmp_path, 12, "baseline", s, 1.0)
+        _write_run(tmp_path, 12, "oracle", s, 2.0, extra_train={"mech/output_len": 17.0})
+        _write_run(tmp_path, 12, "ps_cut", s, 1.0)
+        _plant_provenance(tmp_path, f"deep_e12-baseline-s{s}", "arith_deep", {"oracle_max_k": -1}, old)
+        # one resumed seed: its first segment was logged without the fix, the second with it
+        _plant_provenance(tmp_path, f"deep_e12-oracle-s{s}", "arith_deep", {"oracle_max_k": 2},
+                          *([old, fixed] if s == 0 else [fixed]))
+        # PS's re-rolls never reached the training metrics (a separate call): a number even before the fix
+        _plant_provenance(tmp_path, f"deep_e12-ps_cut-s{s}", "arith_deep", {"oracle_max_k": -1, "fixed_cut": True}, old)
+    text, summary = study.section(study.load(tmp_path), n_boot=50, rec={})
+    rows = {r["arm"]: r for r in summary[12]["arms"]}
+    assert rows["oracle"]["out_len_last10"] is None
+    assert rows["baseline"]["out_len_last10"] == pytest.approx(28.0) and rows["ps_cut"]["out_len_last10"] == pytest.approx(28.0)
+    oracle_line = next(x for x in text.splitlines() if x.startswith("| oracle prefix"))
+    assert "| n/a (mixed) |" in oracle_line and "17.0" not in oracle_line
+    assert "Output length n/a (mixed): logged before commit c9788b6" in text and "(`oracle`)." in text
+    # every segment logged with the fix: the number is shown; an unknown commit counts as without it
+    _plant_provenance(tmp_path, "deep_e12-oracle-s0", "arith_deep", {"oracle_max_k": 2}, fixed)
+    text, summary = study.section(study.load(tmp_path), n_boot=50, rec={})
+    assert {r["arm"]: r for r in summary[12]["arms"]}["oracle"]["out_len_last10"] == pytest.approx(17.0)
+    assert "n/a (mixed)" not in text
+    _plant_provenance(tmp_path, "recovery-oracle-s0", "arith_recovery", {"oracle_min_k": 6}, "0" * 40)
+    assert study.mixes_replayed(tmp_path / "recovery-oracle-s0")
+    _plant_provenance(tmp_path, "recovery-oracle-s0", "arith_recovery", {"oracle_min_k": 6}, fixed)
+    assert not study.mixes_replayed(tmp_path / "recovery-oracle-s0")
