@@ -261,22 +261,24 @@ def _limit_bytes(limit) -> float:
     return float(limit) if limit else 80.0 * GIB
 
 
-def _bandwidth(ctx: dict) -> tuple[float, str]:
+def _rate(ctx: dict, peak: str, measured: str, peak_what: str, measured_what: str) -> tuple[float, str]:
+    """(rate, where it comes from): the env part's vendor peak ``peak`` for the device_kind (``peak_what``
+    formatted with ``kind``), else its measured ``measured``, else NaN."""
     env = ctx.get("env", {})
-    if env.get("peak_hbm_bytes_per_s"):
-        return env["peak_hbm_bytes_per_s"], f"vendor peak for {env.get('device_kind')!r} (device_check.PEAKS)"
-    if env.get("measured_copy_bytes_per_s"):
-        return env["measured_copy_bytes_per_s"], "measured copy bandwidth (no vendor peak for this device_kind)"
+    if env.get(peak):
+        return env[peak], peak_what.format(kind=repr(env.get("device_kind")))
+    if env.get(measured):
+        return env[measured], f"{measured_what} (no vendor peak for this device_kind)"
     return float("nan"), "unknown (env part did not run)"
+
+
+def _bandwidth(ctx: dict) -> tuple[float, str]:
+    return _rate(ctx, "peak_hbm_bytes_per_s", "measured_copy_bytes_per_s", "vendor peak for {kind} (device_check.PEAKS)",
+                 "measured copy bandwidth")
 
 
 def _flops(ctx: dict) -> tuple[float, str]:
-    env = ctx.get("env", {})
-    if env.get("peak_flops"):
-        return env["peak_flops"], f"vendor bf16 peak for {env.get('device_kind')!r}"
-    if env.get("measured_matmul_flops"):
-        return env["measured_matmul_flops"], "measured matmul rate (no vendor peak for this device_kind)"
-    return float("nan"), "unknown (env part did not run)"
+    return _rate(ctx, "peak_flops", "measured_matmul_flops", "vendor bf16 peak for {kind}", "measured matmul rate")
 
 
 def _ragged(vocab: int, rows: int, width: int, lo: int, seed: int):

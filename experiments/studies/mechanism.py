@@ -387,16 +387,26 @@ def _cum_tokens(runs: dict[int, dict], seeds: list[int]) -> np.ndarray:
     return np.array([np.r_[0.0, np.cumsum(runs[s]["tokens"][:t])] for s in seeds])
 
 
+def _paired(data: dict[str, dict[int, dict]], method: str, ref: str, key: str):
+    """``(units, steps [E'], ref [U, E'], method [U, E'])`` of ``key`` on the units both arms ran, or None
+    (an arm missing, or < 2 common units)."""
+    if method not in data or ref not in data:
+        return None
+    units = sorted(set(data[method]) & set(data[ref]))
+    if len(units) < 2:
+        return None
+    steps, yr = _matrix(data[ref], units, key)
+    _, ym = _matrix(data[method], units, key)
+    return units, steps, yr, ym
+
+
 def compare(data: dict[str, dict[int, dict]], method: str, ref: str, *, n_boot: int = 2000, key: str = "tf") -> dict | None:
     """``gap_compare`` of ``method`` against ``ref`` on the metric (``key`` of the runs: ``"tf"``, the
     study's), on their common seeds (None: < 2)."""
-    if method not in data or ref not in data:
+    paired = _paired(data, method, ref, key)
+    if paired is None:
         return None
-    seeds = sorted(set(data[method]) & set(data[ref]))
-    if len(seeds) < 2:
-        return None
-    steps, yr = _matrix(data[ref], seeds, key)
-    _, ym = _matrix(data[method], seeds, key)
+    seeds, steps, yr, ym = paired
     g = gap_compare(steps, yr, ym, cost_base={"tokens": _cum_tokens(data[ref], seeds)},
                     cost_meth={"tokens": _cum_tokens(data[method], seeds)}, n_boot=n_boot)
     g["seeds"] = seeds
@@ -679,13 +689,10 @@ def depth_contrast(long: dict[str, dict[int, dict]], short: dict[str, dict[int, 
     replicates with an undefined or non-positive ratio left out (``percentile_ci``). None: an arm missing."""
     parts = []
     for i, data in enumerate((long, short)):
-        if method not in data or ref not in data:
+        paired = _paired(data, method, ref, key)
+        if paired is None:
             return None
-        units = sorted(set(data[method]) & set(data[ref]))
-        if len(units) < 2:
-            return None
-        steps, yr = _matrix(data[ref], units, key)
-        _, ym = _matrix(data[method], units, key)
+        _, steps, yr, ym = paired
         lv = gap_levels(steps, yr, k=3)
         r = restricted_speedup(steps, yr, ym, fraction=0.8, horizon=common_horizon(steps, yr, ym), k=3,
                                k_start=lv["k_start"], n_boot=n_boot, seed=i, by="mean_curve", return_boot=True)

@@ -10,18 +10,9 @@ import pytest
 
 from experiments import cli
 from experiments.studies import command_line
+from tests.experiments.test_cli_entry_points import _one_error_line  # one error line, exit 2, no traceback
 
 STUDIES = ["mechanism", "pages", "regime_review", "trap_collapse"]
-
-
-def _one_error_line(capsys, main, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    captured = capsys.readouterr()
-    err = captured.err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), (e.value.code, captured.err)
-    assert "Traceback" not in captured.err + captured.out
-    return err[0]
 
 
 @pytest.mark.parametrize("name", STUDIES)
