@@ -2,9 +2,9 @@
 
 May import ``prs.core``, ``prs.models``, ``prs.rewards`` and ``prs.rl.episodes`` (the ``Episodes``
 type), never the trainer or the run loop. Importing this package registers every shipped task
-(``arith``, ``arith_deep``, ``arith_recovery``, ``flaky_chain``, ``math_jsonl``, ``repair``, ``trap``) with ``prs.tasks.registry``.
+(``arith``, ``arith_deep``, ``arith_recovery``, ``flaky_chain``, ``math_jsonl``, ``mathds``, ``repair``, ``trap``) with ``prs.tasks.registry``.
 """
-from prs.tasks import arith, flaky_task, math_jsonl, mechanism, repair_task, trap_task  # noqa: F401  (each registers itself)
+from prs.tasks import arith, flaky_task, math_jsonl, mathds, mechanism, repair_task, trap_task  # noqa: F401  (each registers itself)
 from prs.tasks.arith import (  # noqa: F401
     EVAL_SEED,
     ArithConfig,
