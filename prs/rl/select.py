@@ -141,7 +141,7 @@ def check_config(sc) -> None:
 
 
 def check_rl(rl) -> None:
-    """The pairs that span ``RLConfig``: the pool holds at least one batch; SPEED's n_init <= N."""
+    """The pairs that span ``RLConfig``: the pool holds at least one batch; SPEED's n_init <= N; the oracle's C >= B."""
     sc = rl.schedule
     if sc.select == "uniform":
         return

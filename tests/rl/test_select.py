@@ -392,6 +392,21 @@ def test_oracle_on_the_trainer_picks_by_its_estimates_and_its_ledger_is_the_sche
     assert got["oracle/rollouts"] == c * r and got["oracle/tokens"] == int(np.asarray(ep.policy_mask).sum())
 
 
+@pytest.mark.parametrize("kind", ["same_step", "next_visit"])
+def test_oracle_composes_with_prefix_sampling_under_both_schedule_kinds(kind):
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(kind=kind, select="oracle", pool_size=8, oracle_candidates=8,
+                                          oracle_rollouts=4))
+    tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_ada", n=8), seed=1)
+    state = tr.init_state(warm_params())
+    for step in range(2):
+        state, m = tr.step(state)
+        assert np.isfinite(m["loss/loss"]) and m["oracle/rollouts"] == 32 and m["oracle/tokens"] > 0
+        assert m["rollouts_sampled"] == 32 + 8 * m["groups_rerolled"]       # the trained groups and PS's re-rolls
+        assert 0 <= m["select/oracle_p_hat_mixed"] <= 1 and 0 <= m["select/oracle_mean_score"] <= 1
+    assert int(state.select.pos) == 16
+
+
 # ---------------------------------------------------------------------- configuration
 
 
