@@ -436,7 +436,7 @@ def test_a_pool_smaller_than_the_batch_n_init_above_n_and_oracle_candidates_belo
         RLConfig(tasks_per_step=8, group_size=4, schedule=ScheduleConfig(select="predicted", pool_size=6))
     with pytest.raises(ValueError, match=r"screen_n_init=6.*group_size=4"):
         RLConfig(tasks_per_step=2, group_size=4, schedule=ScheduleConfig(select="screen", screen_n_init=6))
-    with pytest.raises(ValueError, match=r"schedule\.oracle_candidates.*smaller than the batch tasks_per_step=4.*>= 4") as e:
+    with pytest.raises(ValueError, match=r"schedule\.oracle_candidates.*tasks_per_step=4.*oracle_candidates >= 4") as e:
         RLConfig(tasks_per_step=4, group_size=4, schedule=ScheduleConfig(select="oracle", oracle_candidates=3))
     assert "\n" not in str(e.value)
 
@@ -486,7 +486,8 @@ def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
     rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1),
                   schedule=ScheduleConfig(select=select, pool_size=8,
                                           **({"screen_max_rounds": 100} if select == "screen" else {}),
-                                          **({"oracle_candidates": 6, "oracle_rollouts": 4} if select == "oracle" else {})))
+                                          **({"oracle_candidates": 6, "oracle_rollouts": 4}
+                                             if select == "oracle" else {})))
     prefix = ps.PrefixConfig(mode="ps_ada", n=8)  # screen: this policy's pass rate is low, 10 rounds may not fill
     full, part = tmp_path / "full", tmp_path / "part"
     run(TASK, MODEL, rl, prefix, RunConfig(steps=4, **common), full, log=lambda *a: None)
