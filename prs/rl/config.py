@@ -151,14 +151,16 @@ class ScheduleConfig:
       pool_size, pool_seed: the next-visit task pool (a multiple of ``RLConfig.tasks_per_step``), and
         the pool every ``select`` other than ``uniform`` draws its tasks from (at least one batch).
       select: which tasks get rollouts (``prs.rl.select``): ``uniform`` (the schedule's own tasks),
-        ``dynamic_sampling`` (DAPO / verl filter_groups), ``selective`` (GRESO), ``screen`` (SPEED-RL)
-        or ``predicted`` (a discounted Beta posterior per task). Its options, None = the selector's
+        ``dynamic_sampling`` (DAPO / verl filter_groups), ``selective`` (GRESO), ``screen`` (SPEED-RL),
+        ``predicted`` (a discounted Beta posterior per task) or ``oracle`` (the positive control: R
+        estimation rollouts per candidate, their cost left out of the ledger). Its options, None = the selector's
         default (``prs.rl.select.DEFAULTS``), are refused with another selector:
         ``ds_gen_batch_size`` (verl ``data.gen_batch_size``; default B), ``ds_max_gen_batches``
         (verl ``algorithm.filter_groups.max_num_gen_batches``, 0 = no cap; default 10),
         ``greso_p_easy``, ``greso_p_hard`` (0.5), ``greso_floor`` (0.01), ``greso_target`` (0.25),
         ``greso_step`` (0.01), ``screen_n_init`` (4), ``screen_batch`` (default B),
-        ``screen_max_rounds`` (10), ``pred_discount`` (0.95).
+        ``screen_max_rounds`` (10), ``pred_discount`` (0.95), ``oracle_candidates`` (C >= B; default
+        4B), ``oracle_rollouts`` (R >= 1; 16).
     """
 
     kind: str = "same_step"
@@ -183,6 +185,8 @@ class ScheduleConfig:
     screen_batch: int | None = None
     screen_max_rounds: int | None = None
     pred_discount: float | None = None
+    oracle_candidates: int | None = None
+    oracle_rollouts: int | None = None
 
     def __post_init__(self):
         selector.check_config(self)

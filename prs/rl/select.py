@@ -44,6 +44,18 @@ Sampling included): every selector composes with every ``schedule.kind`` and ``m
   E[(1−p)^N] under Beta(α, β), i.e. the expected share of informative groups (all groups cost N
   rollouts: per generated token alike, the token cost of a task is not modelled), ties broken by a
   seeded random order.
+* ``oracle`` (the study's positive control, issue 48): a selector that knows each candidate's current
+  pass rate. Each step takes the next C = ``oracle_candidates`` candidates of the stream (default 4B,
+  the oracle pool of ``theory.controls.predicted``; C >= B), samples R = ``oracle_rollouts`` (default
+  16) estimation rollouts of each under the step's params (keys: the step's sample key folded with
+  ``ORACLE_KEY``, distinct from every key the step's training rollouts use), estimates p̂ = k/R and
+  trains the B candidates of largest P(0 < k < N) = 1 − p̂^N − (1 − p̂)^N under Binomial(N, p̂)
+  (``oracle_score``; seeded tie-break as ``predicted``). Its estimation cost is LEFT OUT of the
+  ledger (``tokens_generated``, ``rollouts_sampled``, ``time_select`` are what the B trained groups
+  cost, as for ``uniform``) and logged apart as ``oracle/rollouts`` (C·R), ``oracle/tokens`` and
+  ``time_oracle``: it bounds what task selection can buy, it is not a control one would run. A task
+  met twice in one window (the stream crosses an epoch boundary, or C > M) is scored twice and may
+  train twice, as ``dynamic_sampling``'s generation batches may.
 
 Every selector updates the same per-task statistics from each measured group (``observe``: visits,
 the zero-variance streaks, the posterior), so their state is one fixed-shape ``SelectState`` in
@@ -70,19 +82,21 @@ import numpy as np
 
 from prs.rl.episodes import Episodes
 
-SELECTORS = ("uniform", "dynamic_sampling", "selective", "screen", "predicted")
+SELECTORS = ("uniform", "dynamic_sampling", "selective", "screen", "predicted", "oracle")
 # each selector's options (ScheduleConfig fields; None = the default below); given with another selector: refused
 OPTIONS = {
     "dynamic_sampling": ("ds_gen_batch_size", "ds_max_gen_batches"),
     "selective": ("greso_p_easy", "greso_p_hard", "greso_floor", "greso_target", "greso_step"),
     "screen": ("screen_n_init", "screen_batch", "screen_max_rounds"),
     "predicted": ("pred_discount",),
+    "oracle": ("oracle_candidates", "oracle_rollouts"),
 }
 # defaults (None: tasks_per_step); sources in the module docstring
 DEFAULTS = {"ds_gen_batch_size": None, "ds_max_gen_batches": 10, "greso_p_easy": 0.5, "greso_p_hard": 0.5,
             "greso_floor": 0.01, "greso_target": 0.25, "greso_step": 0.01, "screen_n_init": 4, "screen_batch": None,
-            "screen_max_rounds": 10, "pred_discount": 0.95}
+            "screen_max_rounds": 10, "pred_discount": 0.95, "oracle_candidates": None, "oracle_rollouts": 16}
 GRESO_P_RANGE = (0.05, 0.95)  # GRESO's min_p / max_p
+ORACLE_KEY = 0x0AC1E  # folded into the step's sample key: the oracle's estimation rollouts
 
 
 class SelectionError(RuntimeError):
@@ -107,7 +121,7 @@ def check_config(sc) -> None:
                 raise ValueError(f"ScheduleConfig.{name}={getattr(sc, name)!r} (schedule.{name}) is an option of "
                                  f"schedule.select={sel}, not of select={sc.select!r}: remove it")
     ints = {"ds_gen_batch_size": 1, "ds_max_gen_batches": 0, "screen_n_init": 2, "screen_batch": 1,
-            "screen_max_rounds": 1}
+            "screen_max_rounds": 1, "oracle_candidates": 1, "oracle_rollouts": 1}
     for name, lo in ints.items():
         v = getattr(sc, name)
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
@@ -127,7 +141,7 @@ def check_config(sc) -> None:
 
 
 def check_rl(rl) -> None:
-    """The pairs that span ``RLConfig``: the pool holds at least one batch; SPEED's n_init <= N."""
+    """The pairs that span ``RLConfig``: the pool holds at least one batch; SPEED's n_init <= N; the oracle's C >= B."""
     sc = rl.schedule
     if sc.select == "uniform":
         return
@@ -135,6 +149,10 @@ def check_rl(rl) -> None:
         raise ValueError(f"ScheduleConfig.pool_size={sc.pool_size} (schedule.pool_size) is smaller than the batch "
                          f"tasks_per_step={rl.tasks_per_step}: select={sc.select!r} draws the step's tasks from the "
                          "pool; allowed: pool_size >= tasks_per_step")
+    if sc.select == "oracle" and sc.oracle_candidates is not None and sc.oracle_candidates < rl.tasks_per_step:
+        raise ValueError(f"ScheduleConfig.oracle_candidates={sc.oracle_candidates} (schedule.oracle_candidates) is "
+                         f"smaller than the batch tasks_per_step={rl.tasks_per_step}: the oracle trains the best B of "
+                         f"its C candidates; allowed: oracle_candidates >= {rl.tasks_per_step} (null: 4 x B)")
     if sc.select == "screen" and option(sc, "screen_n_init") > rl.group_size:
         raise ValueError(f"ScheduleConfig.screen_n_init={option(sc, 'screen_n_init')} (schedule.screen_n_init) "
                          f"exceeds group_size={rl.group_size}: the screening rollouts count toward the N; allowed: "
@@ -210,6 +228,14 @@ def informative_probability(alpha, beta, n: int) -> np.ndarray:
     return 1.0 - np.prod((a + i) / (a + b + i), axis=1) - np.prod((b + i) / (a + b + i), axis=1)
 
 
+def oracle_score(k, r: int, n: int) -> np.ndarray:
+    """[C] P(0 < k' < N) for k' ~ Binomial(N, p̂), p̂ = k / R (the oracle's estimate from R rollouts):
+    1 − p̂^N − (1 − p̂)^N. Symmetric in p̂ ↔ 1 − p̂ and increasing toward p̂ = ½, so it ranks as p̂(1 − p̂)
+    does (``theory.controls.predicted``'s oracle); 0 at p̂ ∈ {0, 1}, never NaN."""
+    p = np.asarray(k, np.float64) / float(r)
+    return 1.0 - p ** n - (1.0 - p) ** n
+
+
 def observe(st: dict, ids, k, n: int, *, valid=None) -> None:
     """Updates the host copy ``st`` (SelectState fields as numpy) with the measured groups of pool
     tasks ``ids [G]`` (k successes of n each; ``valid [G]``: groups that measure the task's pass
@@ -275,13 +301,13 @@ class Selector:
         step = int(state.step)
         rng = np.random.default_rng([self.seed, step, 0x5E1EC7])
         fn = {"dynamic_sampling": self._dynamic_sampling, "selective": self._selective, "screen": self._screen,
-              "predicted": self._predicted}[self.kind]
+              "predicted": self._predicted, "oracle": self._oracle}[self.kind]
         s, extra = fn(st, state, params, keys, rollouts, rng)
         s.metrics.update(extra)
         s.metrics.setdefault("rollouts_skipped", 0)
         s.metrics.setdefault("gen_batches", 1)
         s.metrics["time_select"] = time.perf_counter() - t0 - s.metrics.get("time_sample", 0.0) \
-            - s.metrics.get("time_replay", 0.0)
+            - s.metrics.get("time_replay", 0.0) - s.metrics.get("time_oracle", 0.0)  # the oracle's cost: apart
         s.metrics["select/pos"] = int(st["pos"])
         s.select = _device(st)
         return s
@@ -444,6 +470,28 @@ class Selector:
         self._observe(st, ids, s)
         return s, {"select/expected_informative": float(score[ids].sum()),
                    "select/unvisited": int(np.sum(st["visits"] == 0))}
+
+    # -------------------------------------------------------------- oracle (positive control)
+    def _oracle(self, st, state, params, keys, rollouts, rng):
+        rl, sc = self.rl, self.rl.schedule
+        b, n = rl.tasks_per_step, rl.group_size
+        c, r = option(sc, "oracle_candidates") or 4 * b, option(sc, "oracle_rollouts")
+        t0 = time.perf_counter()
+        cand = self._take(st, c)                                                           # [C]
+        ep = rollouts.rollout(params, self.task.take(self.pool, cand), jax.random.fold_in(keys.sample, ORACLE_KEY),
+                              group_size=r)                                                # [C*R]
+        k = (np.asarray(ep.rewards).reshape(c, r) >= 1.0).sum(1)                           # [C]
+        tokens = int(np.asarray(ep.policy_mask).sum())
+        t_oracle = time.perf_counter() - t0
+        score = oracle_score(k, r, n)                                                      # [C]
+        tie = rng.permutation(c)                                                           # seeded tie-break
+        pick = np.sort(np.lexsort((tie, -np.round(score, 12)))[:b])                        # [B] candidate slots
+        ids = np.sort(cand[pick]).astype(np.int64)
+        s = self._run(state, params, keys, rollouts, ids)
+        self._observe(st, ids, s)
+        return s, {"oracle/rollouts": c * r, "oracle/tokens": tokens, "time_oracle": t_oracle,
+                   "select/oracle_mean_score": float(score[pick].mean()),
+                   "select/oracle_p_hat_mixed": float(np.mean((k[pick] > 0) & (k[pick] < r)))}
 
 
 def _merge(parts: list, train: Episodes, train_rewards: np.ndarray, n: int):

@@ -316,6 +316,97 @@ def test_predicted_forgets_toward_the_prior():
     np.testing.assert_allclose(a[visited], 1 + 0.5 * 8)                  # k = 0: no success added
 
 
+# ---------------------------------------------------------------------- oracle (positive control)
+
+
+def oracle_reference(k, *, r, n, b, tie):
+    """The oracle's choice in plain numpy: p̂ = k/R, score = Σ_{0<j<N} Binomial(N, p̂) pmf (summed term by
+    term, not the closed form), the B slots of largest score, ties in the seeded order ``tie``."""
+    p = np.asarray(k, np.float64) / r
+    score = np.array([sum(math.comb(n, j) * q ** j * (1 - q) ** (n - j) for j in range(1, n)) for q in p])
+    order = sorted(range(len(k)), key=lambda i: (-round(score[i], 9), tie[i]))
+    return np.sort(order[:b]), score
+
+
+class OracleRollouts:
+    """Planted estimation rewards: task t's first ``est[t]`` of R rollouts succeed; records each call."""
+
+    def __init__(self, est):
+        self.est, self.calls = np.asarray(est), []
+
+    def rollout(self, params, problems, key, *, group_size):
+        ids = np.asarray(problems)
+        self.calls.append((ids.copy(), group_size, key))
+        r = (np.arange(group_size)[None, :] < self.est[ids][:, None]).astype(np.float32)
+        return _episodes(ids, r, group_size)
+
+
+@pytest.mark.parametrize("c,r", [(16, 8), (4, 4), (24, 16)])
+def test_oracle_trains_the_b_candidates_a_numpy_reference_picks_and_leaves_its_cost_out(c, r):
+    rng = np.random.default_rng(7)
+    m, n, b = 32, 8, 4
+    est = rng.integers(0, r + 1, size=m)                              # planted: ties and 0/R, R/R included
+    ks = rng.integers(0, n + 1, size=m)                               # the trained groups' k (FakeSchedule)
+    sel, state, keys = _selector(ks, n=n, b=b, select="oracle", oracle_candidates=c, oracle_rollouts=r)
+    fr = OracleRollouts(est)
+    s = sel.sample(state, None, keys, fr)
+    cand = SEL.stream_ids(5, 0, c, m)
+    tie = np.random.default_rng([5, 3, 0x5E1EC7]).permutation(c)      # the selector's seeded stream, step 3
+    pick, score = oracle_reference(est[cand], r=r, n=n, b=b, tie=tie)
+    ids = np.sort(cand[pick])
+    np.testing.assert_array_equal(np.asarray(s.train.tokens)[::n, 0], ids)
+    assert len(fr.calls) == 1 and fr.calls[0][1] == r
+    np.testing.assert_array_equal(fr.calls[0][0], cand)
+    for used in keys:                                                 # its own key, none of the step's
+        assert not np.array_equal(np.asarray(fr.calls[0][2]), np.asarray(used))
+    # the ledger is the B trained groups' (as uniform's / the schedule's accounting); the oracle's cost apart
+    assert s.metrics["rollouts_sampled"] == b * n
+    assert s.metrics["tokens_generated"] == sum(n * (1 + t % 3) for t in ids)
+    assert s.metrics["oracle/rollouts"] == c * r
+    assert s.metrics["oracle/tokens"] == sum(r * (1 + t % 3) for t in cand)
+    assert s.metrics["select/oracle_mean_score"] == pytest.approx(score[pick].mean(), abs=1e-12)
+    assert s.metrics["select/oracle_p_hat_mixed"] == np.mean((est[cand][pick] > 0) & (est[cand][pick] < r))
+    assert int(s.select.pos) == c and np.asarray(s.select.visits)[ids].sum() == b
+
+
+def test_oracle_on_the_trainer_picks_by_its_estimates_and_its_ledger_is_the_schedules_for_those_tasks():
+    """Real rollouts of the tiny arith model: the estimation rollouts re-drawn here with the oracle's key, the
+    choice re-made in numpy, and the schedule sampled on those ids gives the logged ledger and k histogram."""
+    m, n, b, c, r = 16, 8, 4, 8, 4
+    rl = RLConfig(tasks_per_step=b, group_size=n, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(select="oracle", pool_size=m, oracle_candidates=c, oracle_rollouts=r))
+    tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="baseline", n=n), seed=2)
+    state = tr.init_state(warm_params())
+    got = tr.collect(state).metrics
+    keys, policy = tr.step_keys(0), tr.sampling_params(state.params)
+    cand = SEL.stream_ids(2, 0, c, m)
+    ep = tr.rollouts.rollout(policy, TASK.take(tr.schedule.pool, cand), jax.random.fold_in(keys.sample, SEL.ORACLE_KEY),
+                             group_size=r)
+    k = (np.asarray(ep.rewards).reshape(c, r) >= 1).sum(1)
+    assert 0 < k.sum() < c * r                                       # the estimates are not all alike
+    pick, _ = oracle_reference(k, r=r, n=n, b=b, tie=np.random.default_rng([2, 0, 0x5E1EC7]).permutation(c))
+    ref = tr.schedule.sample(state, policy, keys, tr.rollouts, ids=np.sort(cand[pick]))
+    assert got["tokens_generated"] == ref.metrics["tokens_generated"] > 0
+    assert got["rollouts_sampled"] == ref.metrics["rollouts_sampled"] == b * n
+    assert got["k_hist"] == np.bincount(np.asarray(ref.k), minlength=n + 1).tolist()
+    assert got["oracle/rollouts"] == c * r and got["oracle/tokens"] == int(np.asarray(ep.policy_mask).sum())
+
+
+@pytest.mark.parametrize("kind", ["same_step", "next_visit"])
+def test_oracle_composes_with_prefix_sampling_under_both_schedule_kinds(kind):
+    rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=4, samples=1),
+                  schedule=ScheduleConfig(kind=kind, select="oracle", pool_size=8, oracle_candidates=8,
+                                          oracle_rollouts=4))
+    tr = Trainer(TASK, MODEL, rl, ps.PrefixConfig(mode="ps_ada", n=8), seed=1)
+    state = tr.init_state(warm_params())
+    for step in range(2):
+        state, m = tr.step(state)
+        assert np.isfinite(m["loss/loss"]) and m["oracle/rollouts"] == 32 and m["oracle/tokens"] > 0
+        assert m["rollouts_sampled"] == 32 + 8 * m["groups_rerolled"]       # the trained groups and PS's re-rolls
+        assert 0 <= m["select/oracle_p_hat_mixed"] <= 1 and 0 <= m["select/oracle_mean_score"] <= 1
+    assert int(state.select.pos) == 16
+
+
 # ---------------------------------------------------------------------- configuration
 
 
@@ -329,6 +420,10 @@ def test_predicted_forgets_toward_the_prior():
     (dict(select="predicted", pred_discount=0.0), r"schedule\.pred_discount.*\(0, 1\]"),
     (dict(select="screen", screen_n_init=1), r"schedule\.screen_n_init.*int >= 2"),
     (dict(select="screen", kind="next_visit"), r"select='screen'.*kind='same_step'"),
+    (dict(oracle_rollouts=8), r"schedule\.oracle_rollouts.*select=oracle, not of select='uniform'"),
+    (dict(select="predicted", oracle_candidates=8), r"schedule\.oracle_candidates.*select=oracle"),
+    (dict(select="oracle", oracle_rollouts=0), r"schedule\.oracle_rollouts.*int >= 1"),
+    (dict(select="oracle", oracle_candidates=2.5), r"schedule\.oracle_candidates.*int >= 1"),
 ])
 def test_bad_selector_settings_fail_with_one_line(kw, match):
     with pytest.raises(ValueError, match=match) as e:
@@ -336,11 +431,14 @@ def test_bad_selector_settings_fail_with_one_line(kw, match):
     assert "\n" not in str(e.value)
 
 
-def test_a_pool_smaller_than_the_batch_and_n_init_above_n_are_refused():
+def test_a_pool_smaller_than_the_batch_n_init_above_n_and_oracle_candidates_below_b_are_refused():
     with pytest.raises(ValueError, match=r"schedule\.pool_size.*smaller than the batch tasks_per_step=8"):
         RLConfig(tasks_per_step=8, group_size=4, schedule=ScheduleConfig(select="predicted", pool_size=6))
     with pytest.raises(ValueError, match=r"screen_n_init=6.*group_size=4"):
         RLConfig(tasks_per_step=2, group_size=4, schedule=ScheduleConfig(select="screen", screen_n_init=6))
+    with pytest.raises(ValueError, match=r"schedule\.oracle_candidates.*tasks_per_step=4.*oracle_candidates >= 4") as e:
+        RLConfig(tasks_per_step=4, group_size=4, schedule=ScheduleConfig(select="oracle", oracle_candidates=3))
+    assert "\n" not in str(e.value)
 
 
 def test_the_default_selector_keeps_the_train_state_and_checkpoint_as_they_were():
@@ -379,7 +477,7 @@ def test_dynamic_sampling_with_prefix_sampling_composes_through_hydra_and_runs_t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("select", ["dynamic_sampling", "predicted", "selective", "screen"])
+@pytest.mark.parametrize("select", ["dynamic_sampling", "predicted", "selective", "screen", "oracle"])
 def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
     from prs.rl.runner import RunConfig, run
 
@@ -387,7 +485,9 @@ def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
                   base_dir=str(tmp_path / "base"), wandb_mode="disabled", progress=False)
     rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=16, samples=1),
                   schedule=ScheduleConfig(select=select, pool_size=8,
-                                          **({"screen_max_rounds": 100} if select == "screen" else {})))
+                                          **({"screen_max_rounds": 100} if select == "screen" else {}),
+                                          **({"oracle_candidates": 6, "oracle_rollouts": 4}
+                                             if select == "oracle" else {})))
     prefix = ps.PrefixConfig(mode="ps_ada", n=8)  # screen: this policy's pass rate is low, 10 rounds may not fill
     full, part = tmp_path / "full", tmp_path / "part"
     run(TASK, MODEL, rl, prefix, RunConfig(steps=4, **common), full, log=lambda *a: None)
@@ -406,6 +506,9 @@ def test_a_killed_selector_run_resumes_exactly(tmp_path, select):
     summary = json.loads((full / "summary.json").read_text())
     assert summary["tokens_trained_total"] == sum(m["tokens_trained"] for m in train) > 0
     assert summary["groups_contrast_total"] == sum(m["groups_contrast"] for m in train)
+    if select == "oracle":  # the estimation rollouts stay out of the summed ledger: B·N plus PS's re-rolls
+        assert all(m["oracle/rollouts"] == 6 * 4 for m in train)
+        assert summary["rollouts_sampled_total"] == sum(4 * 8 + 8 * m["groups_rerolled"] for m in train)
 
 
 @pytest.mark.slow
