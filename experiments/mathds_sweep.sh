@@ -20,8 +20,8 @@
 die() { echo "error: $*" >&2; exit 2; }
 COLLECT=
 if [ "${1:-}" = "--collect" ]; then COLLECT=1; shift; fi
+for a in "$@"; do case $a in -*) die "unknown option $a; allowed: --collect (first), then OUT" ;; esac; done
 [ $# -le 1 ] || die "mathds_sweep.sh takes at most one argument, OUT (and --collect first); got: $*"
-case "${1:-}" in -*) die "unknown option $1; allowed: --collect [OUT]" ;; esac
 OUT_DIR=${1:-${OUT:-$REPO/runs/mathds}}
 case $OUT_DIR in /*) ;; *) OUT_DIR=$PWD/$OUT_DIR ;; esac   # sweep_setup cd's into the worktree
 if [ -n "$COLLECT" ]; then

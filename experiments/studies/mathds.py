@@ -386,7 +386,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               "correlation of the two gains across its runs (>= 3 runs).", "",
               "| arm | runs | interpolate gain | extrapolate gain | correlation |", "|---|---|---|---|---|"]
     lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
-              f"{fmt(r['r'], 2)} |" for r in tr]
+              f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
     lines += ["", "### The ledger (measured, per step; mean over each arm's runs)", "",
               "Contrast groups per 1000 generated rollouts is what `python -m theory controls` predicts from the "
@@ -397,7 +397,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     lines += [f"| `{r['arm']}` | {r['runs']} | {r['tokens']:.0f} | {r['rollouts']:.1f} | {r['contrast']:.2f} | "
               f"{r['contrast_per_1000']:.1f} | " + ("-" if r["oracle_rollouts"] is None else
                                                   f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})") + " |"
-              for r in led]
+              for r in led] or ["", "No complete run yet."]
     lines += [""] + coverage_lines(cov, len(data.get("baseline", {}))) + [END]
     summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led))
     return "\n".join(lines), summary
@@ -419,7 +419,8 @@ def figure(data: dict[str, dict[int, dict]], path: pathlib.Path, *, axis: str = 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), squeeze=False)
     for ax, key in zip(axes[0], ("interp", "extrap")):
         for arm in sorted(pts, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
-            xa = xg[xg <= min(x[-1] for x, _ in pts[arm])]                                   # [G'] this arm's reach
+            end = min(x[-1] for x, _ in pts[arm])
+            xa = np.r_[xg[xg < end], end]                                                    # [G'] this arm's reach
             y = np.array([np.interp(xa, x, r[key]) for x, r in pts[arm]])                    # [U, G']
             m, lo, hi = bootstrap_band(y)
             col = f"C{ARMS.index(arm) if arm in ARMS else len(ARMS)}"
