@@ -461,6 +461,7 @@ def main(argv=None) -> int:
                          "(prs.analysis.runs.collect_records; a different record of the same name is refused)")
     ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",
                     help=f"simulate STUDIES studies for the coverage table (needs >= {MIN_COVERAGE_SEEDS} baseline runs)")
+    ap.add_argument("--coverage-boot", type=int, default=1000, help="resamples per simulated study (default 1000)")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     a = ap.parse_args(argv)
     if a.check and (a.print or a.collect or a.coverage):
@@ -472,7 +473,7 @@ def main(argv=None) -> int:
     data = load(runs)
     cov_file = figs / "coverage.json"
     if a.coverage:
-        cov_file.write_text(json.dumps(to_jsonable(measure_coverage(data, studies=a.coverage)), indent=1) + "\n")
+        cov_file.write_text(json.dumps(to_jsonable(measure_coverage(data, studies=a.coverage, n_boot=a.coverage_boot)), indent=1) + "\n")
     cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
     text, summary = section(data, n_boot=a.boot, cov=cov)
     if a.check:

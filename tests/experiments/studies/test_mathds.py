@@ -177,3 +177,16 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
         study.main(["--runs", str(tmp_path), "--page", str(tmp_path / "p.md"), "--figures", str(tmp_path),
                     "--coverage", "10"])
     assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
+
+
+def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("# mathds\n")
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    assert study.main(args + ["--coverage", "4", "--coverage-boot", "50"]) == 0
+    cov = json.loads((tmp_path / "coverage.json").read_text())
+    assert sorted(cov) == ["mathds|1.0", "mathds|1.9"]
+    assert cov["mathds|1.9"]["scenario"]["seeds"] == 4 and cov["mathds|1.9"]["scenario"]["y0"] == pytest.approx(Y0)
+    s = page.read_text()
+    assert "| 1.9x | 4 runs, y0 0.100 -> y1" in s and "4 studies x 50 resamples" in s
+    assert study.main(args + ["--check"]) == 0   # the page reads the kept coverage.json
