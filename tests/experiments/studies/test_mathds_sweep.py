@@ -25,7 +25,7 @@ ARM_OVERRIDES = {"baseline": ["method=baseline"], "ps_ada": ["method=ps_ada"],
 
 def sweep(out, *args, **env):
     e = {k: v for k, v in os.environ.items() if k not in ("W", "SEEDS", "ARMS", "STEPS", "EXTRA", "OUT", "DRY")}
-    e.update(DRY="1", SHA="0123456789abcdef", PY="py", **env)
+    e.update({"DRY": "1", "SHA": "0123456789abcdef", "PY": "py", **env})
     return subprocess.run(["bash", str(SCRIPT), *args, str(out)], capture_output=True, text=True, env=e, cwd=ROOT,
                           timeout=60)
 
@@ -95,3 +95,43 @@ def test_every_printed_command_composes_and_validates(tmp_path):
             want = dict(o.split("=") for o in ARM_OVERRIDES[arm])
             assert c["schedule"]["select"] == want.get("schedule.select", "uniform"), arm
             assert c["method"]["name"] == want["method"], arm
+
+
+TINY = ("model.overrides.d_model=32 model.overrides.n_layers=1 model.overrides.n_heads=2 model.overrides.n_kv_heads=1 "
+        "model.overrides.head_dim=16 model.overrides.d_ff=64 sft.steps=2 eval.count=12 eval.every=1 "
+        "task.params.eval_extrapolate=9")
+
+
+@pytest.mark.slow
+def test_end_to_end_two_steps_then_collect_and_read(tmp_path):
+    """The sweep's printed commands for the baseline and the oracle (a tiny model, 2 steps; ~1 min) run, their
+    records collect into a committed folder and load: the oracle's estimation rollouts are in the ledger's
+    side column (C·R = 4B · 16), its ``time_oracle`` is not in its wall-clock."""
+    import json
+    import sys
+
+    from experiments.studies import mathds
+
+    r = sweep(tmp_path, SEEDS="0", STEPS="2", EXTRA=TINY, ARMS="baseline=method=baseline\n"
+              "oracle=method=baseline,schedule.select=oracle", PY=sys.executable)
+    assert r.returncode == 0, r.stderr
+    for line in r.stdout.splitlines():
+        words = shlex.split(line)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        p = subprocess.run(words[1:], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+    committed = tmp_path / "committed"
+    (tmp_path / "p.md").write_text("x\n")
+    assert mathds.main(["--collect", str(tmp_path / "runs"), "--runs", str(committed), "--page", str(tmp_path / "p.md"),
+                        "--figures", str(tmp_path), "--print", "--boot", "50"]) == 0
+    data = mathds.load(committed)
+    assert sorted(data) == ["baseline", "oracle"] and sorted(data["oracle"]) == [0]
+    led = {x["arm"]: x for x in mathds.ledger(data)}
+    assert led["oracle"]["oracle_rollouts"] == 4 * 16 * 16 and led["baseline"]["oracle_rollouts"] is None
+    recs = [json.loads(x) for x in (tmp_path / "runs" / "mathds-w0-oracle-s0" / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in recs if x["kind"] == "train"]
+    assert len(train) == 2 and all(x["time_oracle"] > 0 for x in train)
+    wall = sum(mathds.step_wall(x) for x in train)          # 2 steps: the clip at 5x the median never bites
+    assert data["oracle"][0]["cum_wall"][-1] == pytest.approx(wall)
+    assert data["oracle"][0]["cum_tokens"][-1] == sum(x["tokens_generated"] for x in train)
+    assert [int(s) for s in data["oracle"][0]["steps"]] == [0, 1, 2]
