@@ -1,0 +1,499 @@
+"""The mathds study's reading (issue 48, results/mathds/README.md), computed from its committed records.
+
+    python -m experiments.studies.mathds                     # rewrite the page's generated section and figures
+    python -m experiments.studies.mathds --check             # exit 1 if the committed section differs
+    python -m experiments.studies.mathds --print             # print the section, write nothing
+    python -m experiments.studies.mathds --coverage 400      # + the intervals' coverage (results/mathds/coverage.json)
+    python -m experiments.studies.mathds --collect runs/mathds/runs   # copy complete runs' records first
+
+Runs are ``results/mathds/runs/mathds-w<W>-<arm>-s<S>`` (``experiments/mathds_sweep.sh``, then its
+``--collect``); only complete runs (a ``summary.json``) are read. The paired unit is (W, S): the same warm
+start (``sft.seed=W``) and problem stream (``seed=S``) in every arm, ``W * WARM_STRIDE + S`` as in
+``experiments.studies.mechanism``. Every arm is compared with ``baseline`` on the units both completed.
+
+The axes. An evaluation at step s follows s updates, so its **cumulative generated tokens** are
+``C_tok(s) = Σ_{t<s} tokens_generated_t`` over the train records (the ledger of ``prs.rl.select``:
+screening rollouts, discarded generation batches and re-rolls included; the oracle's estimation rollouts
+are NOT: ``oracle/tokens`` is logged apart), and its **cumulative wall-clock** ``C_wall(s) = Σ_{t<s} w_t``
+with ``w_t`` the sum of ``WALL_KEYS`` of step t (``time_select``, ``time_sample``, ``time_replay``,
+``time_batch``, ``time_update``; evaluation time not counted), step times above 5x the run's median
+(compilation) counted as the median (``prs.analysis.runs.clipped_step_time``, as ``gap.gap_task``). The
+oracle's estimation time ``time_oracle`` is logged apart and is in no key of ``WALL_KEYS``
+(``Selector.sample`` subtracts it from ``time_select``): its wall-clock is the total minus ``time_oracle``,
+left out by design (it bounds what task selection can buy, it is not a control one would run).
+
+Per arm against the baseline, on ``eval/interpolate/pass_at_1`` (then the same on
+``eval/extrapolate/pass_at_1``), with ``prs.analysis.gap.gap_compare``:
+
+  * **tokens (and wall-clock, and steps) to 80% of the baseline's gain**: the baseline's start / final level
+    (first / last 3 evaluations of its seed-mean curve), L = start + 0.8 gap re-estimated in every paired
+    resample; the restricted crossing of the seed-mean curves (censored at the last common evaluation,
+    Royston & Parmar 2013), its cost read off the seed-mean cumulative cost (``gap.cost_at_steps``); the
+    ratio baseline / arm (> 1: the arm needs less), with its censoring bound;
+  * **AUC over tokens** (``token_auc``): each run's pass@1 as a piecewise-linear function of C_tok, its mean
+    over [0, H] with H the smallest final cumulative tokens among the two arms' paired runs (the common token
+    horizon; ``gap.auc`` on the union of the runs' evaluation points), the paired difference arm - baseline;
+  * **equal-compute difference** (``equal_compute``): for each paired unit, the arm's pass@1 at the
+    baseline run's final cumulative tokens (linear interpolation on the token axis) minus the baseline's
+    final pass@1; a unit whose arm run ended with fewer tokens is censored and counts the arm's final
+    pass@1 (a value at less compute), the count is stated;
+  * a per-warm-start column: the tokens-to-80% ratio within each warm start at its own baseline's level.
+
+Differences carry paired expanded percentile intervals (``prs.analysis.bootstrap``), 95%, seeded.
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import re
+import sys
+
+import numpy as np
+
+from experiments.studies import command_line
+from experiments.studies.mechanism import WARM_STRIDE, by_warm_start
+from prs.analysis.bootstrap import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean
+from prs.analysis.gap import auc, gap_compare
+from prs.analysis.runs import clipped_step_time, collect_records, read_records
+from prs.analysis.tables import BOUND_NOTE, fmt, fmt_ci, fmt_ratio, to_jsonable
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "results" / "mathds"
+RUNS = OUT / "runs"
+PAGE = OUT / "README.md"
+BEGIN = "<!-- mathds-results:begin -->"
+END = "<!-- mathds-results:end -->"
+ARMS = ("baseline", "ps_ada", "dynamic_sampling", "selective", "screen", "predicted", "ps_ds", "oracle")
+LABEL = {"baseline": "baseline (GRPO++)", "ps_ada": "PS-ada", "dynamic_sampling": "dynamic sampling (DAPO)",
+         "selective": "selective rollouts (GRESO)", "screen": "screening (SPEED)", "predicted": "predicted pass rate",
+         "ps_ds": "PS-ada + dynamic sampling", "oracle": "oracle selector (positive control, its cost left out)"}
+WARM_STARTS, SEEDS = (0, 1), 8  # the plan: 8 arms x 8 seeds x 2 warm starts
+METRICS = {"interp": "eval/interpolate/pass_at_1", "extrap": "eval/extrapolate/pass_at_1"}
+SPLIT = {"interp": "interpolate", "extrap": "extrapolate"}
+WALL_KEYS = ("time_select", "time_sample", "time_replay", "time_batch", "time_update")  # not time_oracle
+TIME_CLIP = 5.0  # a step time above 5x the run's median (compilation) counts as the median
+NAME = re.compile(r"^mathds-w(?P<w>\d+)-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
+MIN_COVERAGE_SEEDS = 4
+
+
+def step_wall(rec: dict) -> float:
+    """One train record's wall-clock: the sum of ``WALL_KEYS`` present (``time_oracle`` is not among them:
+    the oracle's estimation is left out of the ledger by design, ``prs.rl.select``)."""
+    return float(sum(float(rec.get(k) or 0.0) for k in WALL_KEYS))
+
+
+def _column(recs: list[dict], key: str) -> np.ndarray:
+    """[len(recs)] float: ``key`` of each record, NaN where it is absent or None."""
+    return np.array([np.nan if r.get(key) is None else r[key] for r in recs], float)
+
+
+def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
+    """arm -> unit (``W * WARM_STRIDE + S``) -> {"steps" [E], "interp" [E], "extrap" [E] (pass@1 at each
+    evaluation), "cum_tokens" [T+1], "cum_wall" [T+1] (before each train step: index s = after s updates),
+    "tokens", "contrast", "rollouts", "oracle_rollouts", "oracle_tokens", "oracle_time" [T] (per step),
+    "commits": the provenance commits} of every complete run (a ``summary.json``) named
+    ``mathds-w<W>-<arm>-s<S>`` under ``runs``; {} when ``runs`` does not exist."""
+    out: dict[str, dict[int, dict]] = {}
+    if not pathlib.Path(runs).is_dir():
+        return out
+    for d in sorted(pathlib.Path(runs).iterdir()):
+        m = NAME.match(d.name)
+        if not m or not d.is_dir() or not (d / "summary.json").exists():
+            continue
+        recs = read_records(d)
+        ev = sorted((r for r in recs if r.get("kind") == "eval"), key=lambda r: r["step"])
+        tr = sorted((r for r in recs if r.get("kind") == "train"), key=lambda r: r["step"])
+        if [r["step"] for r in tr] != list(range(len(tr))):
+            raise ValueError(f"{d}: train records are not steps 0..{len(tr) - 1} once each")
+        tokens = _column(tr, "tokens_generated")
+        wall = clipped_step_time(np.array([step_wall(r) for r in tr]), clip=TIME_CLIP)
+        prov = d / "provenance.jsonl"
+        commits = sorted({json.loads(x).get("commit") or "?" for x in prov.read_text().splitlines() if x.strip()}) \
+            if prov.exists() else []
+        unit = int(m["w"]) * WARM_STRIDE + int(m["seed"])
+        out.setdefault(m["arm"], {})[unit] = {
+            "steps": np.array([r["step"] for r in ev]), "interp": _column(ev, METRICS["interp"]),
+            "extrap": _column(ev, METRICS["extrap"]), "cum_tokens": np.r_[0.0, np.cumsum(tokens)],
+            "cum_wall": np.r_[0.0, np.cumsum(wall)], "tokens": tokens, "contrast": _column(tr, "groups_contrast"),
+            "rollouts": _column(tr, "rollouts_sampled"), "oracle_rollouts": _column(tr, "oracle/rollouts"),
+            "oracle_tokens": _column(tr, "oracle/tokens"), "oracle_time": _column(tr, "time_oracle"), "commits": commits}
+    return out
+
+
+def paired(data: dict[str, dict[int, dict]], arm: str, key: str, ref: str = "baseline"):
+    """``(units, steps [E], y_ref [U, E], y_arm [U, E], cost_ref, cost_arm)`` of ``key`` on the units both arms
+    completed and the evaluation steps all of them share, cost_* = {"tokens", "wall": [U, T+1]} (each arm's
+    runs cut to its shortest); None when an arm is missing or fewer than 2 units are paired."""
+    if arm not in data or ref not in data:
+        return None
+    units = sorted(set(data[arm]) & set(data[ref]))
+    if len(units) < 2:
+        return None
+    runs = [data[a][u] for a in (ref, arm) for u in units]
+    steps = np.array(sorted(set.intersection(*(set(r["steps"].tolist()) for r in runs))))
+
+    def y(a):  # [U, E]
+        return np.array([[data[a][u][key][list(data[a][u]["steps"]).index(t)] for t in steps] for u in units], float)
+
+    def cost(a, c):  # [U, T+1]
+        t = min(data[a][u][c].size for u in units)
+        return np.array([data[a][u][c][:t] for u in units])
+
+    return (units, steps, y(ref), y(arm), {"tokens": cost(ref, "cum_tokens"), "wall": cost(ref, "cum_wall")},
+            {"tokens": cost(arm, "cum_tokens"), "wall": cost(arm, "cum_wall")})
+
+
+def axis_at(steps, cum) -> np.ndarray:
+    """The cost axis of each run's evaluations: steps [E], cum [U, T+1] -> [U, E] (``cum[:, s]``, the cost of
+    the s updates before the evaluation at step s); an evaluation past the cost lines is an error."""
+    steps = np.asarray(steps, int)
+    if steps.size and steps[-1] >= cum.shape[1]:
+        raise ValueError(f"evaluation step {steps[-1]} lies past the runs' {cum.shape[1] - 1} train records")
+    return np.asarray(cum, float)[:, steps]
+
+
+def token_auc(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000) -> dict:
+    """Paired difference of the normalised area under pass@1 over a cost axis up to the common horizon.
+
+    x_* [U, E] the cost at each evaluation (increasing along E), y_* [U, E] pass@1. Each run is the piecewise-
+    linear function through its points; H = min over every run of its final cost; on the grid G of every
+    run's points below H and H itself, ``gap.auc(G, y(G), horizon=H) = (1/H') ∫_{G_0}^{H} y dx`` (trapezoid:
+    exact for the piecewise-linear curve, G_0 = 0 when every run starts at zero cost). Returns {"horizon",
+    "base", "method" (bootstrap means), "improvement" (arm - ref, paired, expanded interval)}."""
+    xs = [np.asarray(x, float) for x in (x_ref, x_arm)]
+    ys = [np.asarray(y, float) for y in (y_ref, y_arm)]
+    h = float(min(x[:, -1].min() for x in xs))
+    grid = np.unique(np.r_[np.concatenate([x[x < h] for x in xs]), h])       # [G]
+    if grid.size < 2:
+        raise ValueError(f"the common cost horizon {h} leaves no interval to integrate")
+    areas = [auc(grid, np.array([np.interp(grid, xr, yr) for xr, yr in zip(x, y)]), horizon=h) for x, y in zip(xs, ys)]
+    return {"horizon": h, "base": bootstrap_mean(areas[0], n_boot=n_boot), "method": bootstrap_mean(areas[1], n_boot=n_boot),
+            "improvement": bootstrap_diff_of_means(areas[1], areas[0], paired=True, expand=True, n_boot=n_boot)}
+
+
+def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000) -> dict:
+    """The arm's pass@1 at the baseline's final cost minus the baseline's final pass@1, per paired unit.
+
+    x_* [U, E] the cost at each evaluation, y_* [U, E] pass@1: d_u = y_arm,u(x_ref,u[-1]) - y_ref,u[-1], with
+    y_arm,u linearly interpolated on its cost axis; a unit whose arm run ends below x_ref,u[-1] is censored and
+    counts its final pass@1 (at less compute). Returns {"improvement" (paired, expanded interval),
+    "censored" (count), "at" [U] the costs read, "arm_at" [U]}."""
+    x_ref, y_ref, x_arm, y_arm = (np.asarray(a, float) for a in (x_ref, y_ref, x_arm, y_arm))
+    at = x_ref[:, -1]                                                                   # [U]
+    cens = at > x_arm[:, -1]
+    arm_at = np.array([np.interp(a, xr, yr) for a, xr, yr in zip(at, x_arm, y_arm)])   # clamps at the end
+    return {"improvement": bootstrap_diff_of_means(arm_at, y_ref[:, -1], paired=True, expand=True, n_boot=n_boot),
+            "censored": int(cens.sum()), "at": at.tolist(), "arm_at": arm_at.tolist()}
+
+
+def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, n_boot: int = 2000,
+            warm_split: bool = True) -> dict | None:
+    """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
+    costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``) the tokens-to-80%
+    ratio per warm start; None when fewer than 2 units are paired."""
+    p = paired(data, arm, key)
+    if p is None:
+        return None
+    units, steps, yb, ym, cb, cm = p
+    g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, n_boot=n_boot)
+    g["units"] = units
+    for c in ("tokens", "wall"):
+        xb, xm = axis_at(steps, cb[c]), axis_at(steps, cm[c])
+        g[f"auc_{c}"] = token_auc(xb, yb, xm, ym, n_boot=n_boot)
+        g[f"equal_{c}"] = equal_compute(xb, yb, xm, ym, n_boot=n_boot)
+    g["by_warm_start"] = {}
+    if warm_split:
+        split = by_warm_start({a: {u: data[a][u] for u in units} for a in ("baseline", arm)})
+        if len(split) > 1:
+            for w, sub in split.items():
+                gw = compare(sub, arm, key, n_boot=n_boot, warm_split=False)
+                if gw is not None:
+                    g["by_warm_start"][w] = {**gw[0.8]["speedup_tokens"], "n": len(gw["units"])}
+    return g
+
+
+def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
+    """Per arm (mean over its units of each run's per-step mean): generated tokens, rollouts sampled and
+    groups with reward contrast per step, contrast groups per 1000 generated rollouts (each run's
+    1000 Σ groups_contrast / Σ rollouts_sampled, the quantity ``python -m theory controls`` predicts per
+    rollout), and the oracle's estimation rollouts / tokens per step (left out of the other columns)."""
+    rows = []
+    for arm in ARMS:
+        runs = list(data.get(arm, {}).values())
+        if not runs:
+            continue
+        mean = lambda f: float(np.mean([f(r) for r in runs]))  # noqa: E731
+        orc = [r for r in runs if np.isfinite(r["oracle_rollouts"]).any()]
+        rows.append({"arm": arm, "runs": len(runs), "tokens": mean(lambda r: r["tokens"].mean()),
+                     "rollouts": mean(lambda r: r["rollouts"].mean()), "contrast": mean(lambda r: r["contrast"].mean()),
+                     "contrast_per_1000": mean(lambda r: 1000.0 * r["contrast"].sum() / r["rollouts"].sum()),
+                     "oracle_rollouts": float(np.mean([np.nanmean(r["oracle_rollouts"]) for r in orc])) if orc else None,
+                     "oracle_tokens": float(np.mean([np.nanmean(r["oracle_tokens"]) for r in orc])) if orc else None})
+    return rows
+
+
+def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[dict]:
+    """Does extrapolate move with interpolate? Per arm: each run's gain (final - first evaluation) on both
+    splits, their means (bootstrap CIs) and their Pearson correlation across the arm's runs (>= 3 runs)."""
+    rows = []
+    for arm in ARMS:
+        runs = list(data.get(arm, {}).values())
+        if not runs:
+            continue
+        gi = np.array([r["interp"][-1] - r["interp"][0] for r in runs])
+        ge = np.array([r["extrap"][-1] - r["extrap"][0] for r in runs])
+        ok = len(runs) >= 3 and gi.std() > 0 and ge.std() > 0
+        rows.append({"arm": arm, "runs": len(runs), "gain_interp": bootstrap_mean(gi, n_boot=n_boot),
+                     "gain_extrap": bootstrap_mean(ge, n_boot=n_boot),
+                     "r": float(np.corrcoef(gi, ge)[0, 1]) if ok else math.nan})
+    return rows
+
+
+def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: int = 1000) -> dict:
+    """Coverage of these intervals by simulation (``experiments.studies.mechanism.coverage``: a design fitted
+    to the baseline's interpolate pass@1 curves, a planted 1.9x and 1.0x speed-up, ``prs.analysis.coverage``);
+    needs >= ``MIN_COVERAGE_SEEDS`` baseline runs. The simulated statistic is the steps axis' (the planted
+    speed-up is one in tokens too when an arm's tokens per step match the baseline's)."""
+    from experiments.studies.mechanism import coverage
+
+    base = data.get("baseline", {})
+    if len(base) < MIN_COVERAGE_SEEDS:
+        raise ValueError(f"--coverage needs >= {MIN_COVERAGE_SEEDS} complete baseline runs, found {len(base)}")
+    view = {"baseline": {u: {"steps": r["steps"], "tf": r["interp"]} for u, r in base.items()}}
+    return coverage({"mathds": view}, studies=studies, n_boot=n_boot, ref="baseline")
+
+
+def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
+    """The coverage table of ``measure_coverage``'s result, or why it is not measured."""
+    lines = ["### Coverage of the intervals (simulation)", ""]
+    if not cov:
+        why = (f"needs >= {MIN_COVERAGE_SEEDS} baseline runs, {n_base} exist" if n_base < MIN_COVERAGE_SEEDS
+               else "run `python -m experiments.studies.mathds --coverage STUDIES`")
+        return lines + [f"Not yet measured ({why}).", ""]
+    lines += ["A planted speed-up (1.9x; 1.0x, none) in a design fitted to the baseline's interpolate pass@1 curves "
+              "(`experiments.studies.mechanism.fit_scenario`: per-run exponential fits, their spread, binomial noise "
+              "with the residuals' variance), analysed with the estimators above on the steps axis "
+              "(`python -m experiments.studies.mathds --coverage STUDIES`). Coverage = share of simulated studies "
+              "whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
+              "| planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
+              "equal-step difference: coverage |", "|---|---|---|---|---|"]
+    for key, res in sorted(cov.items(), key=lambda kv: -float(kv[0].split("|")[1])):
+        sc, est = res["scenario"], res["estimators"]
+        c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
+        lines.append(f"| {sc['speedup']:.1f}x | {sc['seeds']} runs, y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+                     f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
+                     f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
+                     f"{est['restricted_mean_curve:speedup']['median']:.2f}, {c('restricted_mean_curve:speedup')} | "
+                     f"{c('auc:auc')} | {c('equal_step:equal_step')} |")
+    return lines + [""]
+
+
+def _runs_line(data: dict[str, dict[int, dict]]) -> list[str]:
+    """How many of the planned runs exist, and which (arm: units per warm start), and the records' commits."""
+    n = sum(len(v) for v in data.values())
+    plan = len(ARMS) * SEEDS * len(WARM_STARTS)
+    lines = [f"Runs: {n} complete of the planned {plan} ({len(ARMS)} arms x {SEEDS} seeds x {len(WARM_STARTS)} warm "
+             f"starts), read from `results/mathds/runs/`."]
+    for arm in sorted(data, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
+        per_w = by_warm_start({arm: data[arm]})
+        lines.append(f"- `{arm}`: " + "; ".join(f"W={w}: seeds {', '.join(str(u % WARM_STRIDE) for u in sorted(s[arm]))}"
+                                                for w, s in per_w.items()))
+    commits = sorted({c for runs in data.values() for r in runs.values() for c in r["commits"]})
+    if commits:
+        lines.append(f"- records made by commit{'s' if len(commits) > 1 else ''} "
+                     + ", ".join(f"`{c[:10]}`" for c in commits) + " (each run's `provenance.jsonl`)")
+    return lines + [""]
+
+
+def _nan_ci() -> dict:
+    return {"value": math.nan, "lo": math.nan, "hi": math.nan}
+
+
+def comparison_lines(data: dict[str, dict[int, dict]], key: str, *, n_boot: int) -> tuple[list[str], dict]:
+    """The comparison tables on ``key`` (every arm vs the baseline): tokens, then wall-clock."""
+    split = SPLIT[key]
+    tok = [f"#### Held-out {split} pass@1 against generated tokens", "",
+           "| arm vs baseline | paired runs | baseline's gain (start -> final) | tokens to 80%: baseline / arm | "
+           "its censoring bound | censored runs (baseline / arm) | per warm start: tokens to 80% | steps to 80% | "
+           f"AUC over tokens: arm - baseline (horizon, tokens) | equal-compute difference (censored) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    wall = [f"#### Held-out {split} pass@1 against wall-clock (the oracle's estimation time left out)", "",
+            "| arm vs baseline | paired runs | wall-clock to 80%: baseline / arm | its censoring bound | "
+            "AUC over wall-clock: arm - baseline (horizon, s) | equal-wall-clock difference (censored) |",
+            "|---|---|---|---|---|---|"]
+    comps = {}
+    for arm in ARMS[1:]:
+        if arm not in data:
+            continue
+        n = len(set(data[arm]) & set(data.get("baseline", {})))
+        try:
+            g = compare(data, arm, key, n_boot=n_boot)
+        except ValueError as e:  # e.g. a baseline curve too short for its levels
+            tok.append(f"| `{arm}` | {n} | not compared: {e} |" + " |" * 7)
+            continue
+        if g is None:
+            runs = f"{len(data[arm])} run{'s' * (len(data[arm]) != 1)}, {n} paired: not compared"
+            tok.append(f"| `{arm}` | {runs} |" + " - |" * 8)
+            wall.append(f"| `{arm}` | {runs} |" + " - |" * 4)
+            continue
+        comps[arm] = g
+        lv, c = g["levels"], g[0.8]
+        gap = "no gain" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
+        t, s, wl = c.get("speedup_tokens", _nan_ci()), c.get("speedup_steps", _nan_ci()), c.get("speedup_wall", _nan_ci())
+        per_w = "; ".join(f"W={w}: {fmt_ratio(v)} ({v['n']})" for w, v in sorted(g["by_warm_start"].items())) or "-"
+        at, et = g["auc_tokens"], g["equal_tokens"]
+        aw, ew = g["auc_wall"], g["equal_wall"]
+        tok.append(f"| `{arm}` | {len(g['units'])} | {gap} | {fmt_ratio(t)} | {BOUND_NOTE[t.get('bound', 'exact')]} | "
+                   f"{c['n_censored_baseline']} / {c['n_censored_method']} | {per_w} | {fmt_ratio(s)} | "
+                   f"{fmt_ci(at['improvement'], 3)} ({at['horizon']:,.0f}) | {fmt_ci(et['improvement'], 3)} ({et['censored']}) |")
+        wall.append(f"| `{arm}` | {len(g['units'])} | {fmt_ratio(wl)} | {BOUND_NOTE[wl.get('bound', 'exact')]} | "
+                    f"{fmt_ci(aw['improvement'], 3)} ({aw['horizon']:,.1f}) | {fmt_ci(ew['improvement'], 3)} ({ew['censored']}) |")
+    return tok + [""] + wall + [""], comps
+
+
+def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict | None = None) -> tuple[str, dict]:
+    """The page's generated section (markdown between ``BEGIN`` and ``END``) and its summary."""
+    lines = [BEGIN, "", "## Results (generated)", "",
+             "Generated by `python -m experiments.studies.mathds` (experiments/studies/mathds.py; `--check` compares) "
+             "from the complete runs' committed records. Every arm is compared with the baseline on the (warm start, "
+             "seed) units both completed. Cumulative generated tokens at an evaluation = the ledger's "
+             "`tokens_generated` summed over the updates before it (screening, discarded generation batches and "
+             "re-rolls included; the oracle's estimation rollouts are not); wall-clock = the train steps' "
+             "`time_select + time_sample + time_replay + time_batch + time_update` (evaluation not counted; "
+             "compilation spikes above 5x a run's median step counted as the median), without the oracle's "
+             "`time_oracle`: the oracle's estimation cost is left out by design. To 80%: the baseline's start -> "
+             "final gain (first / last 3 evaluations of its seed-mean curve), the level re-estimated in every paired "
+             "resample, the restricted crossing of the seed-mean curves (censored runs counted at the last common "
+             "evaluation); a ratio > 1 means the arm needs less. The pooled ratio reads one level from all paired units; the "
+             "per-warm-start column reads each warm start at its own baseline's level (a warm start that learns more "
+             "slowly can sit below the pooled level in both arms and pull the pooled ratio towards 1). AUC: mean pass@1 over [0, the smallest final "
+             "cumulative cost among the paired runs]. Equal compute: the arm's pass@1 at the baseline run's final "
+             "cumulative cost minus the baseline's final (a run that ended below that cost counts its final, "
+             "censored). 95% paired bootstrap intervals (expanded percentile for differences), "
+             f"{n_boot:,} resamples.", ""]
+    lines += _runs_line(data)
+    summary: dict = {"runs": {a: sorted(v) for a, v in data.items()}}
+    for key in ("interp", "extrap"):
+        lines += [f"### Held-out {SPLIT[key]} pass@1 (`{METRICS[key]}`)", ""]
+        if "baseline" not in data:
+            lines += ["No complete baseline run yet: nothing compared.", ""]
+            continue
+        t, comps = comparison_lines(data, key, n_boot=n_boot)
+        lines += t
+        summary[key] = {a: to_jsonable(g) for a, g in comps.items()}
+    tr = transfer(data, n_boot=n_boot)
+    lines += ["### Does extrapolate move with interpolate?", "",
+              "Per run: gain = final - first evaluation on each split; the arm's mean gains (95% CI) and the Pearson "
+              "correlation of the two gains across its runs (>= 3 runs).", "",
+              "| arm | runs | interpolate gain | extrapolate gain | correlation |", "|---|---|---|---|---|"]
+    lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
+              f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
+    led = ledger(data)
+    lines += ["", "### The ledger (measured, per step; mean over each arm's runs)", "",
+              "Contrast groups per 1000 generated rollouts is what `python -m theory controls` predicts from the "
+              "step-0 histogram (its informative groups per rollout); the oracle's estimation rollouts are apart.", "",
+              "| arm | runs | generated tokens / step | rollouts sampled / step | groups with contrast / step | "
+              "contrast groups per 1000 generated rollouts | oracle's estimation rollouts / step (tokens) |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r['arm']}` | {r['runs']} | {r['tokens']:.0f} | {r['rollouts']:.1f} | {r['contrast']:.2f} | "
+              f"{r['contrast_per_1000']:.1f} | " + ("-" if r["oracle_rollouts"] is None else
+                                                  f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})") + " |"
+              for r in led] or ["", "No complete run yet."]
+    lines += [""] + coverage_lines(cov, len(data.get("baseline", {}))) + [END]
+    summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led))
+    return "\n".join(lines), summary
+
+
+def figure(data: dict[str, dict[int, dict]], path: pathlib.Path, *, axis: str = "tokens", grid: int = 101) -> None:
+    """Held-out pass@1 (interpolate, extrapolate) against cumulative generated tokens (``axis="tokens"``) or
+    wall-clock (``"wall"``): per arm the mean over its runs on a common grid (each run linearly interpolated
+    on its cost axis; an arm's curve stops at its runs' smallest final cost) with a pointwise 95% bootstrap
+    band (``bootstrap_band``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = {"tokens": "cum_tokens", "wall": "cum_wall"}[axis]
+    pts = {a: [(axis_at(r["steps"], r[c][None])[0], r) for r in runs.values()] for a, runs in data.items()}
+    top = max((min(x[-1] for x, _ in p) for p in pts.values() if p), default=1.0)
+    xg = np.linspace(0.0, top, grid)                                                       # [G]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), squeeze=False)
+    for ax, key in zip(axes[0], ("interp", "extrap")):
+        for arm in sorted(pts, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
+            end = min(x[-1] for x, _ in pts[arm])
+            xa = np.r_[xg[xg < end], end]                                                    # [G'] this arm's reach
+            y = np.array([np.interp(xa, x, r[key]) for x, r in pts[arm]])                    # [U, G']
+            m, lo, hi = bootstrap_band(y)
+            col = f"C{ARMS.index(arm) if arm in ARMS else len(ARMS)}"
+            ax.plot(xa, m, color=col, label=f"{LABEL.get(arm, arm)} ({len(pts[arm])} runs)")
+            ax.fill_between(xa, lo, hi, color=col, alpha=0.15)
+        ax.set_xlabel("cumulative generated tokens" if axis == "tokens" else
+                      "cumulative wall-clock of the train steps, s (oracle's estimation left out)")
+        ax.set_ylabel(f"held-out {SPLIT[key]} pass@1")
+        ax.set_title(f"mathds: {SPLIT[key]} pass@1 vs {'generated tokens' if axis == 'tokens' else 'wall-clock'} "
+                     "(mean, 95% bootstrap band)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_section(page: pathlib.Path, text: str) -> None:
+    """Replaces the text between ``BEGIN`` and ``END`` on ``page`` (appends it at the end when absent); the
+    prose outside the markers is left as it is."""
+    s = page.read_text()
+    if BEGIN in s:
+        s = s[:s.index(BEGIN)] + text + s[s.index(END) + len(END):]
+    else:
+        s = s.rstrip("\n") + "\n\n" + text + "\n"
+    page.write_text(s)
+
+
+@command_line.command("experiments.studies.mathds")
+def main(argv=None) -> int:
+    ap = command_line.ArgumentParser(prog="python -m experiments.studies.mathds", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if the page's generated section differs; write nothing")
+    ap.add_argument("--print", action="store_true", help="print the section; write nothing")
+    ap.add_argument("--runs", default=str(RUNS), help="the committed records (default results/mathds/runs)")
+    ap.add_argument("--page", default=str(PAGE), help="the page (default results/mathds/README.md)")
+    ap.add_argument("--figures", default=str(OUT), help="where the figures and summary.json go (default results/mathds)")
+    ap.add_argument("--collect", default=None, metavar="SWEEP_RUNS",
+                    help="first copy the complete mathds-w*-*-s* runs under SWEEP_RUNS into --runs "
+                         "(prs.analysis.runs.collect_records; a different record of the same name is refused)")
+    ap.add_argument("--coverage", type=int, default=0, metavar="STUDIES",
+                    help=f"simulate STUDIES studies for the coverage table (needs >= {MIN_COVERAGE_SEEDS} baseline runs)")
+    ap.add_argument("--coverage-boot", type=int, default=1000, help="resamples per simulated study (default 1000)")
+    ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    a = ap.parse_args(argv)
+    if a.check and (a.print or a.collect or a.coverage):
+        ap.error("--check writes nothing: it takes no --print, --collect or --coverage")
+    runs, page, figs = pathlib.Path(a.runs), pathlib.Path(a.page), pathlib.Path(a.figures)
+    if a.collect:
+        copied = collect_records(a.collect, runs, prefix="mathds-w")
+        print(f"copied the records of {len(copied)} complete runs to {runs}", file=sys.stderr)
+    data = load(runs)
+    cov_file = figs / "coverage.json"
+    if a.coverage:
+        cov_file.write_text(json.dumps(to_jsonable(measure_coverage(data, studies=a.coverage, n_boot=a.coverage_boot)), indent=1) + "\n")
+    cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
+    text, summary = section(data, n_boot=a.boot, cov=cov)
+    if a.check:
+        s = page.read_text()
+        got = s[s.index(BEGIN): s.index(END) + len(END)] if BEGIN in s and END in s else ""
+        if got != text:
+            print(f"{page}: the generated section differs from its records (run python -m experiments.studies.mathds)")
+            return 1
+        return 0
+    print(text)
+    if not a.print:
+        write_section(page, text)
+        (figs / "summary.json").write_text(json.dumps(to_jsonable(summary), indent=1) + "\n")
+        if data:
+            figure(data, figs / "pass_at_1_vs_tokens.png", axis="tokens")
+            figure(data, figs / "pass_at_1_vs_wall.png", axis="wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

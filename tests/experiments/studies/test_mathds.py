@@ -1,0 +1,192 @@
+"""The mathds study's reading (``experiments.studies.mathds``) on synthetic records with closed-form answers.
+
+Curves linear in the step (so the interpolated crossings are exact): unit u's baseline is
+``y0 + δ_u + a_u s / T`` at a constant c_b tokens and w_b seconds per step; an arm twice as fast in steps,
+``y0 + δ_u + 2 a_u s / T``, at c_m tokens and w_m seconds per step. With the baseline's levels from its first /
+last 3 of 11 evaluations (0, 10, ..., 100): start = y0 + δ̄ + 0.1 ā, final = y0 + δ̄ + 0.9 ā, the 80% level
+y0 + δ̄ + 0.74 ā is crossed at step 74 by the baseline's seed-mean curve and 37 by the arm's, so
+
+    tokens to 80%: 74 c_b / (37 c_m),   wall-clock: 74 w_b / (37 w_m),   steps: 2;
+    AUC over tokens up to H = T min(c_b, c_m): ā (c_b / c_m - 1/2)  (c_m > c_b);
+    equal compute at the baseline's final tokens c_b T: ā (2 c_b / c_m - 1).
+
+An arm as fast as the baseline in steps but cheaper (c_m < c_b) never reaches the baseline's final tokens:
+every unit censored (its final counts), difference 0, AUC over [0, c_m T]: ā/2 - ā c_m / (2 c_b).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from experiments.studies import mathds as study
+
+T, EVERY, Y0 = 100, 10, 0.1
+UNITS = [(0, 0, 0.01, 0.28), (0, 1, -0.01, 0.32), (1, 0, 0.02, 0.25), (1, 1, -0.02, 0.35)]  # (W, S, δ, a)
+
+
+def write_run(root, w, arm, seed, *, delta, a, speed=1.0, tokens=1000.0, wall=(1.0, 1.0), steps=T, complete=True,
+              extra_train=None, contrast=6, rollouts=128):
+    """A run ``mathds-w<w>-<arm>-s<seed>``: interpolate pass@1 ``Y0 + delta + speed a s / T`` at every 10th step,
+    extrapolate ``0.05 + 0.5 (interp - Y0 - delta)``, train records with ``tokens`` generated, time_sample and
+    time_update ``wall`` seconds, ``contrast`` groups with contrast and ``rollouts`` sampled per step."""
+    d = root / f"mathds-w{w}-{arm}-s{seed}"
+    d.mkdir(parents=True)
+    recs = []
+    for t in range(steps + 1):
+        if t % EVERY == 0:
+            y = Y0 + delta + speed * a * t / T
+            recs.append({"kind": "eval", "step": t, "eval/interpolate/pass_at_1": y, "eval/pass_at_1": y,
+                         "eval/extrapolate/pass_at_1": 0.05 + 0.5 * (y - Y0 - delta)})
+        if t < steps:
+            recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "time_sample": wall[0],
+                         "time_update": wall[1], "time_select": 0.0, "groups_contrast": contrast,
+                         "rollouts_sampled": rollouts, **(extra_train or {})})
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (d / "provenance.jsonl").write_text(json.dumps({"commit": "abc1234567890"}) + "\n")
+    if complete:
+        (d / "summary.json").write_text(json.dumps({"steps": steps, "config": {"steps": steps}}))
+    return d
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    for w, s, delta, a in UNITS:
+        write_run(root, w, "baseline", s, delta=delta, a=a, tokens=1000.0, wall=(1.0, 1.0))
+        write_run(root, w, "ps_ada", s, delta=delta, a=a, speed=2.0, tokens=1500.0, wall=(0.5, 0.5))
+        # the oracle: ps_ada's curve, its estimation cost (50 s, 4096 rollouts a step) logged apart
+        write_run(root, w, "oracle", s, delta=delta, a=a, speed=2.0, tokens=1500.0, wall=(0.5, 0.5),
+                  extra_train={"time_oracle": 50.0, "oracle/rollouts": 4096, "oracle/tokens": 30000})
+        write_run(root, w, "screen", s, delta=delta, a=a, tokens=800.0, contrast=12, rollouts=160)
+    write_run(root, 0, "selective", 0, delta=0.0, a=0.3)                  # one run: not compared
+    write_run(root, 0, "ps_ada", 7, delta=0.0, a=0.3, complete=False)    # unfinished: left out
+    return root
+
+
+def test_closed_form_tables(runs):
+    data = study.load(runs)
+    assert sorted(data) == ["baseline", "oracle", "ps_ada", "screen", "selective"]
+    assert sorted(data["ps_ada"]) == [0, 1, 100, 101]
+    abar = np.mean([u[3] for u in UNITS])
+    g = study.compare(data, "ps_ada", n_boot=200)
+    c = g[0.8]
+    assert g["levels"]["final"] - g["levels"]["start"] == pytest.approx(0.8 * abar)
+    assert c["speedup_steps"]["value"] == pytest.approx(2.0)
+    assert c["speedup_tokens"]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
+    assert c["speedup_wall"]["value"] == pytest.approx(74 * 2.0 / (37 * 1.0))
+    assert g["auc_tokens"]["horizon"] == pytest.approx(1000.0 * T)
+    assert g["auc_tokens"]["improvement"]["value"] == pytest.approx(abar * (1000 / 1500 - 0.5))
+    assert g["equal_tokens"]["improvement"]["value"] == pytest.approx(abar * (2 * 1000 / 1500 - 1))
+    assert g["equal_tokens"]["censored"] == 0
+    for w in (0, 1):  # each warm start at its own level: the same compression
+        assert g["by_warm_start"][w]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
+        assert g["by_warm_start"][w]["n"] == 2
+    # the oracle's 50 s of estimation per step are not in its wall-clock: the same ratio as ps_ada's
+    go = study.compare(data, "oracle", n_boot=200)
+    assert go[0.8]["speedup_wall"]["value"] == pytest.approx(4.0)
+    assert data["oracle"][0]["cum_wall"][-1] == pytest.approx(T * 1.0)
+    # cheaper per step, as fast in steps: censored at equal compute, AUC over its own shorter horizon
+    gs = study.compare(data, "screen", n_boot=200)
+    assert gs[0.8]["speedup_tokens"]["value"] == pytest.approx(1000 / 800)
+    assert gs["equal_tokens"]["censored"] == 4
+    assert gs["equal_tokens"]["improvement"]["value"] == pytest.approx(0.0, abs=1e-12)
+    assert gs["auc_tokens"]["horizon"] == pytest.approx(800.0 * T)
+    assert gs["auc_tokens"]["improvement"]["value"] == pytest.approx(abar / 2 - abar * 800 / (2 * 1000))
+    # extrapolate = half the interpolate gain, exactly correlated across runs
+    ge = study.compare(data, "ps_ada", "extrap", n_boot=200)
+    assert ge["equal_tokens"]["improvement"]["value"] == pytest.approx(0.5 * abar * (2 * 1000 / 1500 - 1))
+    tr = {r["arm"]: r for r in study.transfer(data, n_boot=200)}
+    assert tr["baseline"]["gain_interp"]["value"] == pytest.approx(abar)
+    assert tr["baseline"]["gain_extrap"]["value"] == pytest.approx(0.5 * abar)
+    assert tr["baseline"]["r"] == pytest.approx(1.0)
+    assert np.isnan(tr["selective"]["r"])  # one run: no correlation
+
+
+def test_ledger(runs):
+    led = {r["arm"]: r for r in study.ledger(study.load(runs))}
+    assert led["baseline"]["tokens"] == pytest.approx(1000.0)
+    assert led["baseline"]["contrast_per_1000"] == pytest.approx(1000 * 6 / 128)
+    assert led["screen"]["contrast_per_1000"] == pytest.approx(1000 * 12 / 160)
+    assert led["screen"]["contrast"] == pytest.approx(12.0)
+    assert led["oracle"]["oracle_rollouts"] == pytest.approx(4096)
+    assert led["baseline"]["oracle_rollouts"] is None
+
+
+def test_step_wall_leaves_the_oracle_out():
+    assert study.step_wall({"time_sample": 1.0, "time_update": 2.0, "time_select": 0.5, "time_batch": 0.25,
+                            "time_replay": 0.25, "time_oracle": 100.0}) == pytest.approx(4.0)
+
+
+def test_page_partial_data_and_check(runs, tmp_path, capsys):
+    page = tmp_path / "README.md"
+    prose = "# mathds\n\nThe coordinator's prose.\n"
+    page.write_text(prose)
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    assert study.main(args) == 0
+    s = page.read_text()
+    assert s.startswith(prose) and s.rstrip().endswith(study.END)
+    assert "Runs: 17 complete of the planned 128 (8 arms x 8 seeds x 2 warm starts)" in s
+    assert "| `selective` | 1 run, 1 paired: not compared |" in s
+    assert "Not yet measured (needs >= 4 baseline runs, 4 exist)" not in s  # 4 exist: it says how to run it
+    assert "run `python -m experiments.studies.mathds --coverage STUDIES`" in s
+    assert "records made by commit `abc1234567`" in s
+    assert (tmp_path / "pass_at_1_vs_tokens.png").stat().st_size > 0
+    assert (tmp_path / "pass_at_1_vs_wall.png").stat().st_size > 0
+    assert study.main(args[:-2] + ["--boot", "200", "--check"]) == 0
+    assert study.main(args + ["--check"]) == 0
+    # rewriting is idempotent and keeps the prose
+    assert study.main(args) == 0 and page.read_text() == s
+    # a new run lands: the committed section is stale
+    write_run(runs, 1, "selective", 1, delta=0.0, a=0.3)
+    capsys.readouterr()
+    assert study.main(args + ["--check"]) == 1
+    assert "differs from its records" in capsys.readouterr().out
+
+
+def test_collect_copies_complete_runs_and_refuses_a_different_record(tmp_path, capsys):
+    sweep, committed = tmp_path / "sweep", tmp_path / "committed"
+    write_run(sweep, 0, "baseline", 0, delta=0.0, a=0.3)
+    write_run(sweep, 0, "baseline", 1, delta=0.0, a=0.3, complete=False)
+    args = ["--runs", str(committed), "--page", str(tmp_path / "p.md"), "--figures", str(tmp_path), "--print",
+            "--boot", "200"]
+    (tmp_path / "p.md").write_text("x\n")
+    assert study.main(["--collect", str(sweep)] + args) == 0
+    got = sorted(p.name for p in (committed / "mathds-w0-baseline-s0").iterdir())
+    assert got == ["metrics.jsonl.gz", "provenance.jsonl", "summary.json"]
+    assert not (committed / "mathds-w0-baseline-s1").exists()
+    raw = (sweep / "mathds-w0-baseline-s0" / "metrics.jsonl").read_bytes()
+    assert gzip.decompress((committed / "mathds-w0-baseline-s0" / "metrics.jsonl.gz").read_bytes()) == raw
+    assert study.main(["--collect", str(sweep)] + args) == 0      # the same records again: a no-op
+    (sweep / "mathds-w0-baseline-s0" / "metrics.jsonl").write_bytes(raw.replace(b"1000.0", b"999.0"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        study.main(["--collect", str(sweep)] + args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds different metrics.jsonl.gz" in err[0]
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        study.main(["--check", "--print"])
+    assert e.value.code == 2 and "--check writes nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        study.main(["--runs", str(tmp_path), "--page", str(tmp_path / "p.md"), "--figures", str(tmp_path),
+                    "--coverage", "10"])
+    assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
+
+
+def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("# mathds\n")
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    assert study.main(args + ["--coverage", "4", "--coverage-boot", "50"]) == 0
+    cov = json.loads((tmp_path / "coverage.json").read_text())
+    assert sorted(cov) == ["mathds|1.0", "mathds|1.9"]
+    assert cov["mathds|1.9"]["scenario"]["seeds"] == 4 and cov["mathds|1.9"]["scenario"]["y0"] == pytest.approx(Y0)
+    s = page.read_text()
+    assert "| 1.9x | 4 runs, y0 0.100 -> y1" in s and "4 studies x 50 resamples" in s
+    assert study.main(args + ["--check"]) == 0   # the page reads the kept coverage.json
