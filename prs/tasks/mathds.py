@@ -319,15 +319,15 @@ class MathDSTask:
         return MathDSProblems(prompt, plen, answer, alen, module, split, ids.astype(np.int32))
 
     def train_problems(self, *, seed: int, step: int, count: int) -> MathDSProblems:
-        """``count`` distinct problems of the RL pool, deterministic in ``(seed, step)`` (``count``
-        larger than the pool: the pool in a seeded order, then drawn again)."""
-        rng = np.random.default_rng([int(seed), int(step), 0x3A7D5])
+        """``count`` distinct problems of the RL pool, deterministic in ``(seed, step)``; more than the
+        pool holds is refused (a selector's ``schedule.pool_size`` larger than ``rl_pool`` would
+        otherwise hold repeated tasks)."""
         m = self.pool_ids.size
-        if count <= m:
-            pick = rng.choice(m, size=count, replace=False)
-        else:
-            pick = np.concatenate([rng.permutation(m), rng.choice(m, size=count - m, replace=True)])
-        return self.problems(self.pool_ids[pick])
+        if not 1 <= count <= m:
+            raise ValueError(f"task 'mathds': {count} problems asked of the RL pool of rl_pool={m} "
+                             f"(task.params.rl_pool); allowed: 1..{m} (a selector's schedule.pool_size <= rl_pool)")
+        rng = np.random.default_rng([int(seed), int(step), 0x3A7D5])
+        return self.problems(self.pool_ids[rng.choice(m, size=count, replace=False)])
 
     def warm_start_problems(self, *, seed: int, step: int, count: int) -> MathDSProblems:
         rng = np.random.default_rng([int(seed), int(step), 0x5F7])

@@ -109,6 +109,8 @@ def test_train_problems_are_deterministic_distinct_and_from_the_pool(task):
     assert len(set(a.row.tolist())) == 16 and set(a.row.tolist()) <= set(task.pool_ids.tolist())
     whole = task.train_problems(seed=0, step=999_999, count=task.rl_pool)  # a selector's pool draw
     assert sorted(whole.row.tolist()) == sorted(task.pool_ids.tolist())
+    with pytest.raises(ValueError, match="rl_pool"):
+        task.train_problems(seed=0, step=999_999, count=task.rl_pool + 1)
 
 
 def test_episode_metrics_are_the_split_and_module_means(task):
