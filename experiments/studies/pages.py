@@ -54,7 +54,7 @@ STUDIES = (
           "What does each schedule cost per step and how much trainable signal does it give per step?",
           "experiments/schedules_sweep.sh          # the runs; then python -m experiments.schedules_collect\n"
           "python -m experiments.compare_schedules results/schedules/runs --out results/schedules/tables.md",
-          "next_visit generates 18-26% fewer tokens per step than the baseline on the same pool (the replayed "
+          "next_visit generates 15-26% fewer tokens per step than the baseline on the same pool (the replayed "
           "prefix replaces generation); one prefix per group decides the whole group (28% of steered groups "
           "mixed) unless `cut_spread` + `sources=all` (80% mixed, +47% kept groups per step); no learning gain "
           "is visible in 60 steps x 3 seeds (a first read, not a verdict)."),
