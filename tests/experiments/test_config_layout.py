@@ -116,7 +116,7 @@ def test_method_files_state_only_what_differs_from_the_base():
     base = dataclasses.asdict(C.validate(OmegaConf.create({k: v for k, v in _base().items() if k not in ("hydra", "name")})))
     prefix_defaults = {f.name: f.default for f in dataclasses.fields(PrefixConfig)}
     files = sorted((CONF / "method").glob("*.yaml"))
-    assert len(files) == 9
+    assert len(files) == 14
     for path in files:
         text = path.read_text()
         assert text.startswith("# @package _global_\n"), path.name
