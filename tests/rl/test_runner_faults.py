@@ -152,6 +152,12 @@ def test_a_truncated_last_metrics_line_is_repaired_on_resume(tmp_path, reference
     assert any("truncated last line" in line for line in logs), logs
     assert s["resumed_from_step"] == 2
     assert _strip(_metrics(d)) == _strip(_metrics(reference))
+    for f in ("summary.json", "curves.png"):
+        assert (d / f).exists()
+    # the run records the code it ran on, once per segment (start and resume)
+    summ = json.loads((d / "summary.json").read_text())
+    assert [sg["start_step"] for sg in summ["provenance_segments"]] == [0, 2]
+    assert summ["provenance"]["commit"] is None or len(summ["provenance"]["commit"]) == 40
 
 
 def _poison_at(monkeypatch, step: int):
