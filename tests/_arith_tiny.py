@@ -6,7 +6,6 @@ import functools
 import os
 import pathlib
 import pickle
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -29,14 +28,13 @@ def warm_params():
     ``Trainer.init_state`` copies the parameters it is given.
 
     Under pytest-xdist the first worker to need it builds it and the others load its bytes (the same
-    arrays, bit for bit), from a file named by this test run's id (``PYTEST_XDIST_TESTRUNUID``), so no
-    two runs share one; without xdist it is built in the process."""
+    arrays, bit for bit) from the folder this run's workers share (``PRS_TESTS_SHARED_DIR``, set by
+    tests/conftest.py), so no two runs share one; without xdist it is built in the process."""
     build = lambda: supervised_warm_start(TASK, MODEL, steps=60, batch=32, lr=3e-3, seed=0, log=None)  # noqa: E731
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not uid:
+    shared = os.environ.get("PRS_TESTS_SHARED_DIR")
+    if not shared:
         return build()
-    path = pathlib.Path(tempfile.gettempdir()) / f"prs-tests-{uid}" / "arith_tiny_warm_params.pkl"
-    path.parent.mkdir(exist_ok=True)
+    path = pathlib.Path(shared) / "arith_tiny_warm_params.pkl"
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one building it
         if path.exists():

@@ -35,3 +35,12 @@ def eight_devices():
     if len(devices) < 8:
         pytest.skip(f"needs 8 devices, have {len(devices)} (XLA_FLAGS set after jax import?)")
     return devices[:8]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_run_dir(tmp_path_factory):
+    """Under pytest-xdist, the folder this run's workers share (the parent of their basetemps, which
+    pytest deletes with old runs): tests/_arith_tiny.py keeps its warm start there for the other workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["PRS_TESTS_SHARED_DIR"] = str(tmp_path_factory.getbasetemp().parent)
+    yield
