@@ -152,6 +152,12 @@ def test_a_truncated_last_metrics_line_is_repaired_on_resume(tmp_path, reference
     assert any("truncated last line" in line for line in logs), logs
     assert s["resumed_from_step"] == 2
     assert _strip(_metrics(d)) == _strip(_metrics(reference))
+    for f in ("summary.json", "curves.png"):
+        assert (d / f).exists()
+    # the run records the code it ran on, once per segment (start and resume)
+    summ = json.loads((d / "summary.json").read_text())
+    assert [sg["start_step"] for sg in summ["provenance_segments"]] == [0, 2]
+    assert summ["provenance"]["commit"] is None or len(summ["provenance"]["commit"]) == 40
 
 
 def _poison_at(monkeypatch, step: int):
@@ -222,9 +228,12 @@ def test_an_unwritable_or_full_run_directory_fails_before_training(tmp_path, mon
     assert not (tmp_path / "full_disk" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_two_processes_building_the_warm_start_at_once(tmp_path):
     """Two sweep jobs start together on a fresh base directory: one builds, the other waits and loads
-    the winner's copy (before: both built and the second rename failed with errno 39)."""
+    the winner's copy (before: both built and the second rename failed with errno 39). Slow tier (two
+    processes); the fast tier keeps the build-then-load-from-cache path in one process
+    (tests/rl/test_runner_reports.py::test_bar_names_the_eval_step_and_summary_records_the_warm_start)."""
     body = f"""
         import hashlib, jax, numpy as np
         from prs.rl.runner import base_params
@@ -241,6 +250,31 @@ def test_two_processes_building_the_warm_start_at_once(tmp_path):
     digests = {line for o in outs for line in o.splitlines() if line.startswith("digest")}
     assert len(digests) == 1
     assert [p.name for p in (tmp_path / "base").iterdir()] == [next((tmp_path / "base").iterdir()).name]
+
+
+def test_a_job_waiting_on_the_warm_start_lock_loads_the_copy_published_meanwhile(tmp_path):
+    """The one-process half of test_two_processes_building_the_warm_start_at_once (slow tier): while
+    another job holds the base directory's lock, ``base_params`` waits on it; the copy that job
+    published meanwhile is loaded, not built again."""
+    import shutil
+    import threading
+
+    from prs.rl.runner import base_params
+
+    rc = RunConfig(steps=1, sft_steps=6, sft_batch=8, wandb_mode="disabled")
+    built = base_params(TASK, MODEL, rc, tmp_path / "other", log=lambda *a: None)  # the other job's copy
+    (name,) = [p.name for p in (tmp_path / "other").iterdir()]
+    base, logs, got = tmp_path / "base", [], {}
+    with rundir.dir_lock(base):  # the other job, building
+        t = threading.Thread(target=lambda: got.update(p=base_params(TASK, MODEL, rc, base, log=logs.append)))
+        t.start()
+        t.join(timeout=1.0)
+        assert t.is_alive() and not logs, logs  # waiting on the lock, nothing built
+        shutil.copytree(tmp_path / "other" / name, base / name)  # ... published
+    t.join(timeout=120)
+    assert not t.is_alive() and len(logs) == 1 and "reusing warm-start" in logs[0], logs
+    for a, b in zip(jax.tree.leaves(got["p"]), jax.tree.leaves(built)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_progress_eta_counts_this_process_steps_after_the_first(monkeypatch):

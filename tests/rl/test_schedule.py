@@ -385,26 +385,31 @@ def test_bucketed_reroll_calls_compile_once_per_bucket_and_sample_the_unbucketed
         np.testing.assert_allclose(np.asarray(got[g - 1].logprobs)[rows], np.asarray(ref.logprobs)[rows], atol=1e-5)
 
 
-def test_bucketed_reroll_steps_equal_the_unbucketed_steps(base_params):
+@pytest.mark.parametrize("kw", [
+    pytest.param(dict(), id="replace"),
+    pytest.param(dict(schedule=ScheduleConfig(reroll="append")), id="append", marks=pytest.mark.slow),
+    pytest.param(dict(schedule=ScheduleConfig(kind="next_visit", pool_size=8, control="extra_rollouts", reroll="append",
+                                              extra_share=1.0)), id="next_visit_extra", marks=pytest.mark.slow)])
+def test_bucketed_reroll_steps_equal_the_unbucketed_steps(base_params, kw):
     """Trainer steps with ``reroll_group_buckets`` log the same records as without (same_step replace
     and append, next_visit's extra_rollouts control); with replace the parameters agree up to the
-    rounding of the sampler's log-probs in a call of another row count."""
-    for kw in (dict(), dict(schedule=ScheduleConfig(reroll="append")),
-               dict(schedule=ScheduleConfig(kind="next_visit", pool_size=8, control="extra_rollouts", reroll="append", extra_share=1.0))):
-        out = []
-        for bucketed in (False, True):
-            rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8, samples=1),
-                          rollout=RolloutConfig(reroll_group_buckets=bucketed), **kw)
-            tr = Trainer(TASK, MODEL, rl, WIDE, seed=3)
-            st = tr.init_state(base_params)
-            ms = []
-            for _ in range(3):
-                st, m = tr.step(st)
-                ms.append({k: v for k, v in m.items() if not k.startswith("time_") and not k.startswith("loss/")})
-            out.append((ms, st.params))
-        (m0, p0), (m1, p1) = out
-        assert m0 == m1, kw
-        assert sum(m["groups_steered"] + m.get("groups_extra", 0) for m in m0) > 0, kw  # a re-roll call ran
-        if not kw:  # replace: the batch holds the same rows (append: its padding rows differ, masked either way);
-            for a, c in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):  # their old log-probs move by rounding
-                np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=0, atol=1e-6)  # (measured 7e-9)
+    rounding of the sampler's log-probs in a call of another row count. The fast tier runs replace;
+    append and next_visit's control run in the slow tier (the fast tier keeps their re-roll call's
+    bucketing: test_bucketed_reroll_calls_compile_once_per_bucket_and_sample_the_unbucketed_tokens)."""
+    out = []
+    for bucketed in (False, True):
+        rl = RLConfig(tasks_per_step=4, group_size=8, eval=EvalConfig(count=8, samples=1),
+                      rollout=RolloutConfig(reroll_group_buckets=bucketed), **kw)
+        tr = Trainer(TASK, MODEL, rl, WIDE, seed=3)
+        st = tr.init_state(base_params)
+        ms = []
+        for _ in range(3):
+            st, m = tr.step(st)
+            ms.append({k: v for k, v in m.items() if not k.startswith("time_") and not k.startswith("loss/")})
+        out.append((ms, st.params))
+    (m0, p0), (m1, p1) = out
+    assert m0 == m1, kw
+    assert sum(m["groups_steered"] + m.get("groups_extra", 0) for m in m0) > 0, kw  # a re-roll call ran
+    if not kw:  # replace: the batch holds the same rows (append: its padding rows differ, masked either way);
+        for a, c in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):  # their old log-probs move by rounding
+            np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=0, atol=1e-6)  # (measured 7e-9)

@@ -136,8 +136,12 @@ def _strip(records):
     return [{k: v for k, v in m.items() if not k.startswith("time_")} for m in records]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path, base_params):
-    """A run killed after its step-2 checkpoint and resumed writes the uninterrupted run's metrics."""
+    """A run killed after its step-2 checkpoint and resumed writes the uninterrupted run's metrics.
+    Slow tier (exact replay, three runs); the fast tier keeps the same run resumed from its step-2
+    checkpoint against the same uninterrupted run, with the same summary and provenance checks
+    (tests/rl/test_runner_faults.py::test_a_truncated_last_metrics_line_is_repaired_on_resume)."""
     common = dict(seed=4, eval_every=2, ckpt_every=2, sft_steps=0, wandb_mode="disabled", progress=False)
     pc = ps.PrefixConfig(mode="ps_ada", n=8)
     full = tmp_path / "full"
