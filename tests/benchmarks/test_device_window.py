@@ -67,6 +67,7 @@ def test_committed_shapes_are_the_presets_and_the_per_device_share_reproduces_th
         assert one.sampling_total == sp["preset_plan_sampling_bytes"]
 
 
+@pytest.mark.slow  # a hung part waits out its 10 s timeout; the fast tier keeps the stopped-mid-part test below
 def test_a_killed_crashed_or_hung_part_leaves_the_finished_parts(tmp_path):
     doc, stdout = _run(tmp_path, "--parts", "env,update_4b_cudnn,reroll_4b,fresh_4b,decode_8b", "--part-timeout-s", "10",
                        timeout=400, **{DW.INJECT_VAR: "reroll_4b:kill,fresh_4b:raise,decode_8b:hang"})
