@@ -228,6 +228,13 @@ def informative_probability(alpha, beta, n: int) -> np.ndarray:
     return 1.0 - np.prod((a + i) / (a + b + i), axis=1) - np.prod((b + i) / (a + b + i), axis=1)
 
 
+def top_scores(score, count: int, rng: np.random.Generator) -> np.ndarray:
+    """[count] sorted indices of the ``count`` largest of ``score [M]`` (rounded to 12 decimals), ties
+    broken by a seeded random order (one ``rng.permutation(M)`` draw): ``predicted``'s and ``oracle``'s choice."""
+    tie = rng.permutation(np.size(score))
+    return np.sort(np.lexsort((tie, -np.round(score, 12)))[:count])
+
+
 def oracle_score(k, r: int, n: int) -> np.ndarray:
     """[C] P(0 < k' < N) for k' ~ Binomial(N, p̂), p̂ = k / R (the oracle's estimate from R rollouts):
     1 − p̂^N − (1 − p̂)^N. Symmetric in p̂ ↔ 1 − p̂ and increasing toward p̂ = ½, so it ranks as p̂(1 − p̂)
@@ -463,9 +470,7 @@ class Selector:
         b, n = rl.tasks_per_step, rl.group_size
         self._forget(st)
         score = informative_probability(st["alpha"], st["beta"], n)                     # [M]
-        tie = rng.permutation(score.size)                                                 # seeded tie-break
-        order = np.lexsort((tie, -np.round(score, 12)))
-        ids = np.sort(order[:b]).astype(np.int64)
+        ids = top_scores(score, b, rng).astype(np.int64)
         s = self._run(state, params, keys, rollouts, ids)
         self._observe(st, ids, s)
         return s, {"select/expected_informative": float(score[ids].sum()),
@@ -484,8 +489,7 @@ class Selector:
         tokens = int(np.asarray(ep.policy_mask).sum())
         t_oracle = time.perf_counter() - t0
         score = oracle_score(k, r, n)                                                      # [C]
-        tie = rng.permutation(c)                                                           # seeded tie-break
-        pick = np.sort(np.lexsort((tie, -np.round(score, 12)))[:b])                        # [B] candidate slots
+        pick = top_scores(score, b, rng)                                                   # [B] candidate slots
         ids = np.sort(cand[pick]).astype(np.int64)
         s = self._run(state, params, keys, rollouts, ids)
         self._observe(st, ids, s)

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prs.tasks.registry import register_task
+from prs.tasks.vocab import Vocab
 
 DATA = pathlib.Path(__file__).parent / "data" / "mathematics_dataset.jsonl"
 PAD, BOS, EOS, END_Q = "_", "^", "$", "#"
@@ -58,34 +59,15 @@ LEVELS = ("easy", "medium", "hard")
 POOL_SEED = 20_261_207  # the RL pool's draw (fixed: every run of every arm trains on the same pool)
 
 
-class CharVocab:
-    """One token per character: ``tokens[i]`` is the character of id ``i`` (PAD 0, BOS 1, EOS 2, ``#`` 3)."""
+class CharVocab(Vocab):
+    """``prs.tasks.vocab.Vocab`` over this task's characters: PAD ``_`` 0, BOS ``^`` 1, EOS ``$`` 2, ``#`` 3
+    (the end of the question), then ``ALPHABET``; one token per character."""
 
-    def __init__(self, tokens: tuple[str, ...] = TOKENS):
-        self.tokens = tuple(tokens)
-        self._index = {t: i for i, t in enumerate(self.tokens)}
-        if len(self._index) != len(self.tokens):
-            raise ValueError(f"CharVocab: repeated characters in {self.tokens!r}")
-        self.pad_id, self.bos_id, self.eos_id, self.end_q_id = (self._index[c] for c in (PAD, BOS, EOS, END_Q))
+    tokens = TOKENS
 
     @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    def encode(self, text: str) -> list[int]:
-        out = []
-        for pos, ch in enumerate(text):
-            if ch not in self._index:
-                raise ValueError(f"text={text!r}: character {ch!r} at position {pos} is not in the vocabulary "
-                                 f"{''.join(self.tokens)!r}")
-            out.append(self._index[ch])
-        return out
-
-    def decode(self, ids) -> str:
-        arr = np.asarray(ids).reshape(-1)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.size):
-            raise ValueError(f"ids must lie in [0, {self.size}), got min {arr.min()} max {arr.max()}")
-        return "".join(self.tokens[int(i)] for i in arr)
+    def end_q_id(self) -> int:
+        return self._index[END_Q]
 
 
 VOCAB = CharVocab()
@@ -359,7 +341,6 @@ class MathDSTask:
         b = problems.prompt.shape[0]
         width = self.prompt_width + self.max_new_tokens
         tokens = np.full((b, width), VOCAB.pad_id, np.int32)
-        mask = np.zeros((b, width), bool)
         tokens[:, :self.prompt_width] = problems.prompt
         pos = np.arange(width)[None, :]
         start = problems.prompt_len[:, None]
