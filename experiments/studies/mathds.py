@@ -38,6 +38,8 @@ Per arm against the baseline, on ``eval/interpolate/pass_at_1`` (then the same o
     final pass@1; a unit whose arm run ended with fewer tokens is censored and counts the arm's final
     pass@1 (a value at less compute), the count is stated;
   * a per-warm-start column: the tokens-to-80% ratio within each warm start at its own baseline's level.
+  * the A/A negative control (``aa_split``): the baseline's seeds 0-3 against its seeds 4-7 through the
+    same estimators; its ratio's interval must hold 1.0.
 
 Differences carry paired expanded percentile intervals (``prs.analysis.bootstrap``), 95%, seeded.
 """
@@ -211,6 +213,46 @@ def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, 
                 if gw is not None:
                     g["by_warm_start"][w] = {**gw[0.8]["speedup_tokens"], "n": len(gw["units"])}
     return g
+
+
+def aa_split(data: dict[str, dict[int, dict]], *, half: int = SEEDS // 2) -> dict[str, dict[int, dict]]:
+    """The A/A negative control's data: ``{"baseline": seeds < half, "baseline_b": seed s + half renamed to
+    unit s}`` within each warm start, for the s with both runs complete. The two halves are independent runs
+    (different problem streams), so pairing them by index is arbitrary: resampling the index pairs resamples
+    both halves together, which gives the difference of two independent means its variance. Both halves are the
+    same arm, so an interval for their ratio that excludes 1.0 says the intervals are too narrow."""
+    base = data.get("baseline", {})
+    a, b = {}, {}
+    for u, run in base.items():
+        w, s = divmod(u, WARM_STRIDE)
+        if s < half and w * WARM_STRIDE + s + half in base:
+            a[u], b[u] = run, base[w * WARM_STRIDE + s + half]
+    return {"baseline": a, "baseline_b": b}
+
+
+def aa_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[list[str], dict | None]:
+    """The A/A table (``aa_split``, interpolate pass@1): tokens to 80%, AUC and equal-compute differences, and
+    whether the ratio's interval holds 1.0."""
+    lines = ["### Negative control of the statistics: the baseline against itself (A/A)", "",
+             f"The baseline's seeds 0-{SEEDS // 2 - 1} against its seeds {SEEDS // 2}-{SEEDS - 1} within each warm "
+             "start (`aa_split`: independent runs paired by index), through the same estimators as the arms. Its "
+             "tokens-to-80% ratio's interval must hold 1.0; one that excludes it says the intervals are too narrow.", ""]
+    sub = aa_split(data)
+    try:
+        g = compare(sub, "baseline_b", "interp", n_boot=n_boot)
+    except ValueError as e:
+        return lines + [f"Not computed: {e}.", ""], None
+    if g is None:
+        return lines + [f"Not computed yet: {len(sub['baseline'])} index pairs of baseline runs "
+                        f"(seeds s and s + {SEEDS // 2}) complete, 2 needed.", ""], None
+    t, at, et = g[0.8].get("speedup_tokens", _nan_ci()), g["auc_tokens"], g["equal_tokens"]
+    holds = t["lo"] <= 1.0 <= t["hi"] if np.isfinite(t["lo"]) and np.isfinite(t["hi"]) else None
+    lines += ["| pairs | tokens to 80%: A / B | its censoring bound | interval holds 1.0 | AUC over tokens: B - A | "
+              "equal-compute difference: B - A |", "|---|---|---|---|---|---|",
+              f"| {len(g['units'])} | {fmt_ratio(t)} | {BOUND_NOTE[t.get('bound', 'exact')]} | "
+              f"{'-' if holds is None else ('yes' if holds else 'NO')} | {fmt_ci(at['improvement'], 3)} | "
+              f"{fmt_ci(et['improvement'], 3)} |", ""]
+    return lines, {"pairs": len(g["units"]), "holds_one": holds, "compare": to_jsonable(g)}
 
 
 def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
@@ -400,8 +442,9 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               f"{r['contrast_per_1000']:.1f} | " + ("-" if r["oracle_rollouts"] is None else
                                                   f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})") + " |"
               for r in led] or ["", "No complete run yet."]
-    lines += [""] + coverage_lines(cov, len(data.get("baseline", {}))) + [END]
-    summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led))
+    aa, aa_summary = aa_lines(data, n_boot=n_boot)
+    lines += [""] + aa + coverage_lines(cov, len(data.get("baseline", {}))) + [END]
+    summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led), aa=aa_summary)
     return "\n".join(lines), summary
 
 

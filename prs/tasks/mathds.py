@@ -23,8 +23,12 @@ Splits of the rows (all fixed, independent of the run's seed):
   every module (and within a module from its three levels in turn); ``train_problems`` draws from it
   only, so every arm of a study trains on the same finite set (as verl / DAPO train epochs over a
   dataset), and a selector's ``schedule.pool_size = rl_pool`` pool is exactly this set;
-* the **warm-start rows**: every other train row (disjoint from the RL pool, so a step-0 pass rate
-  on the pool measures generalisation, not memorised demonstrations);
+* the **warm-start rows**: every other train row. By default the pool is disjoint from them (a step-0
+  pass rate on the pool measures generalisation, not memorised demonstrations); ``held_apart = H <
+  rl_pool`` keeps only the pool's first H rows (H / modules per module, the same rows as
+  ``rl_pool = H``) out of the warm start, so the rest of a larger pool are warm-start rows too (seen
+  in the supervised warm start, as RL prompts often are), and the warm start is the one of
+  ``rl_pool = H`` (``warm_start_key``): a larger pool without another warm start;
 * the **evaluation set**: ``eval_problems(count=C)`` gives the first C interpolate rows in a
   round-robin over modules (C = 600: 50 per module) followed by ``eval_extrapolate`` extrapolate
   rows, round-robin over its 9 modules. ``episode_metrics`` reports ``interpolate/pass_at_1``,
@@ -146,6 +150,8 @@ class MathDSTask:
 
     Attributes:
       rl_pool: problems in the RL pool (a multiple of the module count).
+      held_apart: the pool's problems kept out of the warm-start rows (a multiple of the module
+        count, at most ``rl_pool``; ``None``: all ``rl_pool``, the pool disjoint from the warm start).
       max_question_len: questions longer than this (characters) are left out of every split.
       eval_extrapolate: extrapolate problems appended to ``eval_problems`` (0: interpolate only).
       modules: the modules used (``None``: every module of the file); extrapolate rows are kept
@@ -157,6 +163,8 @@ class MathDSTask:
     eval_extrapolate: int = 270
     modules: tuple[str, ...] | None = None
     name: str = "mathds"
+    # out of repr: the warm-start key is the repr of the task with rl_pool = held_apart (warm_start_key)
+    held_apart: int | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         if self.max_question_len < 8:
@@ -167,11 +175,16 @@ class MathDSTask:
         if self.rl_pool < len(train_modules) or self.rl_pool % len(train_modules):
             raise ValueError(f"task 'mathds': rl_pool must be a positive multiple of the module count "
                              f"{len(train_modules)}, got {self.rl_pool}")
-        per = self.rl_pool // len(train_modules)
-        short = [m for m in train_modules if len(self._train_by_module[m]) < per + 64]
+        if self.held_apart is not None and not (0 < self.held_apart <= self.rl_pool
+                                                 and self.held_apart % len(train_modules) == 0):
+            raise ValueError(f"task 'mathds': held_apart must be null or a positive multiple of the module count "
+                             f"{len(train_modules)} at most rl_pool={self.rl_pool}, got {self.held_apart}")
+        per, held = self.rl_pool // len(train_modules), self.held // len(train_modules)
+        short = [m for m in train_modules if len(self._train_by_module[m]) < max(per, held + 64)]
         if short:
-            raise ValueError(f"task 'mathds': rl_pool={self.rl_pool} leaves modules {short} fewer than 64 "
-                             "warm-start rows; choose a smaller rl_pool")
+            raise ValueError(f"task 'mathds': rl_pool={self.rl_pool} (held_apart={self.held_apart}) leaves modules "
+                             f"{short} fewer rows than the pool or fewer than 64 warm-start rows; choose a smaller "
+                             "rl_pool or held_apart")
         if self.eval_extrapolate > len(self._ext_ids):
             raise ValueError(f"task 'mathds': eval_extrapolate must be <= {len(self._ext_ids)} (the kept "
                              f"extrapolate rows), got {self.eval_extrapolate}")
@@ -230,10 +243,17 @@ class MathDSTask:
             out.extend(_round_robin(by_level)[:per])
         return np.asarray(out, np.int64)
 
+    @property
+    def held(self) -> int:
+        """The pool's problems kept out of the warm start (``held_apart``, default ``rl_pool``)."""
+        return self.rl_pool if self.held_apart is None else self.held_apart
+
     @functools.cached_property
     def warm_ids(self) -> np.ndarray:
-        """Row indices of the warm-start rows: the train rows outside the RL pool."""
-        pool = set(self.pool_ids.tolist())
+        """Row indices of the warm-start rows: the train rows outside the pool's first ``held`` rows (per
+        module its first ``held / modules``: the pool of ``rl_pool = held``)."""
+        per, held = self.rl_pool // len(self.modules_list), self.held // len(self.modules_list)
+        pool = set(self.pool_ids.reshape(len(self.modules_list), per)[:, :held].reshape(-1).tolist())
         return np.asarray([i for m in self.modules_list for i in self._train_by_module[m] if i not in pool], np.int64)
 
     def _split_ids(self, split: str) -> list[list[int]]:
@@ -274,9 +294,10 @@ class MathDSTask:
 
     @property
     def warm_start_key(self) -> str:
-        """The warm-start cache key: the task's fields and the data file's size (a regenerated file
-        gives another key)."""
-        return f"{self!r} rows={len(self.rows)} bytes={DATA.stat().st_size}"
+        """The warm-start cache key: the task's fields with ``rl_pool = held`` (the warm-start rows depend on
+        the held-apart rows, not on the pool's size) and the data file's size (a regenerated file gives
+        another key)."""
+        return f"{dataclasses.replace(self, rl_pool=self.held, held_apart=None)!r} rows={len(self.rows)} bytes={DATA.stat().st_size}"
 
     # ------------------------------------------------------------------ problems
     def problems(self, ids) -> MathDSProblems:
@@ -377,7 +398,7 @@ class MathDSTask:
         return (f"mathematics_dataset: {len(self.modules_list)} modules; questions <= {self.max_question_len} "
                 f"characters kept (train {n['train']}/{total['train']}, interpolate {n['interpolate']}/"
                 f"{total['interpolate']}, extrapolate {n['extrapolate']}/{total['extrapolate']}); RL pool "
-                f"{self.rl_pool}, warm-start rows {self.warm_ids.size}; vocab {VOCAB.size}; P={self.prompt_width}, "
+                f"{self.rl_pool} ({self.held} of them held apart from the warm start), warm-start rows {self.warm_ids.size}; vocab {VOCAB.size}; P={self.prompt_width}, "
                 f"new tokens <= {self.max_new_tokens}")
 
 

@@ -100,6 +100,24 @@ def test_pool_warm_rows_and_evaluation_are_disjoint_and_balanced(task):
     assert all(len(task.rows[i]["question"]) <= task.max_question_len for i in e.row)
 
 
+def test_held_apart_pool_keeps_the_smaller_pools_warm_start(task):
+    """rl_pool 2400 with held_apart 480: its first 40 rows per module are the 480-pool's, the warm-start rows
+    and the warm-start cache key are the 480-pool's, the other 1,920 pool rows are warm-start rows (checked
+    by set arithmetic on the row ids, not through ``warm_ids``' own formula)."""
+    big = make_task("mathds", rl_pool=2400, held_apart=480)
+    small, pool = set(task.pool_ids.tolist()), big.pool_ids.tolist()
+    assert len(pool) == len(set(pool)) == 2400 and small <= set(pool)
+    per_module = collections.defaultdict(list)
+    for i in pool:
+        per_module[big.rows[i]["module"]].append(i)
+    assert all(set(ids[:40]) <= small and len(ids) == 200 for ids in per_module.values())
+    train = {i for i, r in enumerate(task.rows) if r["split"] == "train"}
+    np.testing.assert_array_equal(np.sort(big.warm_ids), np.sort(np.array(sorted(train - small))))
+    assert set(pool) - small <= set(big.warm_ids.tolist())
+    assert big.warm_start_key == task.warm_start_key != make_task("mathds", rl_pool=2400).warm_start_key
+    assert make_task("mathds", rl_pool=480, held_apart=480).warm_start_key == task.warm_start_key
+
+
 def test_train_problems_are_deterministic_distinct_and_from_the_pool(task):
     a = task.train_problems(seed=1, step=7, count=16)
     b = task.train_problems(seed=1, step=7, count=16)
@@ -133,7 +151,8 @@ def test_episode_metrics_are_the_split_and_module_means(task):
 @pytest.mark.parametrize("params, key", [
     (dict(rl_pool=100), "rl_pool"), (dict(max_question_len=4), "max_question_len"),
     (dict(eval_extrapolate=10_000), "eval_extrapolate"), (dict(modules=["nope"]), "unknown modules"),
-    (dict(pool=3), "unknown parameter"),
+    (dict(pool=3), "unknown parameter"), (dict(held_apart=960), "held_apart"),
+    (dict(rl_pool=960, held_apart=100), "held_apart"), (dict(held_apart=0), "held_apart"),
 ])
 def test_bad_parameters_are_one_line_errors(params, key):
     with pytest.raises(ValueError, match=key) as e:

@@ -190,3 +190,30 @@ def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path)
     s = page.read_text()
     assert "| 1.9x | 4 runs, y0 0.100 -> y1" in s and "4 studies x 50 resamples" in s
     assert study.main(args + ["--check"]) == 0   # the page reads the kept coverage.json
+
+
+def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path):
+    """The A/A control: seeds 0-3 against 4-7 within each warm start. Seed s + 4 twice as fast in steps at the
+    same tokens per step gives tokens-to-80% A / B = 74 / 37 = 2 (B needs half) and an interval excluding
+    1.0; identical curves give exactly 1.0 and an interval holding it. Unpaired seeds are left out."""
+    fast, same = tmp_path / "fast", tmp_path / "same"
+    for w, s, delta, a in UNITS:
+        for root, speed in ((fast, 2.0), (same, 1.0)):
+            write_run(root, w, "baseline", s, delta=delta, a=a)
+            write_run(root, w, "baseline", s + 4, delta=delta, a=a, speed=speed)
+    write_run(fast, 0, "baseline", 2, delta=0.0, a=0.3)            # seed 6 missing: not paired
+    sub = study.aa_split(study.load(fast))
+    assert sorted(sub["baseline"]) == sorted(sub["baseline_b"]) == [0, 1, 100, 101]
+    assert np.array_equal(sub["baseline_b"][101]["interp"], study.load(fast)["baseline"][105]["interp"])
+    lines, summ = study.aa_lines(study.load(fast), n_boot=200)
+    t = summ["compare"]["0.8"]["speedup_tokens"]
+    assert t["value"] == pytest.approx(2.0)
+    assert summ["holds_one"] is False and "| NO |" in "\n".join(lines)
+    lines, summ = study.aa_lines(study.load(same), n_boot=200)
+    t = summ["compare"]["0.8"]["speedup_tokens"]
+    assert t["value"] == pytest.approx(1.0) and summ["holds_one"] is True
+
+
+def test_aa_is_not_computed_with_fewer_than_two_index_pairs(runs):
+    lines, summ = study.aa_lines(study.load(runs), n_boot=100)   # seeds 0-1 only: no seed s + 4
+    assert summ is None and any("Not computed yet: 0 index pairs" in x for x in lines)
