@@ -331,7 +331,7 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
     return lines + [""]
 
 
-def _runs_line(data: dict[str, dict[int, dict]]) -> list[str]:
+def runs_line(data: dict[str, dict[int, dict]]) -> list[str]:
     """How many of the planned runs exist, and which (arm: units per warm start), and the records' commits."""
     n = sum(len(v) for v in data.values())
     plan = len(ARMS) * SEEDS * len(WARM_STARTS)
@@ -414,7 +414,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
              "cumulative cost minus the baseline's final (a run that ended below that cost counts its final, "
              "censored). 95% paired bootstrap intervals (expanded percentile for differences), "
              f"{n_boot:,} resamples.", ""]
-    lines += _runs_line(data)
+    lines += runs_line(data)
     summary: dict = {"runs": {a: sorted(v) for a, v in data.items()}}
     for key in ("interp", "extrap"):
         lines += [f"### Held-out {SPLIT[key]} pass@1 (`{METRICS[key]}`)", ""]
@@ -449,12 +449,21 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
 
 
 def figure(data: dict[str, dict[int, dict]], path: pathlib.Path, *, axis: str = "tokens", grid: int = 101) -> None:
+    """``plot`` saved to ``path`` (the Agg back end; the figure closed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plot(data, axis=axis, grid=grid)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(data: dict[str, dict[int, dict]], *, axis: str = "tokens", grid: int = 101):
     """Held-out pass@1 (interpolate, extrapolate) against cumulative generated tokens (``axis="tokens"``) or
     wall-clock (``"wall"``): per arm the mean over its runs on a common grid (each run linearly interpolated
     on its cost axis; an arm's curve stops at its runs' smallest final cost) with a pointwise 95% bootstrap
-    band (``bootstrap_band``)."""
-    import matplotlib
-    matplotlib.use("Agg")
+    band (``bootstrap_band``). Returns the matplotlib figure (the notebook shows it; ``figure`` saves it)."""
     import matplotlib.pyplot as plt
 
     c = {"tokens": "cum_tokens", "wall": "cum_wall"}[axis]
@@ -478,8 +487,7 @@ def figure(data: dict[str, dict[int, dict]], path: pathlib.Path, *, axis: str = 
                      "(mean, 95% bootstrap band)", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def write_section(page: pathlib.Path, text: str) -> None:

@@ -200,12 +200,11 @@ STUDIES = (
           "(PS-ada, dynamic sampling, GRESO, SPEED, predicted, PS + dynamic sampling) buys the most held-out "
           "pass@1 per generated token, with an oracle selector as the positive control - and did the theory "
           "predict it?",
-          "python scripts/mathds_calibration.py --out results/mathds/calibration/w0_sft3000.json +experiment=mathds "
-          "sft.seed=0 sft.base_dir=$PWD/runs/mathds/base   # sft.steps=1500: w<W>_sft1500.json, both warm starts\n"
-          "python -m experiments.k_histogram +experiment=mathds sft.seed=0 sft.base_dir=$PWD/runs/mathds/base "
-          "--problems 480 --out results/mathds/calibration/w0_sft1500_k_histogram\n"
-          "W=0 SEEDS=\"0 2 4 6\" experiments/mathds_sweep.sh & W=0 SEEDS=\"1 3 5 7\" experiments/mathds_sweep.sh   "
-          "# not run: the warm start fails its criterion\n"
+          "python scripts/mathds_calibration.py --out results/mathds/calibration/w0_sft3000_pool4800.json +experiment=mathds "
+          "sft.seed=0 sft.base_dir=$PWD/runs/mathds/base   # the amended pool's step-0 histogram (w0_sft3000.json: the 480-pool)\n"
+          "python -m theory controls --hist 0.5804,0.1102,0.0627,0.0542,0.0358,0.0417,0.0300,0.0319,0.0531 --groups 16\n"
+          "G=$'baseline=method=baseline\\noracle=method=baseline,schedule.select=oracle'   # the gate: W=0, seeds 0-3\n"
+          "W=0 SEEDS=\"0 1\" ARMS=\"$G\" experiments/mathds_sweep.sh & W=0 SEEDS=\"2 3\" ARMS=\"$G\" experiments/mathds_sweep.sh\n"
           "experiments/mathds_sweep.sh --collect && python -m experiments.studies.mathds",
           "No verdict and no RL run yet. The 1.59M-parameter character model's 1,500-step warm starts sit at "
           "guesser level (held-out pass@1 0.048-0.053 against 0.041, 16-17% of the RL pool's groups mixed, below "

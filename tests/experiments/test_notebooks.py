@@ -19,7 +19,8 @@ from experiments import notebooks as nbs  # noqa: E402
 
 NOTEBOOKS = ["fig2_pass_rate_metrics.ipynb", "simulator.ipynb",
              "fig1_learning_curves.ipynb", "fig4_ablation.ipynb", "controller.ipynb",  # prs.analysis (issue #7)
-             "trap.ipynb"]  # the partial-pass trap (issue #18): reads results/trap/runs, else tests/data/trap_records
+             "trap.ipynb",  # the partial-pass trap (issue #18): reads results/trap/runs, else tests/data/trap_records
+             "mathds.ipynb"]  # the mathds benchmark study (issue #48): reads results/mathds/runs
 RUN_NOTEBOOKS = NOTEBOOKS[2:5]  # read run directories (PRS_RUN_ROOT), can train a tiny run set
 FIGURES = set(NOTEBOOKS)  # every notebook shows at least one figure
 
