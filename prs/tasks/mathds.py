@@ -297,7 +297,8 @@ class MathDSTask:
         """The warm-start cache key: the task's fields with ``rl_pool = held`` (the warm-start rows depend on
         the held-apart rows, not on the pool's size) and the data file's size (a regenerated file gives
         another key)."""
-        return f"{dataclasses.replace(self, rl_pool=self.held, held_apart=None)!r} rows={len(self.rows)} bytes={DATA.stat().st_size}"
+        fields = dataclasses.replace(self, rl_pool=self.held, held_apart=None)
+        return f"{fields!r} rows={len(self.rows)} bytes={DATA.stat().st_size}"
 
     # ------------------------------------------------------------------ problems
     def problems(self, ids) -> MathDSProblems:
@@ -398,8 +399,8 @@ class MathDSTask:
         return (f"mathematics_dataset: {len(self.modules_list)} modules; questions <= {self.max_question_len} "
                 f"characters kept (train {n['train']}/{total['train']}, interpolate {n['interpolate']}/"
                 f"{total['interpolate']}, extrapolate {n['extrapolate']}/{total['extrapolate']}); RL pool "
-                f"{self.rl_pool} ({self.held} of them held apart from the warm start), warm-start rows {self.warm_ids.size}; vocab {VOCAB.size}; P={self.prompt_width}, "
-                f"new tokens <= {self.max_new_tokens}")
+                f"{self.rl_pool} ({self.held} of them held apart from the warm start), warm-start rows "
+                f"{self.warm_ids.size}; vocab {VOCAB.size}; P={self.prompt_width}, new tokens <= {self.max_new_tokens}")
 
 
 def _mathds(**params) -> MathDSTask:
