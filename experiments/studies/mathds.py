@@ -93,8 +93,10 @@ def _column(recs: list[dict], key: str) -> np.ndarray:
 def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
     """arm -> unit (``W * WARM_STRIDE + S``) -> {"steps" [E], "interp" [E], "extrap" [E] (pass@1 at each
     evaluation), "cum_tokens" [T+1], "cum_wall" [T+1] (before each train step: index s = after s updates),
-    "tokens", "contrast", "rollouts", "oracle_rollouts", "oracle_tokens", "oracle_time" [T] (per step),
-    "commits": the provenance commits} of every complete run (a ``summary.json``) named
+    "tokens", "contrast", "rollouts", "oracle_rollouts", "oracle_tokens", "oracle_time" [T] (per step), the
+    selectors' counters "pass_train", "gen_batches", "skipped", "accepted", "unvisited" [T] (NaN where not
+    logged), "pool" (``schedule.pool_size`` from ``config.json``, None without one), "commits": the provenance
+    commits} of every complete run (a ``summary.json``) named
     ``mathds-w<W>-<arm>-s<S>`` under ``runs``; {} when ``runs`` does not exist."""
     out: dict[str, dict[int, dict]] = {}
     if not pathlib.Path(runs).is_dir():
@@ -119,7 +121,12 @@ def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
             "extrap": _column(ev, METRICS["extrap"]), "cum_tokens": np.r_[0.0, np.cumsum(tokens)],
             "cum_wall": np.r_[0.0, np.cumsum(wall)], "tokens": tokens, "contrast": _column(tr, "groups_contrast"),
             "rollouts": _column(tr, "rollouts_sampled"), "oracle_rollouts": _column(tr, "oracle/rollouts"),
-            "oracle_tokens": _column(tr, "oracle/tokens"), "oracle_time": _column(tr, "time_oracle"), "commits": commits}
+            "oracle_tokens": _column(tr, "oracle/tokens"), "oracle_time": _column(tr, "time_oracle"),
+            "pass_train": _column(tr, "pass_rate_train"), "gen_batches": _column(tr, "gen_batches"),
+            "skipped": _column(tr, "select/skipped_easy") + _column(tr, "select/skipped_hard"),
+            "accepted": _column(tr, "select/accepted_share"), "unvisited": _column(tr, "select/unvisited"),
+            "pool": int(json.loads((d / "config.json").read_text())["schedule"]["pool_size"])
+            if (d / "config.json").exists() else None, "commits": commits}
     return out
 
 
@@ -272,6 +279,33 @@ def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
                      "contrast_per_1000": mean(lambda r: 1000.0 * r["contrast"].sum() / r["rollouts"].sum()),
                      "oracle_rollouts": float(np.mean([np.nanmean(r["oracle_rollouts"]) for r in orc])) if orc else None,
                      "oracle_tokens": float(np.mean([np.nanmean(r["oracle_tokens"]) for r in orc])) if orc else None})
+    return rows
+
+
+def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
+    """Per arm (mean over its runs of each run's per-step mean, NaN where the arm does not log it): the
+    trained groups' pass rate (``pass_rate_train``: what the selector chose to train on), dynamic sampling's
+    generation batches per step, selective's (GRESO) skipped tasks per step, screen's accepted share of
+    screened candidates, and predicted's distinct tasks trained by the end of the run (``pool_size`` minus its
+    final ``select/unvisited``: the tasks it ever visited)."""
+    def nanmean(vals):
+        vals = [v for v in vals if np.isfinite(v)]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    def last_visited(r):
+        u = r["unvisited"][np.isfinite(r["unvisited"])]
+        return float(r["pool"] - u[-1]) if u.size and r["pool"] is not None else float("nan")
+
+    rows = []
+    for arm in ARMS:
+        runs = list(data.get(arm, {}).values())
+        if not runs:
+            continue
+        per_run = lambda key: nanmean([np.nanmean(r[key]) if np.isfinite(r[key]).any() else np.nan  # noqa: E731
+                                       for r in runs])
+        rows.append({"arm": arm, "runs": len(runs), "pass_train": per_run("pass_train"),
+                     "gen_batches": per_run("gen_batches"), "skipped": per_run("skipped"),
+                     "accepted": per_run("accepted"), "visited": nanmean([last_visited(r) for r in runs])})
     return rows
 
 
@@ -442,9 +476,21 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               f"{r['contrast_per_1000']:.1f} | " + ("-" if r["oracle_rollouts"] is None else
                                                   f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})") + " |"
               for r in led] or ["", "No complete run yet."]
+    sel = selector_counters(data)
+    show = lambda v, f: "-" if not np.isfinite(v) else format(v, f)  # noqa: E731
+    lines += ["", "### What each selector did (its own counters; mean over each arm's runs)", "",
+              "The trained groups' pass rate (`pass_rate_train`, per step); dynamic sampling's generation batches "
+              "per step; selective's (GRESO) skipped tasks per step; screen's accepted share of screened "
+              "candidates; predicted's distinct tasks trained in the run (`pool_size` minus its final "
+              "`select/unvisited`). A dash: the arm does not log it.", "",
+              "| arm | runs | trained groups' pass rate | generation batches / step | tasks skipped / step | "
+              "accepted share | distinct tasks trained |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r['arm']}` | {r['runs']} | {show(r['pass_train'], '.3f')} | {show(r['gen_batches'], '.2f')} | "
+              f"{show(r['skipped'], '.2f')} | {show(r['accepted'], '.3f')} | {show(r['visited'], '.0f')} |"
+              for r in sel] or ["", "No complete run yet."]
     aa, aa_summary = aa_lines(data, n_boot=n_boot)
     lines += [""] + aa + coverage_lines(cov, len(data.get("baseline", {}))) + [END]
-    summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led), aa=aa_summary)
+    summary.update(transfer=to_jsonable(tr), ledger=to_jsonable(led), selectors=to_jsonable(sel), aa=aa_summary)
     return "\n".join(lines), summary
 
 

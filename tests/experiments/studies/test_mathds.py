@@ -115,6 +115,25 @@ def test_ledger(runs):
     assert led["baseline"]["oracle_rollouts"] is None
 
 
+def test_selector_counters(runs):
+    """Each counter is the mean over runs of the per-step mean; predicted's distinct tasks = pool - final unvisited."""
+    for seed, (unvisited, skipped) in enumerate([((90, 70), (1, 3)), ((80, 50), (3, 5))]):
+        d = write_run(runs, 0, "predicted", seed, delta=0.0, a=0.3, steps=2,
+                      extra_train={"pass_rate_train": 0.25 * (seed + 1)})
+        recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        train = [r for r in recs if r["kind"] == "train"]
+        for r, u, k in zip(train, unvisited, skipped):
+            r.update({"select/unvisited": u, "select/skipped_easy": k, "select/skipped_hard": 1})
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        (d / "config.json").write_text(json.dumps({"schedule": {"pool_size": 100}}))
+    sel = {r["arm"]: r for r in study.selector_counters(study.load(runs))}
+    assert sel["predicted"]["visited"] == pytest.approx(np.mean([100 - 70, 100 - 50]))
+    assert sel["predicted"]["pass_train"] == pytest.approx(np.mean([0.25, 0.5]))
+    assert sel["predicted"]["skipped"] == pytest.approx(np.mean([(1 + 3) / 2 + 1, (3 + 5) / 2 + 1]))
+    assert np.isnan(sel["baseline"]["visited"]) and np.isnan(sel["baseline"]["gen_batches"])  # not logged: NaN
+    assert np.isnan(sel["baseline"]["pass_train"])
+
+
 def test_step_wall_leaves_the_oracle_out():
     assert study.step_wall({"time_sample": 1.0, "time_update": 2.0, "time_select": 0.5, "time_batch": 0.25,
                             "time_replay": 0.25, "time_oracle": 100.0}) == pytest.approx(4.0)
