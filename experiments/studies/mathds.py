@@ -77,6 +77,10 @@ WALL_KEYS = ("time_select", "time_sample", "time_replay", "time_batch", "time_up
 TIME_CLIP = 5.0  # a step time above 5x the run's median (compilation) counts as the median
 NAME = re.compile(r"^mathds-w(?P<w>\d+)-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
 MIN_COVERAGE_SEEDS = 4
+# An arm is compared with the baseline on >= MIN_PAIRED paired (W, S) units: the gate's size, the smallest at
+# which the intervals' coverage was measured (coverage.json); a paired bootstrap over 2 or 3 units has only 3 or
+# 10 distinct resamples, so its "interval" would print a number that is not one.
+MIN_PAIRED = 4
 
 
 def step_wall(rec: dict) -> float:
@@ -133,11 +137,11 @@ def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
 def paired(data: dict[str, dict[int, dict]], arm: str, key: str, ref: str = "baseline"):
     """``(units, steps [E], y_ref [U, E], y_arm [U, E], cost_ref, cost_arm)`` of ``key`` on the units both arms
     completed and the evaluation steps all of them share, cost_* = {"tokens", "wall": [U, T+1]} (each arm's
-    runs cut to its shortest); None when an arm is missing or fewer than 2 units are paired."""
+    runs cut to its shortest); None when an arm is missing or fewer than ``MIN_PAIRED`` units are paired."""
     if arm not in data or ref not in data:
         return None
     units = sorted(set(data[arm]) & set(data[ref]))
-    if len(units) < 2:
+    if len(units) < MIN_PAIRED:
         return None
     runs = [data[a][u] for a in (ref, arm) for u in units]
     steps = np.array(sorted(set.intersection(*(set(r["steps"].tolist()) for r in runs))))
@@ -200,7 +204,8 @@ def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, 
             warm_split: bool = True) -> dict | None:
     """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
     costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``) the tokens-to-80%
-    ratio per warm start; None when fewer than 2 units are paired."""
+    ratio per warm start (each on its own >= ``MIN_PAIRED`` units); None when fewer than ``MIN_PAIRED`` units
+    are paired."""
     p = paired(data, arm, key)
     if p is None:
         return None
@@ -251,7 +256,7 @@ def aa_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[list[str
         return lines + [f"Not computed: {e}.", ""], None
     if g is None:
         return lines + [f"Not computed yet: {len(sub['baseline'])} index pairs of baseline runs "
-                        f"(seeds s and s + {SEEDS // 2}) complete, 2 needed.", ""], None
+                        f"(seeds s and s + {SEEDS // 2}) complete, {MIN_PAIRED} needed.", ""], None
     t, at, et = g[0.8].get("speedup_tokens", _nan_ci()), g["auc_tokens"], g["equal_tokens"]
     holds = t["lo"] <= 1.0 <= t["hi"] if np.isfinite(t["lo"]) and np.isfinite(t["hi"]) else None
     lines += ["| pairs | tokens to 80%: A / B | its censoring bound | interval holds 1.0 | AUC over tokens: B - A | "
@@ -409,7 +414,7 @@ def comparison_lines(data: dict[str, dict[int, dict]], key: str, *, n_boot: int)
             tok.append(f"| `{arm}` | {n} | not compared: {e} |" + " |" * 7)
             continue
         if g is None:
-            runs = f"{len(data[arm])} run{'s' * (len(data[arm]) != 1)}, {n} paired: not compared"
+            runs = f"{len(data[arm])} run{'s' * (len(data[arm]) != 1)}, {n} paired: not compared (< {MIN_PAIRED})"
             tok.append(f"| `{arm}` | {runs} |" + " - |" * 8)
             wall.append(f"| `{arm}` | {runs} |" + " - |" * 4)
             continue

@@ -81,9 +81,7 @@ def test_closed_form_tables(runs):
     assert g["auc_tokens"]["improvement"]["value"] == pytest.approx(abar * (1000 / 1500 - 0.5))
     assert g["equal_tokens"]["improvement"]["value"] == pytest.approx(abar * (2 * 1000 / 1500 - 1))
     assert g["equal_tokens"]["censored"] == 0
-    for w in (0, 1):  # each warm start at its own level: the same compression
-        assert g["by_warm_start"][w]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
-        assert g["by_warm_start"][w]["n"] == 2
+    assert g["by_warm_start"] == {}  # 2 units per warm start < MIN_PAIRED: no per-warm-start column
     # the oracle's 50 s of estimation per step are not in its wall-clock: the same ratio as ps_ada's
     go = study.compare(data, "oracle", n_boot=200)
     assert go[0.8]["speedup_wall"]["value"] == pytest.approx(4.0)
@@ -103,6 +101,35 @@ def test_closed_form_tables(runs):
     assert tr["baseline"]["gain_extrap"]["value"] == pytest.approx(0.5 * abar)
     assert tr["baseline"]["r"] == pytest.approx(1.0)
     assert np.isnan(tr["selective"]["r"])  # one run: no correlation
+
+
+def test_fewer_than_min_paired_units_are_not_compared(runs):
+    """Three paired units (2 warm starts x seeds 0-1 less one) are below MIN_PAIRED = 4: no comparison, and the
+    page says why; the fourth makes it a comparison."""
+    assert study.MIN_PAIRED == 4
+    for w, s, delta, a in UNITS[:3]:
+        write_run(runs, w, "predicted", s, delta=delta, a=a, speed=2.0)
+    data = study.load(runs)
+    assert study.compare(data, "predicted", n_boot=50) is None
+    lines, _ = study.comparison_lines(data, "interp", n_boot=50)
+    assert any("`predicted` | 3 runs, 3 paired: not compared (< 4)" in x for x in lines)
+    w, s, delta, a = UNITS[3]
+    write_run(runs, w, "predicted", s, delta=delta, a=a, speed=2.0)
+    assert study.compare(study.load(runs), "predicted", n_boot=50)[0.8]["speedup_steps"]["value"] == pytest.approx(2.0)
+
+
+def test_per_warm_start_column(tmp_path):
+    """Four seeds per warm start: each warm start read at its own level gives the same compression."""
+    root = tmp_path / "runs"
+    for w in (0, 1):
+        for s in range(4):
+            delta, a = 0.01 * (s - 1.5) + 0.02 * w, 0.25 + 0.03 * s
+            write_run(root, w, "baseline", s, delta=delta, a=a, tokens=1000.0)
+            write_run(root, w, "ps_ada", s, delta=delta, a=a, speed=2.0, tokens=1500.0)
+    g = study.compare(study.load(root), "ps_ada", n_boot=200)
+    for w in (0, 1):
+        assert g["by_warm_start"][w]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
+        assert g["by_warm_start"][w]["n"] == 4
 
 
 def test_ledger(runs):
@@ -148,7 +175,7 @@ def test_page_partial_data_and_check(runs, tmp_path, capsys):
     s = page.read_text()
     assert s.startswith(prose) and s.rstrip().endswith(study.END)
     assert "Runs: 17 complete of the planned 128 (8 arms x 8 seeds x 2 warm starts)" in s
-    assert "| `selective` | 1 run, 1 paired: not compared |" in s
+    assert "| `selective` | 1 run, 1 paired: not compared (< 4) |" in s
     assert "Not yet measured (needs >= 4 baseline runs, 4 exist)" not in s  # 4 exist: it says how to run it
     assert "run `python -m experiments.studies.mathds --coverage STUDIES`" in s
     assert "records made by commit `abc1234567`" in s
