@@ -67,6 +67,9 @@ def controls_main(argv: Sequence[str]) -> int:
     ap.add_argument("--n-init", type=int, default=4, help="screen: screening rollouts per candidate (default 4)")
     ap.add_argument("--target", type=float, default=0.5, help="Prefix Sampling controller target (default 0.5)")
     ap.add_argument("--pool-size", type=int, default=None, help="predicted: tasks to choose from M (default 4B)")
+    ap.add_argument("--reroll", choices=("add", "replace"), default="add",
+                    help="Prefix Sampling: both groups trained (add, schedule.reroll=append; default) or the re-roll "
+                         "replaces a group when mixed (replace, prs's default schedule.reroll=replace + fallback)")
     ap.add_argument("--lengths", default=None, help="mean tokens of a success,failure rollout (default 1,1)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(list(argv))
@@ -84,7 +87,7 @@ def controls_main(argv: Sequence[str]) -> int:
         ls, lf = _floats("--lengths", args.lengths, 2) if args.lengths else (1.0, 1.0)
         rates = tc.compare_controls(pool, n=n, groups=args.groups, gen_groups=args.gen_groups,
                                     max_batches=args.max_batches, n_init=args.n_init, target=args.target,
-                                    pool_size=args.pool_size, len_success=ls, len_failure=lf)
+                                    pool_size=args.pool_size, len_success=ls, len_failure=lf, reroll=args.reroll)
     except ValueError as e:
         ap.error(str(e))
     if args.json:

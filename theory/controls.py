@@ -400,16 +400,30 @@ def screen(pool: Pool, *, n: int, groups: int, n_init: int = 4, candidates: int 
 
 
 def ps_reroll(pool: Pool, *, n: int, groups: int, target: float = 0.5, reroll_mixed: float | None = None,
-              prefix_share: float = 0.0, len_success: float = 1.0, len_failure: float = 1.0) -> ControlRate:
-    """Prefix Sampling's same-step re-roll (``prs.core.prefix``, mode ``ps_ada``, ``reroll="add"``): a group in a
-    PS bucket (``assign_buckets(k) >= 0``: 1..N/4 and N−N/4..N−1 successes) is re-rolled from a prefix, with
-    the controller at its target ``t``; both groups are trained.
+              prefix_share: float = 0.0, len_success: float = 1.0, len_failure: float = 1.0,
+              reroll: str = "add", fallback: bool = True) -> ControlRate:
+    """Prefix Sampling's same-step re-roll (``prs.core.prefix``, mode ``ps_ada``): a group in a PS bucket
+    (``assign_buckets(k) >= 0``: 1..N/4 and N−N/4..N−1 successes) is re-rolled from a prefix, with the
+    controller at its target ``t``.
 
     The re-rolled group's continuations succeed with probability t each; if independent, it is informative
-    with probability ``1 − t^N − (1−t)^N`` (an upper bound: one prefix often decides all N continuations;
+    with probability ``m = 1 − t^N − (1−t)^N`` (an upper bound: one prefix often decides all N continuations;
     pass the measured share as ``reroll_mixed``) and carries ``(N−1)/N·t(1−t)`` signal. A re-rolled rollout
-    generates ``(1 − prefix_share)`` of a rollout's tokens (0 = a full rollout, conservative).
-    """
+    generates ``(1 − prefix_share)`` of a rollout's tokens (0 = a full rollout, conservative). With ``r`` the
+    share of groups in a bucket:
+
+    * ``reroll="add"`` (``schedule.reroll=append``): both groups are trained, B(1 + r) groups a step,
+      informative B(E[s(p)] + r m).
+    * ``reroll="replace"`` (``schedule.reroll=replace``, prs's default): B groups a step; with ``fallback``
+      (``schedule.reroll_fallback=true``, the default) the re-roll replaces its group only when it is mixed
+      (probability m), so informative stays B E[s(p)] - every bucketed group is already mixed - and the signal
+      swaps the original's ``k(N−k)/N²`` for the re-roll's ``E[k(N−k)/N² | mixed] = (N−1)/N·t(1−t)/m``
+      with probability m; without ``fallback`` every bucketed group is replaced: informative
+      B(E[s(p)] − r(1 − m)).
+
+    Rollouts B N (1 + r) in every mode: the replaced groups were generated too."""
+    if reroll not in ("add", "replace"):
+        raise ValueError(f"reroll must be one of 'add', 'replace', got {reroll!r}")
     from prs.core import prefix as px  # noqa: PLC0415
 
     n, groups = _check_nb(n, groups)
@@ -425,13 +439,23 @@ def ps_reroll(pool: Pool, *, n: int, groups: int, target: float = 0.5, reroll_mi
     p = pool.p
     skew = pool.mean(np.sum(_binom_pmf(n, p) * bucketed, axis=-1))
     ln = pool.mean(_length(p, len_success, len_failure))
-    inf = groups * (pool.mean(informative_prob(p, n)) + skew * mixed)
-    sig = groups * (pool.mean(_signal(p, n)) + skew * _signal(np.float64(target), n))
     rollouts = groups * n * (1.0 + skew)
     tokens = groups * n * ln + groups * skew * n * (1.0 - prefix_share) * (
         target * len_success + (1 - target) * len_failure)
-    return ControlRate("ps_reroll", groups * (1.0 + skew), inf, sig, rollouts, tokens,
-                       extra=dict(reroll_share=skew, reroll_mixed=mixed))
+    s_t = float(_signal(np.float64(target), n))
+    if reroll == "add":
+        inf = groups * (pool.mean(informative_prob(p, n)) + skew * mixed)
+        sig = groups * (pool.mean(_signal(p, n)) + skew * s_t)
+        trained = groups * (1.0 + skew)
+    else:
+        k = np.arange(n + 1)
+        sig_bucketed = pool.mean(np.sum(_binom_pmf(n, p) * bucketed * k * (n - k) / n ** 2, axis=-1))
+        swap = mixed if fallback else 1.0                              # P(a bucketed group is replaced)
+        inf = groups * (pool.mean(informative_prob(p, n)) - (0.0 if fallback else skew * (1.0 - mixed)))
+        sig = groups * (pool.mean(_signal(p, n)) - swap * sig_bucketed + skew * s_t)
+        trained = float(groups)
+    return ControlRate("ps_reroll", trained, inf, sig, rollouts, tokens,
+                       extra=dict(reroll_share=skew, reroll_mixed=mixed, reroll=reroll, fallback=fallback))
 
 
 def predicted(pool: Pool, *, n: int, groups: int, pool_size: int, len_success: float = 1.0,
@@ -472,15 +496,15 @@ def predicted(pool: Pool, *, n: int, groups: int, pool_size: int, len_success: f
 def compare_controls(pool: Pool, *, n: int = 8, groups: int = 32, gen_groups: int | None = None,
                      max_batches: int = 10, n_init: int = 4, p_easy: float = 0.5, p_hard: float = 0.5,
                      floor: float = 0.01, target: float = 0.5, pool_size: int | None = None,
-                     len_success: float = 1.0, len_failure: float = 1.0) -> list[ControlRate]:
+                     len_success: float = 1.0, len_failure: float = 1.0, reroll: str = "add") -> list[ControlRate]:
     """Every control on one pool (defaults: gen batch G = B, cap C = 10 = the trainer's ``ds_max_gen_batches``, n_init = 4, GRESO 0.5/0.5/0.01,
-    PS target 0.5, oracle pool M = 4B)."""
+    PS target 0.5 and ``reroll`` (``ps_reroll``: "add" or "replace" with fallback), oracle pool M = 4B)."""
     ln = dict(len_success=len_success, len_failure=len_failure)
     return [uniform(pool, n=n, groups=groups, **ln),
             dynamic_sampling(pool, n=n, groups=groups, gen_groups=gen_groups or groups, max_batches=max_batches, **ln),
             selective(pool, n=n, groups=groups, p_easy=p_easy, p_hard=p_hard, floor=floor, **ln),
             screen(pool, n=n, groups=groups, n_init=n_init, **ln),
-            ps_reroll(pool, n=n, groups=groups, target=target, **ln),
+            ps_reroll(pool, n=n, groups=groups, target=target, reroll=reroll, **ln),
             predicted(pool, n=n, groups=groups, pool_size=pool_size or 4 * groups, **ln)]
 
 

@@ -119,6 +119,32 @@ def test_ps_reroll_matches_monte_carlo():
     assert abs((n * B + n * skew.sum(1)).mean() - ps.rollouts) < 5 * (n * skew.sum(1)).std() / np.sqrt(S)
 
 
+@pytest.mark.parametrize("fallback", [True, False])
+def test_ps_reroll_replace_matches_monte_carlo(fallback):
+    """reroll="replace" (prs's default): B groups trained, a bucketed group swapped for its re-roll when the
+    re-roll is mixed (fallback) or always; informative groups and advantage energy k(N-k)/N^2 simulated."""
+    rng = np.random.default_rng(5)
+    pool = C.beta_pool(0.4, 0.9, size=512)
+    n, B, S, t = 8, 4, 50_000, 0.4
+    p = _mc_pool(rng, pool, (S, B))
+    k = rng.binomial(n, p)
+    skew = ((k >= 1) & (k <= 2)) | ((k >= 6) & (k <= 7))
+    kr = rng.binomial(n, t, size=(S, B))
+    swap = skew & (((kr > 0) & (kr < n)) if fallback else True)
+    kt = np.where(swap, kr, k)                                             # the trained group's successes
+    inf = ((kt > 0) & (kt < n)).sum(1)
+    sig = (kt * (n - kt) / n ** 2).sum(1)
+    ps = C.ps_reroll(pool, n=n, groups=B, target=t, reroll="replace", fallback=fallback)
+    assert ps.groups == B
+    assert abs(inf.mean() - ps.informative) < 5 * inf.std() / np.sqrt(S)
+    assert abs(sig.mean() - ps.signal) < 5 * sig.std() / np.sqrt(S)
+    assert abs((n * B + n * skew.sum(1)).mean() - ps.rollouts) < 5 * (n * skew.sum(1)).std() / np.sqrt(S)
+    if fallback:  # every bucketed group is mixed already: replacing never changes the informative count
+        assert ps.informative == pytest.approx(C.uniform(pool, n=n, groups=B).informative)
+    with pytest.raises(ValueError, match="reroll must be one of 'add', 'replace'"):
+        C.ps_reroll(pool, n=n, groups=B, reroll="swap")
+
+
 def test_greso_stationary_matches_simulated_chain():
     """The per-task streak chain simulated with GRESO's rule (skip prob 1 - max(p_e^c, 0.01)) vs the linear solve."""
     rng = np.random.default_rng(3)
