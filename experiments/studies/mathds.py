@@ -98,7 +98,8 @@ def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
     """arm -> unit (``W * WARM_STRIDE + S``) -> {"steps" [E], "interp" [E], "extrap" [E] (pass@1 at each
     evaluation), "cum_tokens" [T+1], "cum_wall" [T+1] (before each train step: index s = after s updates),
     "tokens", "contrast", "rollouts", "oracle_rollouts", "oracle_tokens", "oracle_time" [T] (per step), the
-    selectors' counters "pass_train", "gen_batches", "skipped", "accepted", "unvisited" [T] (NaN where not
+    selectors' counters "pass_train", "gen_batches", "rerolled", "replaced", "skipped", "accepted",
+    "unvisited" [T] (NaN where not
     logged), "pool" (``schedule.pool_size`` from ``config.json``, None without one), "commits": the provenance
     commits} of every complete run (a ``summary.json``) named
     ``mathds-w<W>-<arm>-s<S>`` under ``runs``; {} when ``runs`` does not exist."""
@@ -127,6 +128,7 @@ def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
             "rollouts": _column(tr, "rollouts_sampled"), "oracle_rollouts": _column(tr, "oracle/rollouts"),
             "oracle_tokens": _column(tr, "oracle/tokens"), "oracle_time": _column(tr, "time_oracle"),
             "pass_train": _column(tr, "pass_rate_train"), "gen_batches": _column(tr, "gen_batches"),
+            "rerolled": _column(tr, "groups_rerolled"), "replaced": _column(tr, "groups_replaced"),
             "skipped": _column(tr, "select/skipped_easy") + _column(tr, "select/skipped_hard"),
             "accepted": _column(tr, "select/accepted_share"), "unvisited": _column(tr, "select/unvisited"),
             "pool": int(json.loads((d / "config.json").read_text())["schedule"]["pool_size"])
@@ -290,7 +292,9 @@ def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
 def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
     """Per arm (mean over its runs of each run's per-step mean, NaN where the arm does not log it): the
     trained groups' pass rate (``pass_rate_train``: what the selector chose to train on), dynamic sampling's
-    generation batches per step, selective's (GRESO) skipped tasks per step, screen's accepted share of
+    generation batches per step, Prefix Sampling's re-rolled groups per step and the share of them that
+    replaced their group (Σ groups_replaced / Σ groups_rerolled: with ``reroll_fallback`` only a re-roll with
+    contrast replaces), selective's (GRESO) skipped tasks per step, screen's accepted share of
     screened candidates, and predicted's distinct tasks trained by the end of the run (``pool_size`` minus its
     final ``select/unvisited``: the tasks it ever visited)."""
     def nanmean(vals):
@@ -308,8 +312,11 @@ def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
             continue
         per_run = lambda key: nanmean([np.nanmean(r[key]) if np.isfinite(r[key]).any() else np.nan  # noqa: E731
                                        for r in runs])
+        kept = [np.nansum(r["replaced"]) / np.nansum(r["rerolled"]) if np.nansum(r["rerolled"]) > 0 else np.nan
+                for r in runs]
         rows.append({"arm": arm, "runs": len(runs), "pass_train": per_run("pass_train"),
-                     "gen_batches": per_run("gen_batches"), "skipped": per_run("skipped"),
+                     "gen_batches": per_run("gen_batches"), "rerolled": per_run("rerolled"),
+                     "reroll_kept": nanmean(kept), "skipped": per_run("skipped"),
                      "accepted": per_run("accepted"), "visited": nanmean([last_visited(r) for r in runs])})
     return rows
 
@@ -485,13 +492,16 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     show = lambda v, f: "-" if not np.isfinite(v) else format(v, f)  # noqa: E731
     lines += ["", "### What each selector did (its own counters; mean over each arm's runs)", "",
               "The trained groups' pass rate (`pass_rate_train`, per step); dynamic sampling's generation batches "
-              "per step; selective's (GRESO) skipped tasks per step; screen's accepted share of screened "
+              "per step; Prefix Sampling's re-rolled groups per step and the share of re-rolls that replaced their "
+              "group (with `reroll_fallback`, only a re-roll with contrast does); selective's (GRESO) skipped "
+              "tasks per step; screen's accepted share of screened "
               "candidates; predicted's distinct tasks trained in the run (`pool_size` minus its final "
               "`select/unvisited`). A dash: the arm does not log it.", "",
-              "| arm | runs | trained groups' pass rate | generation batches / step | tasks skipped / step | "
-              "accepted share | distinct tasks trained |", "|---|---|---|---|---|---|---|"]
+              "| arm | runs | trained groups' pass rate | generation batches / step | re-rolled groups / step | "
+              "re-rolls that replaced | tasks skipped / step | accepted share | distinct tasks trained |",
+              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| `{r['arm']}` | {r['runs']} | {show(r['pass_train'], '.3f')} | {show(r['gen_batches'], '.2f')} | "
-              f"{show(r['skipped'], '.2f')} | {show(r['accepted'], '.3f')} | {show(r['visited'], '.0f')} |"
+              f"{show(r['rerolled'], '.2f')} | {show(r['reroll_kept'], '.2f')} | {show(r['skipped'], '.2f')} | {show(r['accepted'], '.3f')} | {show(r['visited'], '.0f')} |"
               for r in sel] or ["", "No complete run yet."]
     aa, aa_summary = aa_lines(data, n_boot=n_boot)
     lines += [""] + aa + coverage_lines(cov, len(data.get("baseline", {}))) + [END]

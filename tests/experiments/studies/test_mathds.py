@@ -146,7 +146,8 @@ def test_selector_counters(runs):
     """Each counter is the mean over runs of the per-step mean; predicted's distinct tasks = pool - final unvisited."""
     for seed, (unvisited, skipped) in enumerate([((90, 70), (1, 3)), ((80, 50), (3, 5))]):
         d = write_run(runs, 0, "predicted", seed, delta=0.0, a=0.3, steps=2,
-                      extra_train={"pass_rate_train": 0.25 * (seed + 1)})
+                      extra_train={"pass_rate_train": 0.25 * (seed + 1), "groups_rerolled": 2 + 2 * seed,
+                                   "groups_replaced": 1})
         recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in recs if r["kind"] == "train"]
         for r, u, k in zip(train, unvisited, skipped):
@@ -157,7 +158,10 @@ def test_selector_counters(runs):
     assert sel["predicted"]["visited"] == pytest.approx(np.mean([100 - 70, 100 - 50]))
     assert sel["predicted"]["pass_train"] == pytest.approx(np.mean([0.25, 0.5]))
     assert sel["predicted"]["skipped"] == pytest.approx(np.mean([(1 + 3) / 2 + 1, (3 + 5) / 2 + 1]))
+    assert sel["predicted"]["rerolled"] == pytest.approx(np.mean([2, 4]))
+    assert sel["predicted"]["reroll_kept"] == pytest.approx(np.mean([2 / 4, 2 / 8]))   # per run: Σ replaced / Σ re-rolled
     assert np.isnan(sel["baseline"]["visited"]) and np.isnan(sel["baseline"]["gen_batches"])  # not logged: NaN
+    assert np.isnan(sel["baseline"]["reroll_kept"])
     assert np.isnan(sel["baseline"]["pass_train"])
 
 
