@@ -77,6 +77,13 @@ WALL_KEYS = ("time_select", "time_sample", "time_replay", "time_batch", "time_up
 TIME_CLIP = 5.0  # a step time above 5x the run's median (compilation) counts as the median
 NAME = re.compile(r"^mathds-w(?P<w>\d+)-(?P<arm>[a-z0-9_]+)-s(?P<seed>\d+)$")
 MIN_COVERAGE_SEEDS = 4
+# The theory's row for each arm (``theory.controls.compare_controls``; PS as the arm runs it, reroll="replace"
+# with fallback; the theory's "predicted" row is the oracle's top B of 4B; no row for ps_ds nor for the
+# Beta-posterior ``predicted`` selector) and the step-0 pool histogram it is read on.
+THEORY_ROW = {"baseline": "uniform", "ps_ada": "ps_reroll", "dynamic_sampling": "dynamic_sampling",
+              "selective": "selective", "screen": "screen", "oracle": "predicted"}
+CALIBRATION = OUT / "calibration" / "w0_sft3000_pool4800.json"
+GROUPS = 16  # the preset's B (conf/experiment/mathds.yaml: algo.tasks_per_step)
 # An arm is compared with the baseline on >= MIN_PAIRED paired (W, S) units: the gate's size, the smallest at
 # which the intervals' coverage was measured (coverage.json); a paired bootstrap over 2 or 3 units has only 3 or
 # 10 distinct resamples, so its "interval" would print a number that is not one.
@@ -321,6 +328,23 @@ def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
+def theory_ratios(calibration: pathlib.Path = CALIBRATION, *, groups: int = GROUPS) -> dict[str, float]:
+    """arm -> the theory's informative groups per 1000 generated rollouts relative to uniform's, on the step-0
+    pool histogram ``pool_hist`` of ``calibration`` (``scripts/mathds_calibration.py``): ``python -m theory
+    controls --hist <its shares> --groups 16 --reroll replace``, each arm's ``THEORY_ROW``. {} when the file does
+    not exist."""
+    path = pathlib.Path(calibration)
+    if not path.exists():
+        return {}
+    from theory import controls as tc  # noqa: PLC0415 (scipy; only the ledger needs it)
+
+    hist = np.asarray(json.loads(path.read_text())["pool_hist"], float)
+    pool, _ = tc.hist_pool(hist / hist.sum())
+    rates = {r.control: r.per_1000_rollouts() for r in
+             tc.compare_controls(pool, n=hist.size - 1, groups=groups, reroll="replace")}
+    return {arm: rates[row] / rates["uniform"] for arm, row in THEORY_ROW.items()}
+
+
 def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[dict]:
     """Does extrapolate move with interpolate? Per arm: each run's gain (final - first evaluation) on both
     splits, their means (bootstrap CIs) and their Pearson correlation across the arm's runs (>= 3 runs)."""
@@ -478,16 +502,26 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
               f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
+    theory = theory_ratios()
+    base_rate = next((r["contrast_per_1000"] for r in led if r["arm"] == "baseline"), float("nan"))
+    for r in led:
+        r["ratio"] = r["contrast_per_1000"] / base_rate
+        r["theory_ratio"] = theory.get(r["arm"])
     lines += ["", "### The ledger (measured, per step; mean over each arm's runs)", "",
               "Contrast groups per 1000 generated rollouts is what `python -m theory controls` predicts from the "
-              "step-0 histogram (its informative groups per rollout); the oracle's estimation rollouts are apart.", "",
+              "step-0 histogram (its informative groups per rollout); the oracle's estimation rollouts are apart. "
+              f"The theory's ratio to uniform is computed from W = 0's step-0 pool histogram "
+              f"(`{CALIBRATION.relative_to(ROOT)}`; `theory_ratios`: PS as the arm runs it, `--reroll replace`; the "
+              "oracle on the theory's top-B-of-4B row; no row for ps_ds and the Beta-posterior `predicted`).", "",
               "| arm | runs | generated tokens / step | rollouts sampled / step | groups with contrast / step | "
-              "contrast groups per 1000 generated rollouts | oracle's estimation rollouts / step (tokens) |",
-              "|---|---|---|---|---|---|---|"]
+              "contrast groups per 1000 generated rollouts | measured / baseline | theory / uniform | "
+              "oracle's estimation rollouts / step (tokens) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| `{r['arm']}` | {r['runs']} | {r['tokens']:.0f} | {r['rollouts']:.1f} | {r['contrast']:.2f} | "
-              f"{r['contrast_per_1000']:.1f} | " + ("-" if r["oracle_rollouts"] is None else
-                                                  f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})") + " |"
-              for r in led] or ["", "No complete run yet."]
+              f"{r['contrast_per_1000']:.1f} | {fmt(r['ratio'], 2)} | "
+              + ("-" if r["theory_ratio"] is None else f"{r['theory_ratio']:.2f}") + " | "
+              + ("-" if r["oracle_rollouts"] is None else f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})")
+              + " |" for r in led] or ["", "No complete run yet."]
     sel = selector_counters(data)
     show = lambda v, f: "-" if not np.isfinite(v) else format(v, f)  # noqa: E731
     lines += ["", "### What each selector did (its own counters; mean over each arm's runs)", "",

@@ -165,6 +165,28 @@ def test_selector_counters(runs):
     assert np.isnan(sel["baseline"]["pass_train"])
 
 
+def test_theory_ratios_read_the_calibration_histogram(tmp_path):
+    """The ledger's theory column: each arm's row of compare_controls on the calibration's pool histogram
+    (PS as reroll="replace"), relative to uniform; the committed W = 0 calibration gives the CLI's 0.85 / 0.81."""
+    from theory import controls as tc
+
+    hist = [2786, 529, 301, 260, 172, 200, 144, 153, 255]
+    path = tmp_path / "calib.json"
+    path.write_text(json.dumps({"pool_hist": hist}))
+    got = study.theory_ratios(path)
+    pool, _ = tc.hist_pool(np.asarray(hist, float) / sum(hist))
+    uni = tc.uniform(pool, n=8, groups=16).per_1000_rollouts()
+    assert got["baseline"] == pytest.approx(1.0)
+    assert got["ps_ada"] == pytest.approx(
+        tc.ps_reroll(pool, n=8, groups=16, reroll="replace").per_1000_rollouts() / uni)
+    assert got["oracle"] == pytest.approx(tc.predicted(pool, n=8, groups=16, pool_size=64).per_1000_rollouts() / uni)
+    assert "predicted" not in got and "ps_ds" not in got
+    assert study.theory_ratios(tmp_path / "absent.json") == {}
+    if study.CALIBRATION.exists():
+        committed = study.theory_ratios()
+        assert round(committed["dynamic_sampling"], 2) == 0.85 and round(committed["ps_ada"], 2) == 0.81
+
+
 def test_step_wall_leaves_the_oracle_out():
     assert study.step_wall({"time_sample": 1.0, "time_update": 2.0, "time_select": 0.5, "time_batch": 0.25,
                             "time_replay": 0.25, "time_oracle": 100.0}) == pytest.approx(4.0)
