@@ -216,10 +216,11 @@ STUDIES = (
           "dynamic sampling, needs more generated tokens to 80% of the gain (0.65x [0.32, 0.74]) while taking 2.20x "
           "[1.06, 2.48] fewer steps: per token it loses, per step it wins. The `predicted` selector (Beta posteriors) "
           "trains 1.74x the contrast groups per rollout by revisiting ~234 tasks and learns less held out (<= 0.60x "
-          "[0.29, 1.00] tokens to 80%, equal-compute -0.008 [-0.015, -0.003]). The ledger matches the theory where the "
+          "[0.29, 1.00] tokens to 80%, equal-compute -0.008 [-0.015, -0.003]). PS-ada shows no step speed-up (0.95x "
+          "[0.75, 1.36]) and pays its re-rolls per token (0.82x [0.66, 1.19]). The ledger matches the theory where the "
           "theory models the arm as it runs (contrast groups per rollout: DS 0.84x vs 0.85x, PS-ada with "
           "reroll=replace 0.82x vs 0.81x; the pre-registered PS row, 1.33x, modelled reroll=add); GRESO skipped no "
-          "task (no task is visited twice in 100 steps). The other four arms have 1-3 runs each; warm start 1 is "
+          "task (no task is visited twice in 100 steps). The other three arms have 1 run each; warm start 1 is "
           "built, its prediction written, and has no run yet."),
 )
 
