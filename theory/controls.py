@@ -401,7 +401,7 @@ def screen(pool: Pool, *, n: int, groups: int, n_init: int = 4, candidates: int 
 
 def ps_reroll(pool: Pool, *, n: int, groups: int, target: float = 0.5, reroll_mixed: float | None = None,
               prefix_share: float = 0.0, len_success: float = 1.0, len_failure: float = 1.0,
-              reroll: str = "add", fallback: bool = True) -> ControlRate:
+              reroll: str = "add", fallback: bool | None = None) -> ControlRate:
     """Prefix Sampling's same-step re-roll (``prs.core.prefix``, mode ``ps_ada``): a group in a PS bucket
     (``assign_buckets(k) >= 0``: 1..N/4 and N−N/4..N−1 successes) is re-rolled from a prefix, with the
     controller at its target ``t``.
@@ -415,7 +415,7 @@ def ps_reroll(pool: Pool, *, n: int, groups: int, target: float = 0.5, reroll_mi
     * ``reroll="add"`` (``schedule.reroll=append``): both groups are trained, B(1 + r) groups a step,
       informative B(E[s(p)] + r m).
     * ``reroll="replace"`` (``schedule.reroll=replace``, prs's default): B groups a step; with ``fallback``
-      (``schedule.reroll_fallback=true``, the default) the re-roll replaces its group only when it is mixed
+      (``schedule.reroll_fallback=true``, the default when None; refused with "add") the re-roll replaces its group only when it is mixed
       (probability m), so informative stays B E[s(p)] - every bucketed group is already mixed - and the signal
       swaps the original's ``k(N−k)/N²`` for the re-roll's ``E[k(N−k)/N² | mixed] = (N−1)/N·t(1−t)/m``
       with probability m; without ``fallback`` every bucketed group is replaced: informative
@@ -424,6 +424,9 @@ def ps_reroll(pool: Pool, *, n: int, groups: int, target: float = 0.5, reroll_mi
     Rollouts B N (1 + r) in every mode: the replaced groups were generated too."""
     if reroll not in ("add", "replace"):
         raise ValueError(f"reroll must be one of 'add', 'replace', got {reroll!r}")
+    if reroll == "add" and fallback is not None:  # the trainer's append mode keeps every re-roll
+        raise ValueError(f"fallback applies to reroll='replace' only (None with 'add'), got {fallback!r}")
+    fallback = True if fallback is None else bool(fallback)
     from prs.core import prefix as px  # noqa: PLC0415
 
     n, groups = _check_nb(n, groups)

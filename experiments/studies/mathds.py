@@ -106,8 +106,7 @@ def load(runs: pathlib.Path = RUNS) -> dict[str, dict[int, dict]]:
     evaluation), "cum_tokens" [T+1], "cum_wall" [T+1] (before each train step: index s = after s updates),
     "tokens", "contrast", "rollouts", "oracle_rollouts", "oracle_tokens", "oracle_time" [T] (per step), the
     selectors' counters "pass_train", "gen_batches", "rerolled", "replaced", "skipped", "accepted",
-    "unvisited" [T] (NaN where not
-    logged), "pool" (``schedule.pool_size`` from ``config.json``, None without one), "commits": the provenance
+    "unvisited" [T] (NaN where not logged), "pool" (``schedule.pool_size`` from ``config.json``, None without one), "commits": the provenance
     commits} of every complete run (a ``summary.json``) named
     ``mathds-w<W>-<arm>-s<S>`` under ``runs``; {} when ``runs`` does not exist."""
     out: dict[str, dict[int, dict]] = {}

@@ -143,6 +143,8 @@ def test_ps_reroll_replace_matches_monte_carlo(fallback):
         assert ps.informative == pytest.approx(C.uniform(pool, n=n, groups=B).informative)
     with pytest.raises(ValueError, match="reroll must be one of 'add', 'replace'"):
         C.ps_reroll(pool, n=n, groups=B, reroll="swap")
+    with pytest.raises(ValueError, match="fallback applies to reroll='replace' only"):
+        C.ps_reroll(pool, n=n, groups=B, reroll="add", fallback=False)
 
 
 def test_greso_stationary_matches_simulated_chain():
