@@ -279,7 +279,9 @@ def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
     """Per arm (mean over its units of each run's per-step mean): generated tokens, rollouts sampled and
     groups with reward contrast per step, contrast groups per 1000 generated rollouts (each run's
     1000 Σ groups_contrast / Σ rollouts_sampled, the quantity ``python -m theory controls`` predicts per
-    rollout), and the oracle's estimation rollouts / tokens per step (left out of the other columns)."""
+    rollout), its ratio to the baseline's (``ratio``; NaN where there is no baseline run or the baseline's
+    rate is 0, as on a run of a few steps whose groups are all-same), and the oracle's estimation rollouts /
+    tokens per step (left out of the other columns)."""
     rows = []
     for arm in ARMS:
         runs = list(data.get(arm, {}).values())
@@ -292,6 +294,9 @@ def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
                      "contrast_per_1000": mean(lambda r: 1000.0 * r["contrast"].sum() / r["rollouts"].sum()),
                      "oracle_rollouts": float(np.mean([np.nanmean(r["oracle_rollouts"]) for r in orc])) if orc else None,
                      "oracle_tokens": float(np.mean([np.nanmean(r["oracle_tokens"]) for r in orc])) if orc else None})
+    base = next((r["contrast_per_1000"] for r in rows if r["arm"] == "baseline"), float("nan"))
+    for r in rows:
+        r["ratio"] = r["contrast_per_1000"] / base if np.isfinite(base) and base > 0 else float("nan")
     return rows
 
 
@@ -502,9 +507,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
     theory = theory_ratios()
-    base_rate = next((r["contrast_per_1000"] for r in led if r["arm"] == "baseline"), float("nan"))
     for r in led:
-        r["ratio"] = r["contrast_per_1000"] / base_rate
         r["theory_ratio"] = theory.get(r["arm"])
     lines += ["", "### The ledger (measured, per step; mean over each arm's runs)", "",
               "Contrast groups per 1000 generated rollouts is what `python -m theory controls` predicts from the "

@@ -140,6 +140,25 @@ def test_ledger(runs):
     assert led["screen"]["contrast"] == pytest.approx(12.0)
     assert led["oracle"]["oracle_rollouts"] == pytest.approx(4096)
     assert led["baseline"]["oracle_rollouts"] is None
+    assert led["screen"]["ratio"] == pytest.approx((12 / 160) / (6 / 128))
+    assert led["baseline"]["ratio"] == pytest.approx(1.0)
+
+
+def test_ledger_ratio_is_nan_when_the_baseline_has_no_contrast(tmp_path):
+    """A run of a few steps can have only all-same groups: the baseline's rate is 0 and the ratio is
+    undefined (NaN, shown as '-'), not a ZeroDivisionError (CI's end-to-end test of stop 52 hit this)."""
+    for arm in ("baseline", "screen"):
+        d = write_run(tmp_path, 0, arm, 0, delta=0.0, a=0.3, steps=2)
+        recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for r in recs:
+            if r["kind"] == "train" and arm == "baseline":
+                r["groups_contrast"] = 0
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    data = study.load(tmp_path)
+    led = {r["arm"]: r for r in study.ledger(data)}
+    assert led["baseline"]["contrast_per_1000"] == 0.0
+    assert np.isnan(led["screen"]["ratio"]) and np.isnan(led["baseline"]["ratio"])
+    assert "| `screen` | 1 |" in study.section(data, n_boot=50)[0]
 
 
 def test_selector_counters(runs):
