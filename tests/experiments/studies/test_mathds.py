@@ -268,6 +268,14 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
         study.main(["--runs", str(tmp_path), "--page", str(tmp_path / "p.md"), "--figures", str(tmp_path),
                     "--coverage", "10"])
     assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        study.main(["--coverage-sizes", "4"])
+    assert e.value.code == 2 and "--coverage-sizes acts only with --coverage" in capsys.readouterr().err
+
+
+def test_coverage_sizes_below_two_are_refused(runs):
+    with pytest.raises(ValueError, match=r"--coverage-sizes: \[1\] are not study sizes; allowed: integers >= 2"):
+        study.measure_coverage(study.load(runs), studies=2, n_boot=10, sizes=(4, 1))
 
 
 def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path):
@@ -276,11 +284,20 @@ def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path)
     args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
     assert study.main(args + ["--coverage", "4", "--coverage-boot", "50"]) == 0
     cov = json.loads((tmp_path / "coverage.json").read_text())
-    assert sorted(cov) == ["mathds|1.0", "mathds|1.9"]
-    assert cov["mathds|1.9"]["scenario"]["seeds"] == 4 and cov["mathds|1.9"]["scenario"]["y0"] == pytest.approx(Y0)
+    assert sorted(cov) == ["mathds|1.0|4", "mathds|1.9|4"]   # default size: the baseline's run count
+    assert cov["mathds|1.9|4"]["scenario"]["seeds"] == 4 and cov["mathds|1.9|4"]["scenario"]["y0"] == pytest.approx(Y0)
     s = page.read_text()
-    assert "| 1.9x | 4 runs, y0 0.100 -> y1" in s and "4 studies x 50 resamples" in s
+    assert "| 1.9x | 4 runs per arm (fitted on 4), y0 0.100 -> y1" in s and "4 studies x 50 resamples" in s
     assert study.main(args + ["--check"]) == 0   # the page reads the kept coverage.json
+    # the same fitted design simulated at other study sizes: one row per (planted, size), the fit shared
+    assert study.main(args + ["--coverage", "3", "--coverage-boot", "50", "--coverage-sizes", "2", "6"]) == 0
+    cov = json.loads((tmp_path / "coverage.json").read_text())
+    assert sorted(cov) == ["mathds|1.0|2", "mathds|1.0|6", "mathds|1.9|2", "mathds|1.9|6"]
+    assert [cov[f"mathds|1.9|{n}"]["scenario"]["seeds"] for n in (2, 6)] == [2, 6]
+    assert cov["mathds|1.9|2"]["fit"] == cov["mathds|1.9|6"]["fit"]
+    assert cov["mathds|1.9|2"]["scenario"]["tau"] == cov["mathds|1.9|6"]["scenario"]["tau"]
+    s = page.read_text()
+    assert s.index("| 1.9x | 2 runs per arm") < s.index("| 1.9x | 6 runs per arm") < s.index("| 1.0x | 2 runs per arm")
 
 
 def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path):
