@@ -161,6 +161,46 @@ def test_ledger_ratio_is_nan_when_the_baseline_has_no_contrast(tmp_path):
     assert "| `screen` | 1 |" in study.section(data, n_boot=50)[0]
 
 
+INTEL = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_id": "GenuineIntel family 6 model 207",
+         "isa": ["avx", "avx2", "avx512f", "fma"]}
+AMD = {"cpu_model": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 1", "isa": ["avx", "avx2", "fma"]}
+
+
+def test_runs_line_counts_the_machines_each_run_recorded(tmp_path):
+    """Machines from each run's provenance lines: a run resumed on another machine counts on each; a line
+    without a machine is '?'."""
+    for seed, machines in enumerate([[INTEL], [INTEL], [AMD], [INTEL, AMD], [None]]):
+        d = write_run(tmp_path, 0, "baseline", seed, delta=0.0, a=0.3, steps=2)
+        (d / "provenance.jsonl").write_text("".join(json.dumps({"commit": "abc", "machine": m}) + "\n" for m in machines))
+    data = study.load(tmp_path)
+    assert data["baseline"][3]["machines"] == ["AMD EPYC (AuthenticAMD family 25 model 1, avx2)",
+                                               "Intel(R) Xeon(R) Processor (GenuineIntel family 6 model 207, avx512)"]
+    line = [x for x in study.runs_line(data) if x.startswith("- machines")][0]
+    assert line.endswith("?: 1 run; AMD EPYC (AuthenticAMD family 25 model 1, avx2): 2 runs; "
+                         "Intel(R) Xeon(R) Processor (GenuineIntel family 6 model 207, avx512): 3 runs")
+
+
+def test_replay_compare_matches_records_by_kind_and_step(tmp_path):
+    """A 2-step replay of a 4-step run: its records are matched by (kind, step); one float perturbed by 1e-6
+    relative and wall-clock changed -> that field alone differs, with its max abs / rel difference."""
+    rec = write_run(tmp_path / "runs", 0, "baseline", 0, delta=0.0, a=0.3, steps=4,
+                    extra_train={"loss/pg_loss": 2.0, "k_hist": [1, 2]})
+    rep = write_run(tmp_path / "replay", 0, "baseline", 0, delta=0.0, a=0.3, steps=2, wall=(9.0, 9.0),
+                    extra_train={"loss/pg_loss": 2.0 * (1 + 1e-6), "k_hist": [1, 2]})
+    for d, m in ((rec, INTEL), (rep, AMD)):
+        (d / "provenance.jsonl").write_text(json.dumps({"commit": "abc", "machine": m}) + "\n")
+    c = study.replay_compare(rec, rep)
+    assert c["records"] == 3 and c["missing"] == []            # eval 0, train 0 and 1
+    assert c["identical_records"] == 1                          # the eval; both train records differ in pg_loss
+    assert list(c["differ"]) == ["loss/pg_loss"]
+    assert c["differ"]["loss/pg_loss"][0] == pytest.approx(2e-6) and c["differ"]["loss/pg_loss"][1] == pytest.approx(1e-6, rel=1e-3)
+    assert "time_sample" not in c["fields"] and "k_hist" in c["fields"]
+    assert c["machines"] == (study.machine_name(INTEL), study.machine_name(AMD))
+    line = [x for x in study.replay_lines(tmp_path / "replay", tmp_path / "runs") if x.startswith("| `mathds-w0")][0]
+    assert "| 3 | 1 |" in line and "`loss/pg_loss` 2.0e-06 (1.0e-06)" in line
+    assert study.replay_lines(tmp_path / "absent", tmp_path / "runs") == []
+
+
 def test_selector_counters(runs):
     """Each counter is the mean over runs of the per-step mean; predicted's distinct tasks = pool - final unvisited."""
     for seed, (unvisited, skipped) in enumerate([((90, 70), (1, 3)), ((80, 50), (3, 5))]):
