@@ -343,11 +343,12 @@ def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
-def theory_ratios(calibration: pathlib.Path = CALIBRATION, *, groups: int = GROUPS) -> dict[str, float]:
+def theory_ratios(calibration: pathlib.Path = CALIBRATION, *, groups: int = GROUPS,
+                  reroll: str = "replace") -> dict[str, float]:
     """arm -> the theory's informative groups per 1000 generated rollouts relative to uniform's, on the step-0
     pool histogram ``pool_hist`` of ``calibration`` (``scripts/mathds_calibration.py``): ``python -m theory
-    controls --hist <its shares> --groups 16 --reroll replace``, each arm's ``THEORY_ROW``. {} when the file does
-    not exist."""
+    controls --hist <its shares> --groups 16 --reroll <reroll>``, each arm's ``THEORY_ROW``. ``reroll="replace"``
+    models PS as the arm runs it; ``"add"`` is the pre-registered row. {} when the file does not exist."""
     path = pathlib.Path(calibration)
     if not path.exists():
         return {}
@@ -356,8 +357,52 @@ def theory_ratios(calibration: pathlib.Path = CALIBRATION, *, groups: int = GROU
     hist = np.asarray(json.loads(path.read_text())["pool_hist"], float)
     pool, _ = tc.hist_pool(hist / hist.sum())
     rates = {r.control: r.per_1000_rollouts() for r in
-             tc.compare_controls(pool, n=hist.size - 1, groups=groups, reroll="replace")}
+             tc.compare_controls(pool, n=hist.size - 1, groups=groups, reroll=reroll)}
     return {arm: rates[row] / rates["uniform"] for arm, row in THEORY_ROW.items()}
+
+
+def h3(value: float, bound: str, theory: float | None) -> str:
+    """The pre-registered H3 for one arm: its tokens-to-80% ratio within a factor 2 of the theory's ratio
+    (``theory / 2 <= value <= 2 theory``). A censored ratio is a ceiling (``bound="upper"``) or a floor
+    (``"lower"``): it decides H3 only where the whole admissible side lies outside (or, for holds, inside
+    is not enough: a ceiling inside the band says nothing of how far below it the ratio is)."""
+    if theory is None or not np.isfinite(value) or bound == "both":
+        return "-"
+    lo, hi = theory / 2, 2 * theory
+    if bound == "upper":
+        return "fails (ceiling below theory / 2)" if value < lo else "undecided (a ceiling)"
+    if bound == "lower":
+        return "fails (floor above 2 x theory)" if value > hi else "undecided (a floor)"
+    return "holds" if lo <= value <= hi else "fails"
+
+
+def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[str, float]) -> list[str]:
+    """H2 and H3 read from the interpolate comparisons on generated tokens (``comps``: ``compare`` per arm with
+    >= ``MIN_PAIRED`` pairs) against the theory's ratios as pre-registered (``pre``: PS modelled
+    ``reroll="add"``) and as the arms run (``run``: ``reroll="replace"``)."""
+    lines = ["### The hypotheses read from these runs (interpolate, generated tokens)", "",
+             "H3: an arm's tokens-to-80% ratio (baseline / arm) within a factor 2 of the theory's ratio for it, "
+             "as pre-registered (PS modelled with both groups trained, `--reroll add`); the theory for PS as the arm "
+             "runs it (`--reroll replace`) beside it. H2's falsifiable parts: dynamic sampling's interval below 1.0, "
+             "selective's above 1.0. Read only for arms with >= "
+             f"{MIN_PAIRED} pairs; `predicted` and `ps_ds` have no theory row.", "",
+             "| arm | paired runs | tokens to 80%: baseline / arm | theory, pre-registered | theory, as run | "
+             "H3 (within x2 of the pre-registered) |", "|---|---|---|---|---|---|"]
+    for arm, g in comps.items():
+        t = g[0.8].get("speedup_tokens", _nan_ci())
+        lines.append(f"| `{arm}` | {len(g['units'])} | {fmt_ratio(t)} | {fmt(pre.get(arm))} | {fmt(run.get(arm))} | "
+                     f"{h3(t['value'], t.get('bound', 'exact'), pre.get(arm))} |")
+    if len(lines) == 6:
+        lines.append("| - | no arm has enough pairs yet | | | | |")
+    falsifiable = []
+    for arm, want in (("dynamic_sampling", "below"), ("selective", "above")):
+        if arm in comps:
+            t = comps[arm][0.8].get("speedup_tokens", _nan_ci())
+            side = "below" if t["hi"] < 1.0 else "above" if t["lo"] > 1.0 else "contains"
+            word = "holds" if side == want else "fails" if side != "contains" else "fails (the interval holds 1.0)"
+            falsifiable.append(f"`{arm}`'s interval {fmt_ci(t)} is {side if side != 'contains' else 'around'} 1.0: "
+                               f"H2's clause ({want} 1.0) {word}")
+    return lines + [""] + ([("- " + x) for x in falsifiable] + [""] if falsifiable else [])
 
 
 def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[dict]:
@@ -531,6 +576,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
              f"{n_boot:,} resamples.", ""]
     lines += runs_line(data)
     summary: dict = {"runs": {a: sorted(v) for a, v in data.items()}}
+    comps_interp: dict = {}
     for key in ("interp", "extrap"):
         lines += [f"### Held-out {SPLIT[key]} pass@1 (`{METRICS[key]}`)", ""]
         if "baseline" not in data:
@@ -539,6 +585,9 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
         t, comps = comparison_lines(data, key, n_boot=n_boot)
         lines += t
         summary[key] = {a: to_jsonable(g) for a, g in comps.items()}
+        comps_interp = comps if key == "interp" else comps_interp
+    if "interp" in summary:
+        lines += hypotheses_lines(comps_interp, theory_ratios(reroll="add"), theory_ratios())
     tr = transfer(data, n_boot=n_boot)
     lines += ["### Does extrapolate move with interpolate?", "",
               "Per run: gain = final - first evaluation on each split; the arm's mean gains (95% CI) and the Pearson "

@@ -201,6 +201,38 @@ def test_replay_compare_matches_records_by_kind_and_step(tmp_path):
     assert study.replay_lines(tmp_path / "absent", tmp_path / "runs") == []
 
 
+def test_h3_band_and_censoring():
+    """Within a factor 2 of the theory: holds inside [theory / 2, 2 theory]; a ceiling decides only below the band,
+    a floor only above it; no theory row or a ratio censored in both arms: '-'."""
+    assert study.h3(1.0, "exact", 1.9) == "holds" and study.h3(0.95, "exact", 1.9) == "holds"
+    assert study.h3(0.94, "exact", 1.9) == "fails" and study.h3(3.9, "exact", 1.9) == "fails"
+    assert study.h3(0.6, "upper", 2.0) == "fails (ceiling below theory / 2)"
+    assert study.h3(1.5, "upper", 2.0) == "undecided (a ceiling)"
+    assert study.h3(4.1, "lower", 2.0) == "fails (floor above 2 x theory)"
+    assert study.h3(1.5, "lower", 2.0) == "undecided (a floor)"
+    assert study.h3(1.0, "exact", None) == "-" and study.h3(1.0, "both", 1.0) == "-"
+
+
+def test_hypotheses_lines_read_the_token_ratio_against_both_theory_rows(runs):
+    """ps_ada: twice as fast in steps at 1.5x the tokens -> tokens-to-80% 2 x 1000 / 1500 = 1.33; against a
+    pre-registered 0.6 (band [0.3, 1.2]) H3 fails, against 1.0 it holds; the as-run column is shown beside."""
+    comps = {"ps_ada": study.compare(study.load(runs), "ps_ada", "interp", n_boot=200)}
+    assert comps["ps_ada"][0.8]["speedup_tokens"]["value"] == pytest.approx(4 / 3, rel=0.02)
+    row = lambda pre: [x for x in study.hypotheses_lines(comps, {"ps_ada": pre}, {"ps_ada": 0.81})  # noqa: E731
+                       if x.startswith("| `ps_ada`")][0]
+    assert row(0.6).endswith("| 0.60 | 0.81 | fails |") and row(1.0).endswith("| 1.00 | 0.81 | holds |")
+    lines = study.hypotheses_lines({}, {}, {})
+    assert "| - | no arm has enough pairs yet | | | | |" in lines
+
+
+def test_hypotheses_lines_read_h2s_falsifiable_clauses():
+    """DS below 1.0 holds, selective around 1.0 fails; built from compare-shaped dicts (closed intervals)."""
+    g = lambda v, lo, hi: {"units": [0, 1, 2, 3], 0.8: {"speedup_tokens": {"value": v, "lo": lo, "hi": hi}}}  # noqa: E731
+    lines = study.hypotheses_lines({"dynamic_sampling": g(0.6, 0.3, 0.8), "selective": g(1.0, 0.8, 1.3)}, {}, {})
+    assert "- `dynamic_sampling`'s interval 0.60 [0.30, 0.80] is below 1.0: H2's clause (below 1.0) holds" in lines
+    assert "- `selective`'s interval 1.00 [0.80, 1.30] is around 1.0: H2's clause (above 1.0) fails (the interval holds 1.0)" in lines
+
+
 def test_selector_counters(runs):
     """Each counter is the mean over runs of the per-step mean; predicted's distinct tasks = pool - final unvisited."""
     for seed, (unvisited, skipped) in enumerate([((90, 70), (1, 3)), ((80, 50), (3, 5))]):
