@@ -286,6 +286,41 @@ def aa_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[list[str
     return lines, {"pairs": len(g["units"]), "holds_one": holds, "compare": to_jsonable(g)}
 
 
+COMPONENTS = (("ps_ds", "dynamic_sampling"), ("ps_ds", "ps_ada"))  # a combination against each of its parts
+
+
+def component_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[list[str], dict]:
+    """A combined arm against each of its components (``COMPONENTS``) on interpolate pass@1: ``compare`` with
+    the component in the reference's place (so the level is 80% of the component's own gain), paired on the
+    units both completed. Does adding PS to dynamic sampling pay, and does adding dynamic sampling to PS?"""
+    lines = ["### A combination against its components (interpolate)", "",
+             "`ps_ds` (PS-ada + dynamic sampling) against each component in the baseline's place: tokens and steps "
+             "to 80% of the component's own gain (component / combination; > 1 = the combination is cheaper), AUC "
+             "over tokens and the equal-compute difference (combination - component), paired bootstrap.", "",
+             "| combination vs component | paired runs | component's gain | tokens to 80%: component / combination | "
+             "steps to 80% | AUC over tokens: combination - component | equal-compute difference |",
+             "|---|---|---|---|---|---|---|"]
+    out = {}
+    for arm, ref in COMPONENTS:
+        sub = {"baseline": data.get(ref, {}), arm: data.get(arm, {})}
+        n = len(set(sub["baseline"]) & set(sub[arm]))
+        try:
+            g = compare(sub, arm, "interp", n_boot=n_boot, warm_split=False) if sub["baseline"] and sub[arm] else None
+        except ValueError as e:
+            lines.append(f"| `{arm}` vs `{ref}` | {n} | not compared: {e} |" + " |" * 4)
+            continue
+        if g is None:
+            lines.append(f"| `{arm}` vs `{ref}` | {n}: not compared (< {MIN_PAIRED}) |" + " - |" * 5)
+            continue
+        lv, c = g["levels"], g[0.8]
+        gain = "no gain" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
+        lines.append(f"| `{arm}` vs `{ref}` | {len(g['units'])} | {gain} | {fmt_ratio(c.get('speedup_tokens', _nan_ci()))} | "
+                     f"{fmt_ratio(c.get('speedup_steps', _nan_ci()))} | {fmt_ci(g['auc_tokens']['improvement'], 3)} | "
+                     f"{fmt_ci(g['equal_tokens']['improvement'], 3)} |")
+        out[f"{arm}|{ref}"] = to_jsonable(g)
+    return lines + [""], out
+
+
 def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
     """Per arm (mean over its units of each run's per-step mean): generated tokens, rollouts sampled and
     groups with reward contrast per step, contrast groups per 1000 generated rollouts (each run's
@@ -588,6 +623,8 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
         comps_interp = comps if key == "interp" else comps_interp
     if "interp" in summary:
         lines += hypotheses_lines(comps_interp, theory_ratios(reroll="add"), theory_ratios())
+    comp_lines, summary["components"] = component_lines(data, n_boot=n_boot)
+    lines += comp_lines
     tr = transfer(data, n_boot=n_boot)
     lines += ["### Does extrapolate move with interpolate?", "",
               "Per run: gain = final - first evaluation on each split; the arm's mean gains (95% CI) and the Pearson "

@@ -233,6 +233,21 @@ def test_hypotheses_lines_read_h2s_falsifiable_clauses():
     assert "- `selective`'s interval 1.00 [0.80, 1.30] is around 1.0: H2's clause (above 1.0) fails (the interval holds 1.0)" in lines
 
 
+def test_component_lines_put_the_component_in_the_baselines_place(tmp_path):
+    """ps_ds on dynamic sampling's curve at twice its tokens a step: steps to 80% of DS's gain 1.0, tokens
+    1000 / 2000 = 0.5, AUC and equal compute against DS; vs ps_ada (absent): not compared."""
+    for s_ in range(4):
+        delta, a = 0.01 * (s_ - 1.5), 0.25 + 0.03 * s_
+        write_run(tmp_path, 0, "dynamic_sampling", s_, delta=delta, a=a, tokens=1000.0)
+        write_run(tmp_path, 0, "ps_ds", s_, delta=delta, a=a, tokens=2000.0)
+    lines, out = study.component_lines(study.load(tmp_path), n_boot=200)
+    c = out["ps_ds|dynamic_sampling"]["0.8"]          # the summary's JSON form
+    assert c["speedup_steps"]["value"] == pytest.approx(1.0) and c["speedup_tokens"]["value"] == pytest.approx(0.5)
+    row = [x for x in lines if x.startswith("| `ps_ds` vs `dynamic_sampling`")][0]
+    assert "| 4 |" in row and "| 0.50 [0.50, 0.50] | 1.00 [1.00, 1.00] |" in row
+    assert any(x.startswith("| `ps_ds` vs `ps_ada` | 0: not compared (< 4) |") for x in lines)
+
+
 def test_selector_counters(runs):
     """Each counter is the mean over runs of the per-step mean; predicted's distinct tasks = pool - final unvisited."""
     for seed, (unvisited, skipped) in enumerate([((90, 70), (1, 3)), ((80, 50), (3, 5))]):
