@@ -83,6 +83,7 @@ MIN_COVERAGE_SEEDS = 4
 THEORY_ROW = {"baseline": "uniform", "ps_ada": "ps_reroll", "dynamic_sampling": "dynamic_sampling",
               "selective": "selective", "screen": "screen", "oracle": "predicted"}
 CALIBRATION = OUT / "calibration" / "w0_sft3000_pool4800.json"
+CALIBRATIONS = {0: CALIBRATION, 1: OUT / "calibration" / "w1_sft3000_pool4800.json"}  # each warm start's step 0
 GROUPS = 16  # the preset's B (conf/experiment/mathds.yaml: algo.tasks_per_step)
 # An arm is compared with the baseline on >= MIN_PAIRED paired (W, S) units: the gate's size, the smallest at
 # which the intervals' coverage was measured (coverage.json); a paired bootstrap over 2 or 3 units has only 3 or
@@ -322,27 +323,31 @@ def component_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[l
 
 
 def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
-    """Per arm (mean over its units of each run's per-step mean): generated tokens, rollouts sampled and
-    groups with reward contrast per step, contrast groups per 1000 generated rollouts (each run's
-    1000 Σ groups_contrast / Σ rollouts_sampled, the quantity ``python -m theory controls`` predicts per
-    rollout), its ratio to the baseline's (``ratio``; NaN where there is no baseline run or the baseline's
-    rate is 0, as on a run of a few steps whose groups are all-same), and the oracle's estimation rollouts /
-    tokens per step (left out of the other columns)."""
+    """Per warm start ``w`` and arm (mean over its units of each run's per-step mean): generated tokens,
+    rollouts sampled and groups with reward contrast per step, contrast groups per 1000 generated rollouts
+    (each run's 1000 Σ groups_contrast / Σ rollouts_sampled, the quantity ``python -m theory controls``
+    predicts per rollout from that warm start's histogram), its ratio to the same warm start's baseline
+    (``ratio``; NaN where that warm start has no baseline run or its rate is 0, as on a run of a few steps
+    whose groups are all-same), and the oracle's estimation rollouts / tokens per step (left out of the other
+    columns). Rows in warm-start order, then ``ARMS`` order."""
     rows = []
-    for arm in ARMS:
-        runs = list(data.get(arm, {}).values())
-        if not runs:
-            continue
-        mean = lambda f: float(np.mean([f(r) for r in runs]))  # noqa: E731
-        orc = [r for r in runs if np.isfinite(r["oracle_rollouts"]).any()]
-        rows.append({"arm": arm, "runs": len(runs), "tokens": mean(lambda r: r["tokens"].mean()),
-                     "rollouts": mean(lambda r: r["rollouts"].mean()), "contrast": mean(lambda r: r["contrast"].mean()),
-                     "contrast_per_1000": mean(lambda r: 1000.0 * r["contrast"].sum() / r["rollouts"].sum()),
-                     "oracle_rollouts": float(np.mean([np.nanmean(r["oracle_rollouts"]) for r in orc])) if orc else None,
-                     "oracle_tokens": float(np.mean([np.nanmean(r["oracle_tokens"]) for r in orc])) if orc else None})
-    base = next((r["contrast_per_1000"] for r in rows if r["arm"] == "baseline"), float("nan"))
-    for r in rows:
-        r["ratio"] = r["contrast_per_1000"] / base if np.isfinite(base) and base > 0 else float("nan")
+    for w, sub in by_warm_start(data).items():
+        part = []
+        for arm in ARMS:
+            runs = list(sub.get(arm, {}).values())
+            if not runs:
+                continue
+            mean = lambda f: float(np.mean([f(r) for r in runs]))  # noqa: E731
+            orc = [r for r in runs if np.isfinite(r["oracle_rollouts"]).any()]
+            part.append({"w": w, "arm": arm, "runs": len(runs), "tokens": mean(lambda r: r["tokens"].mean()),
+                         "rollouts": mean(lambda r: r["rollouts"].mean()), "contrast": mean(lambda r: r["contrast"].mean()),
+                         "contrast_per_1000": mean(lambda r: 1000.0 * r["contrast"].sum() / r["rollouts"].sum()),
+                         "oracle_rollouts": float(np.mean([np.nanmean(r["oracle_rollouts"]) for r in orc])) if orc else None,
+                         "oracle_tokens": float(np.mean([np.nanmean(r["oracle_tokens"]) for r in orc])) if orc else None})
+        base = next((r["contrast_per_1000"] for r in part if r["arm"] == "baseline"), float("nan"))
+        for r in part:
+            r["ratio"] = r["contrast_per_1000"] / base if np.isfinite(base) and base > 0 else float("nan")
+        rows += part
     return rows
 
 
@@ -633,27 +638,29 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
               f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
-    theory = theory_ratios()
+    theory = {w: theory_ratios(c) for w, c in CALIBRATIONS.items()}
     for r in led:
-        r["theory_ratio"] = theory.get(r["arm"])
-    lines += ["", "### The ledger (measured, per step; mean over each arm's runs)", "",
+        r["theory_ratio"] = theory.get(r["w"], {}).get(r["arm"])
+    lines += ["", "### The ledger (measured, per step; mean over each arm's runs of one warm start)", "",
               "Contrast groups per 1000 generated rollouts is what `python -m theory controls` predicts from the "
               "step-0 histogram (its informative groups per rollout); the oracle's estimation rollouts are apart. "
-              f"The theory's ratio to uniform is computed from W = 0's step-0 pool histogram "
-              f"(`{CALIBRATION.relative_to(ROOT)}`; `theory_ratios`: PS as the arm runs it, `--reroll replace`; the "
+              "Measured / baseline is against the same warm start's baseline. The theory's ratio to uniform is "
+              "computed from that warm start's step-0 pool histogram ("
+              + ", ".join(f"W = {w}: `{c.relative_to(ROOT)}`" for w, c in CALIBRATIONS.items())
+              + "; `theory_ratios`: PS as the arm runs it, `--reroll replace`; the "
               "oracle on the theory's top-B-of-4B row; no row for ps_ds and the Beta-posterior `predicted`).", "",
-              "| arm | runs | generated tokens / step | rollouts sampled / step | groups with contrast / step | "
+              "| W | arm | runs | generated tokens / step | rollouts sampled / step | groups with contrast / step | "
               "contrast groups per 1000 generated rollouts | measured / baseline | theory / uniform | "
               "oracle's estimation rollouts / step (tokens) |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| `{r['arm']}` | {r['runs']} | {r['tokens']:.0f} | {r['rollouts']:.1f} | {r['contrast']:.2f} | "
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['w']} | `{r['arm']}` | {r['runs']} | {r['tokens']:.0f} | {r['rollouts']:.1f} | {r['contrast']:.2f} | "
               f"{r['contrast_per_1000']:.1f} | {fmt(r['ratio'], 2)} | "
               + ("-" if r["theory_ratio"] is None else f"{r['theory_ratio']:.2f}") + " | "
               + ("-" if r["oracle_rollouts"] is None else f"{r['oracle_rollouts']:.0f} ({r['oracle_tokens']:.0f})")
               + " |" for r in led] or ["", "No complete run yet."]
     sel = selector_counters(data)
     show = lambda v, f: "-" if not np.isfinite(v) else format(v, f)  # noqa: E731
-    lines += ["", "### What each selector did (its own counters; mean over each arm's runs)", "",
+    lines += ["", "### What each selector did (its own counters; mean over each arm's runs, warm starts pooled)", "",
               "The trained groups' pass rate (`pass_rate_train`, per step); dynamic sampling's generation batches "
               "per step; Prefix Sampling's re-rolled groups per step and the share of re-rolls that replaced their "
               "group (with `reroll_fallback`, only a re-roll with contrast does); selective's (GRESO) skipped "

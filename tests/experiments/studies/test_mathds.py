@@ -133,7 +133,11 @@ def test_per_warm_start_column(tmp_path):
 
 
 def test_ledger(runs):
-    led = {r["arm"]: r for r in study.ledger(study.load(runs))}
+    """Per warm start: the fixture has W = 0 and W = 1 units of each arm, each ratio against its own W's baseline."""
+    rows = study.ledger(study.load(runs))
+    assert [r["w"] for r in rows] == sorted(r["w"] for r in rows) and {r["w"] for r in rows} == {0, 1}
+    assert {r["runs"] for r in rows if r["arm"] == "baseline"} == {2}
+    led = {r["arm"]: r for r in rows if r["w"] == 1}
     assert led["baseline"]["tokens"] == pytest.approx(1000.0)
     assert led["baseline"]["contrast_per_1000"] == pytest.approx(1000 * 6 / 128)
     assert led["screen"]["contrast_per_1000"] == pytest.approx(1000 * 12 / 160)
@@ -142,6 +146,18 @@ def test_ledger(runs):
     assert led["baseline"]["oracle_rollouts"] is None
     assert led["screen"]["ratio"] == pytest.approx((12 / 160) / (6 / 128))
     assert led["baseline"]["ratio"] == pytest.approx(1.0)
+
+
+def test_ledger_ratio_is_against_the_same_warm_starts_baseline(tmp_path):
+    """W = 0's baseline has 6 contrast groups a step, W = 1's 3; screen with 6 on W = 1 -> 2.0, not 1.0 (a pooled
+    baseline would give 6 / 4.5); an arm on a warm start without a baseline run: NaN."""
+    write_run(tmp_path, 0, "baseline", 0, delta=0.0, a=0.3, steps=2, contrast=6)
+    write_run(tmp_path, 1, "baseline", 0, delta=0.0, a=0.3, steps=2, contrast=3)
+    write_run(tmp_path, 1, "screen", 0, delta=0.0, a=0.3, steps=2, contrast=6)
+    write_run(tmp_path, 2, "screen", 0, delta=0.0, a=0.3, steps=2, contrast=6)
+    led = {(r["w"], r["arm"]): r for r in study.ledger(study.load(tmp_path))}
+    assert led[(1, "screen")]["ratio"] == pytest.approx(2.0) and led[(0, "baseline")]["ratio"] == pytest.approx(1.0)
+    assert np.isnan(led[(2, "screen")]["ratio"])
 
 
 def test_ledger_ratio_is_nan_when_the_baseline_has_no_contrast(tmp_path):
@@ -155,10 +171,10 @@ def test_ledger_ratio_is_nan_when_the_baseline_has_no_contrast(tmp_path):
                 r["groups_contrast"] = 0
         (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     data = study.load(tmp_path)
-    led = {r["arm"]: r for r in study.ledger(data)}
+    led = {r["arm"]: r for r in study.ledger(data)}   # one warm start
     assert led["baseline"]["contrast_per_1000"] == 0.0
     assert np.isnan(led["screen"]["ratio"]) and np.isnan(led["baseline"]["ratio"])
-    assert "| `screen` | 1 |" in study.section(data, n_boot=50)[0]
+    assert "| 0 | `screen` | 1 |" in study.section(data, n_boot=50)[0]
 
 
 INTEL = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_id": "GenuineIntel family 6 model 207",
