@@ -416,6 +416,11 @@ def h3(value: float, bound: str, theory: float | None) -> str:
     return "holds" if lo <= value <= hi else "fails"
 
 
+# H2's falsifiable clauses: (arm, the side of 1.0 first pre-registered, whether the amendment replaced it with
+# "the interval holds 1.0" - selective and predicted on the 4,800-pool, section "Pre-registration amendment")
+H2_CLAUSES = (("dynamic_sampling", "below", False), ("selective", "above", True))
+
+
 def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[str, float]) -> list[str]:
     """H2 and H3 read from the interpolate comparisons on generated tokens (``comps``: ``compare`` per arm with
     >= ``MIN_PAIRED`` pairs) against the theory's ratios as pre-registered (``pre``: PS modelled
@@ -435,13 +440,16 @@ def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[st
     if len(lines) == 6:
         lines.append("| - | no arm has enough pairs yet | | | | |")
     falsifiable = []
-    for arm, want in (("dynamic_sampling", "below"), ("selective", "above")):
+    for arm, want, amended in H2_CLAUSES:
         if arm in comps:
             t = comps[arm][0.8].get("speedup_tokens", _nan_ci())
             side = "below" if t["hi"] < 1.0 else "above" if t["lo"] > 1.0 else "contains"
             word = "holds" if side == want else "fails" if side != "contains" else "fails (the interval holds 1.0)"
-            falsifiable.append(f"`{arm}`'s interval {fmt_ci(t)} is {side if side != 'contains' else 'around'} 1.0: "
-                               f"H2's clause ({want} 1.0) {word}")
+            line = (f"`{arm}`'s interval {fmt_ci(t)} is {side if side != 'contains' else 'around'} 1.0: "
+                    f"H2's clause as first written ({want} 1.0) {word}")
+            if amended:
+                line += (f"; the amendment's (the interval holds 1.0) {'holds' if side == 'contains' else 'fails'}")
+            falsifiable.append(line)
     return lines + [""] + ([("- " + x) for x in falsifiable] + [""] if falsifiable else [])
 
 

@@ -245,8 +245,9 @@ def test_hypotheses_lines_read_h2s_falsifiable_clauses():
     """DS below 1.0 holds, selective around 1.0 fails; built from compare-shaped dicts (closed intervals)."""
     g = lambda v, lo, hi: {"units": [0, 1, 2, 3], 0.8: {"speedup_tokens": {"value": v, "lo": lo, "hi": hi}}}  # noqa: E731
     lines = study.hypotheses_lines({"dynamic_sampling": g(0.6, 0.3, 0.8), "selective": g(1.0, 0.8, 1.3)}, {}, {})
-    assert "- `dynamic_sampling`'s interval 0.60 [0.30, 0.80] is below 1.0: H2's clause (below 1.0) holds" in lines
-    assert "- `selective`'s interval 1.00 [0.80, 1.30] is around 1.0: H2's clause (above 1.0) fails (the interval holds 1.0)" in lines
+    assert ("- `selective`'s interval 1.00 [0.80, 1.30] is around 1.0: H2's clause as first written (above 1.0) fails "
+            "(the interval holds 1.0); the amendment's (the interval holds 1.0) holds") in lines
+    assert "- `dynamic_sampling`'s interval 0.60 [0.30, 0.80] is below 1.0: H2's clause as first written (below 1.0) holds" in lines
 
 
 def test_component_lines_put_the_component_in_the_baselines_place(tmp_path):
