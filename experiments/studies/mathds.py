@@ -313,9 +313,8 @@ def component_lines(data: dict[str, dict[int, dict]], *, n_boot: int) -> tuple[l
         if g is None:
             lines.append(f"| `{arm}` vs `{ref}` | {n}: not compared (< {MIN_PAIRED}) |" + " - |" * 5)
             continue
-        lv, c = g["levels"], g[0.8]
-        gain = "no gain" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
-        lines.append(f"| `{arm}` vs `{ref}` | {len(g['units'])} | {gain} | {fmt_ratio(c.get('speedup_tokens', _nan_ci()))} | "
+        c = g[0.8]
+        lines.append(f"| `{arm}` vs `{ref}` | {len(g['units'])} | {gain_text(g['levels'])} | {fmt_ratio(c.get('speedup_tokens', _nan_ci()))} | "
                      f"{fmt_ratio(c.get('speedup_steps', _nan_ci()))} | {fmt_ci(g['auc_tokens']['improvement'], 3)} | "
                      f"{fmt_ci(g['equal_tokens']['improvement'], 3)} |")
         out[f"{arm}|{ref}"] = to_jsonable(g)
@@ -404,8 +403,8 @@ def theory_ratios(calibration: pathlib.Path = CALIBRATION, *, groups: int = GROU
 def h3(value: float, bound: str, theory: float | None) -> str:
     """The pre-registered H3 for one arm: its tokens-to-80% ratio within a factor 2 of the theory's ratio
     (``theory / 2 <= value <= 2 theory``). A censored ratio is a ceiling (``bound="upper"``) or a floor
-    (``"lower"``): it decides H3 only where the whole admissible side lies outside (or, for holds, inside
-    is not enough: a ceiling inside the band says nothing of how far below it the ratio is)."""
+    (``"lower"``): a ceiling below the band, or a floor above it, fails H3; one inside the band decides
+    nothing (the true ratio may lie anywhere below the ceiling or above the floor)."""
     if theory is None or not np.isfinite(value) or bound == "both":
         return "-"
     lo, hi = theory / 2, 2 * theory
@@ -437,7 +436,7 @@ def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[st
         t = g[0.8].get("speedup_tokens", _nan_ci())
         lines.append(f"| `{arm}` | {len(g['units'])} | {fmt_ratio(t)} | {fmt(pre.get(arm))} | {fmt(run.get(arm))} | "
                      f"{h3(t['value'], t.get('bound', 'exact'), pre.get(arm))} |")
-    if len(lines) == 6:
+    if not comps:
         lines.append("| - | no arm has enough pairs yet | | | | |")
     falsifiable = []
     for arm, want, amended in H2_CLAUSES:
@@ -555,6 +554,11 @@ def runs_line(data: dict[str, dict[int, dict]]) -> list[str]:
     return lines + [""]
 
 
+def gain_text(levels: dict) -> str:
+    """The reference's gain as a table cell, ``"start -> final"`` (``gap_compare``'s levels), or "no gain"."""
+    return "no gain" if levels["degenerate"] else f"{levels['start']:.3f} -> {levels['final']:.3f}"
+
+
 def _nan_ci() -> dict:
     return {"value": math.nan, "lo": math.nan, "hi": math.nan}
 
@@ -587,8 +591,8 @@ def comparison_lines(data: dict[str, dict[int, dict]], key: str, *, n_boot: int)
             wall.append(f"| `{arm}` | {runs} |" + " - |" * 4)
             continue
         comps[arm] = g
-        lv, c = g["levels"], g[0.8]
-        gap = "no gain" if lv["degenerate"] else f"{lv['start']:.3f} -> {lv['final']:.3f}"
+        c = g[0.8]
+        gap = gain_text(g["levels"])
         t, s, wl = c.get("speedup_tokens", _nan_ci()), c.get("speedup_steps", _nan_ci()), c.get("speedup_wall", _nan_ci())
         per_w = "; ".join(f"W={w}: {fmt_ratio(v)} ({v['n']})" for w, v in sorted(g["by_warm_start"].items())) or "-"
         at, et = g["auc_tokens"], g["equal_tokens"]
@@ -625,6 +629,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     lines += runs_line(data)
     summary: dict = {"runs": {a: sorted(v) for a, v in data.items()}}
     comps_interp: dict = {}
+    theory = {w: theory_ratios(c) for w, c in CALIBRATIONS.items()}   # as the arms run (reroll="replace")
     for key in ("interp", "extrap"):
         lines += [f"### Held-out {SPLIT[key]} pass@1 (`{METRICS[key]}`)", ""]
         if "baseline" not in data:
@@ -633,9 +638,10 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
         t, comps = comparison_lines(data, key, n_boot=n_boot)
         lines += t
         summary[key] = {a: to_jsonable(g) for a, g in comps.items()}
-        comps_interp = comps if key == "interp" else comps_interp
+        if key == "interp":
+            comps_interp = comps
     if "interp" in summary:
-        lines += hypotheses_lines(comps_interp, theory_ratios(reroll="add"), theory_ratios())
+        lines += hypotheses_lines(comps_interp, theory_ratios(reroll="add"), theory.get(0, {}))
     comp_lines, summary["components"] = component_lines(data, n_boot=n_boot)
     lines += comp_lines
     tr = transfer(data, n_boot=n_boot)
@@ -646,7 +652,6 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
               f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
-    theory = {w: theory_ratios(c) for w, c in CALIBRATIONS.items()}
     for r in led:
         r["theory_ratio"] = theory.get(r["w"], {}).get(r["arm"])
     lines += ["", "### The ledger (measured, per step; mean over each arm's runs of one warm start)", "",
