@@ -351,7 +351,8 @@ def ledger(data: dict[str, dict[int, dict]]) -> list[dict]:
 
 
 def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
-    """Per arm (mean over its runs of each run's per-step mean, NaN where the arm does not log it): the
+    """Per warm start ``w`` and arm (mean over its runs of that warm start of each run's per-step mean, NaN
+    where the arm does not log it; rows in warm-start order, then ``ARMS`` order): the
     trained groups' pass rate (``pass_rate_train``: what the selector chose to train on), dynamic sampling's
     generation batches per step, Prefix Sampling's re-rolled groups per step and the share of them that
     replaced their group (Σ groups_replaced / Σ groups_rerolled: with ``reroll_fallback`` only a re-roll with
@@ -367,18 +368,19 @@ def selector_counters(data: dict[str, dict[int, dict]]) -> list[dict]:
         return float(r["pool"] - u[-1]) if u.size and r["pool"] is not None else float("nan")
 
     rows = []
-    for arm in ARMS:
-        runs = list(data.get(arm, {}).values())
-        if not runs:
-            continue
-        per_run = lambda key: nanmean([np.nanmean(r[key]) if np.isfinite(r[key]).any() else np.nan  # noqa: E731
-                                       for r in runs])
-        kept = [np.nansum(r["replaced"]) / np.nansum(r["rerolled"]) if np.nansum(r["rerolled"]) > 0 else np.nan
-                for r in runs]
-        rows.append({"arm": arm, "runs": len(runs), "pass_train": per_run("pass_train"),
-                     "gen_batches": per_run("gen_batches"), "rerolled": per_run("rerolled"),
-                     "reroll_kept": nanmean(kept), "skipped": per_run("skipped"),
-                     "accepted": per_run("accepted"), "visited": nanmean([last_visited(r) for r in runs])})
+    for w, sub in by_warm_start(data).items():
+        for arm in ARMS:
+            runs = list(sub.get(arm, {}).values())
+            if not runs:
+                continue
+            per_run = lambda key: nanmean([np.nanmean(r[key]) if np.isfinite(r[key]).any() else np.nan  # noqa: E731
+                                           for r in runs])
+            kept = [np.nansum(r["replaced"]) / np.nansum(r["rerolled"]) if np.nansum(r["rerolled"]) > 0 else np.nan
+                    for r in runs]
+            rows.append({"w": w, "arm": arm, "runs": len(runs), "pass_train": per_run("pass_train"),
+                         "gen_batches": per_run("gen_batches"), "rerolled": per_run("rerolled"),
+                         "reroll_kept": nanmean(kept), "skipped": per_run("skipped"),
+                         "accepted": per_run("accepted"), "visited": nanmean([last_visited(r) for r in runs])})
     return rows
 
 
@@ -673,17 +675,17 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               + " |" for r in led] or ["", "No complete run yet."]
     sel = selector_counters(data)
     show = lambda v, f: "-" if not np.isfinite(v) else format(v, f)  # noqa: E731
-    lines += ["", "### What each selector did (its own counters; mean over each arm's runs, warm starts pooled)", "",
+    lines += ["", "### What each selector did (its own counters; mean over each arm's runs of one warm start)", "",
               "The trained groups' pass rate (`pass_rate_train`, per step); dynamic sampling's generation batches "
               "per step; Prefix Sampling's re-rolled groups per step and the share of re-rolls that replaced their "
               "group (with `reroll_fallback`, only a re-roll with contrast does); selective's (GRESO) skipped "
               "tasks per step; screen's accepted share of screened "
               "candidates; predicted's distinct tasks trained in the run (`pool_size` minus its final "
               "`select/unvisited`). A dash: the arm does not log it.", "",
-              "| arm | runs | trained groups' pass rate | generation batches / step | re-rolled groups / step | "
+              "| W | arm | runs | trained groups' pass rate | generation batches / step | re-rolled groups / step | "
               "re-rolls that replaced | tasks skipped / step | accepted share | distinct tasks trained |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| `{r['arm']}` | {r['runs']} | {show(r['pass_train'], '.3f')} | {show(r['gen_batches'], '.2f')} | "
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['w']} | `{r['arm']}` | {r['runs']} | {show(r['pass_train'], '.3f')} | {show(r['gen_batches'], '.2f')} | "
               f"{show(r['rerolled'], '.2f')} | {show(r['reroll_kept'], '.2f')} | {show(r['skipped'], '.2f')} | {show(r['accepted'], '.3f')} | {show(r['visited'], '.0f')} |"
               for r in sel] or ["", "No complete run yet."]
     aa, aa_summary = aa_lines(data, n_boot=n_boot)

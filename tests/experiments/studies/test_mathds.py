@@ -277,7 +277,12 @@ def test_selector_counters(runs):
             r.update({"select/unvisited": u, "select/skipped_easy": k, "select/skipped_hard": 1})
         (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
         (d / "config.json").write_text(json.dumps({"schedule": {"pool_size": 100}}))
-    sel = {r["arm"]: r for r in study.selector_counters(study.load(runs))}
+    write_run(runs, 1, "predicted", 0, delta=0.0, a=0.3, steps=2, extra_train={"pass_rate_train": 0.9})
+    rows = study.selector_counters(study.load(runs))
+    assert [(r["w"], r["arm"]) for r in rows if r["arm"] == "predicted"] == [(0, "predicted"), (1, "predicted")]
+    w1 = [r for r in rows if (r["w"], r["arm"]) == (1, "predicted")][0]
+    assert w1["runs"] == 1 and w1["pass_train"] == pytest.approx(0.9)   # W = 1 apart, not pooled
+    sel = {r["arm"]: r for r in rows if r["w"] == 0}
     assert sel["predicted"]["visited"] == pytest.approx(np.mean([100 - 70, 100 - 50]))
     assert sel["predicted"]["pass_train"] == pytest.approx(np.mean([0.25, 0.5]))
     assert sel["predicted"]["skipped"] == pytest.approx(np.mean([(1 + 3) / 2 + 1, (3 + 5) / 2 + 1]))
