@@ -223,9 +223,11 @@ def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000) -> dict:
 def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, n_boot: int = 2000,
             warm_split: bool = True) -> dict | None:
     """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
-    costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``) the tokens-to-80%
-    ratio per warm start (each on its own >= ``MIN_PAIRED`` units); None when fewer than ``MIN_PAIRED`` units
-    are paired."""
+    costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``, when the paired units
+    span more than one warm start) per warm start, each on its own >= ``MIN_PAIRED`` units and at its own
+    baseline's level: the tokens-to-80% ratio (its fields at the top level of ``by_warm_start[w]``), ``n``,
+    ``levels``, the steps ratio ``steps`` and the token axis's ``auc_tokens`` / ``equal_tokens``; None when
+    fewer than ``MIN_PAIRED`` units are paired."""
     p = paired(data, arm, key)
     if p is None:
         return None
@@ -243,7 +245,9 @@ def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, 
             for w, sub in split.items():
                 gw = compare(sub, arm, key, n_boot=n_boot, warm_split=False)
                 if gw is not None:
-                    g["by_warm_start"][w] = {**gw[0.8]["speedup_tokens"], "n": len(gw["units"])}
+                    g["by_warm_start"][w] = {**gw[0.8]["speedup_tokens"], "n": len(gw["units"]),
+                                             "levels": gw["levels"], "steps": gw[0.8]["speedup_steps"],
+                                             "auc_tokens": gw["auc_tokens"], "equal_tokens": gw["equal_tokens"]}
     return g
 
 
@@ -604,7 +608,25 @@ def comparison_lines(data: dict[str, dict[int, dict]], key: str, *, n_boot: int)
                    f"{fmt_ci(at['improvement'], 3)} ({at['horizon']:,.0f}) | {fmt_ci(et['improvement'], 3)} ({et['censored']}) |")
         wall.append(f"| `{arm}` | {len(g['units'])} | {fmt_ratio(wl)} | {BOUND_NOTE[wl.get('bound', 'exact')]} | "
                     f"{fmt_ci(aw['improvement'], 3)} ({aw['horizon']:,.1f}) | {fmt_ci(ew['improvement'], 3)} ({ew['censored']}) |")
-    return tok + [""] + wall + [""], comps
+    return tok + [""] + wall + [""] + per_warm_start_lines(comps, split), comps
+
+
+def per_warm_start_lines(comps: dict[str, dict], split: str) -> list[str]:
+    """A table of ``compare``'s per-warm-start readings on the token axis (each warm start at its own baseline's
+    gain): the ratios to 80%, the AUC over tokens and the equal-compute difference; [] when no arm has one.
+    A warm start whose baseline gains little is read on its AUC and equal-compute cells (no crossing level)."""
+    rows = [(arm, w, v) for arm, g in comps.items() for w, v in sorted(g["by_warm_start"].items())]
+    if not rows:
+        return []
+    lines = [f"#### Held-out {split} pass@1 per warm start (generated tokens; each warm start at its own baseline's "
+             "gain)", "",
+             "| arm vs baseline | W | paired runs | baseline's gain (start -> final) | tokens to 80%: baseline / arm | "
+             "steps to 80% | AUC over tokens: arm - baseline (horizon, tokens) | equal-compute difference (censored) |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| `{arm}` | {w} | {v['n']} | {gain_text(v['levels'])} | {fmt_ratio(v)} | {fmt_ratio(v['steps'])} | "
+              f"{fmt_ci(v['auc_tokens']['improvement'], 3)} ({v['auc_tokens']['horizon']:,.0f}) | "
+              f"{fmt_ci(v['equal_tokens']['improvement'], 3)} ({v['equal_tokens']['censored']}) |" for arm, w, v in rows]
+    return lines + [""]
 
 
 def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict | None = None,

@@ -126,10 +126,18 @@ def test_per_warm_start_column(tmp_path):
             delta, a = 0.01 * (s - 1.5) + 0.02 * w, 0.25 + 0.03 * s
             write_run(root, w, "baseline", s, delta=delta, a=a, tokens=1000.0)
             write_run(root, w, "ps_ada", s, delta=delta, a=a, speed=2.0, tokens=1500.0)
-    g = study.compare(study.load(root), "ps_ada", n_boot=200)
+    data = study.load(root)
+    g = study.compare(data, "ps_ada", n_boot=200)
     for w in (0, 1):
-        assert g["by_warm_start"][w]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
-        assert g["by_warm_start"][w]["n"] == 4
+        v = g["by_warm_start"][w]
+        assert v["value"] == pytest.approx(74 * 1000 / (37 * 1500))
+        assert v["n"] == 4 and v["steps"]["value"] == pytest.approx(74 / 37)
+        # at the baseline's final tokens (T x 1000) the arm has taken 2T/3 steps at twice the speed: + a/3 per unit
+        assert v["equal_tokens"]["improvement"]["value"] == pytest.approx(np.mean([(0.25 + 0.03 * s) / 3 for s in range(4)]))
+        assert v["auc_tokens"]["improvement"]["value"] > 0
+    lines, _ = study.comparison_lines(data, "interp", n_boot=200)
+    rows = [x for x in lines if x.startswith("| `ps_ada` | 1 | 4 |")]
+    assert len(rows) == 1 and "| 1.33 [1.33, 1.33] | 2.00 [2.00, 2.00] |" in rows[0]
 
 
 def test_ledger(runs):
