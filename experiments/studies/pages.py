@@ -4,7 +4,8 @@ paragraph per study, written from the same table; everything below a study's hea
 ran, what was cut, the generated sections, the history of its reading) is left as it is.
 
     python -m experiments.studies.pages            # rewrite the heads and the index in place
-    python -m experiments.studies.pages --check    # exit 1 if a committed page differs from what this writes
+    python -m experiments.studies.pages --check    # exit 1 if a committed page differs from what this writes,
+                                                   # or a verdict quotes an interval its record does not hold
 
 Figures are the ``*.png`` files of the study's folder (and its sub-folders), listed by name. A study
 whose folder does not exist is left out of the index (the pages of studies made elsewhere are theirs).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import pathlib
+import re
 import sys
 
 from experiments.studies import command_line
@@ -223,7 +225,7 @@ STUDIES = (
           "1.15x); H3 (outcome within x2 of the theory) holds for four arms and fails for selective. The A/A "
           "control holds 1.0 (1.07x [0.74, 1.57]); the headline intervals cover 92.5-95.5% at 4 pairs, the AUC and "
           "equal-compute ones ~85% (measured). Extrapolate pass@1 does not follow interpolate (the baseline's "
-          "extrapolate change over its 10 runs, both warm starts: -0.010 [-0.015, -0.005])."),
+          "extrapolate change over its 12 runs, both warm starts: -0.007 [-0.013, -0.000])."),
 )
 
 
@@ -274,6 +276,29 @@ def index(results: pathlib.Path) -> str:
     return "\n".join(lines)
 
 
+INTERVAL = re.compile(r"([+-]?\d+\.\d+)x? \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")  # "2.33x [1.10, 2.71]"
+
+
+def intervals(text: str) -> list[tuple[str, str, str]]:
+    """Every "estimate [low, high]" in ``text`` (a trailing "x" and leading "+" signs dropped), in order."""
+    return [tuple(v.lstrip("+") for v in m.groups()) for m in INTERVAL.finditer(text)]
+
+
+def unbacked(study: Study, folder: pathlib.Path) -> list[str]:
+    """The intervals ``study.verdict`` quotes that its record does not hold: none of the study's Markdown files
+    (its page below the head, its tables; not a sweep's ``code-*`` worktree) contains the same estimate and
+    bounds. A verdict typed by hand goes stale when the generated tables move; this finds it."""
+    record = set()
+    for md in folder.rglob("*.md"):
+        if any(part.startswith("code-") for part in md.relative_to(folder).parts):
+            continue
+        text = md.read_text()
+        if BEGIN in text and END in text:
+            text = text[:text.index(BEGIN)] + text[text.index(END) + len(END):]
+        record.update(intervals(text))
+    return [f"{v} [{lo}, {hi}]" for v, lo, hi in intervals(study.verdict) if (v, lo, hi) not in record]
+
+
 def render(results: pathlib.Path = RESULTS) -> dict[pathlib.Path, str]:
     """{path: text} of every page this module writes."""
     out = {results / "README.md": index(results)}
@@ -298,10 +323,18 @@ def main(argv=None) -> int:
                 stale.append(str(path))
         else:
             path.write_text(text)
+    bad = []
+    if args.check:
+        for s in STUDIES:
+            folder = pathlib.Path(args.results) / s.folder
+            if folder.is_dir() and (miss := unbacked(s, folder)):
+                bad.append(f"{s.folder}: " + "; ".join(miss))
     if stale:
         print("stale pages (run python -m experiments.studies.pages): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    if bad:
+        print("verdicts quoting intervals their records do not hold (experiments/studies/pages.py STUDIES): "
+              + " | ".join(bad), file=sys.stderr)
+    return 1 if stale or bad else 0
 
 
 if __name__ == "__main__":

@@ -43,3 +43,24 @@ def test_figures_leave_out_sweep_worktrees_and_skipped_patterns(tmp_path):
         (tmp_path / rel).write_bytes(b"")
     assert pages.figures(tmp_path) == ["a.png", "sweep/curves.png", "sweep/runs/r1/curves.png"]
     assert pages.figures(tmp_path, ("sweep/runs/*",)) == ["a.png", "sweep/curves.png"]
+
+
+def test_every_interval_a_verdict_quotes_is_in_its_record():
+    """A verdict is typed by hand; its intervals must still be the record's (a stale one is what the audit found)."""
+    bad = {s.folder: pages.unbacked(s, RESULTS / s.folder) for s in pages.STUDIES if (RESULTS / s.folder).is_dir()}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_unbacked_finds_a_stale_interval_and_ignores_the_head(tmp_path):
+    folder = tmp_path / "x"
+    folder.mkdir()
+    study = pages.Study("x", "T", "Q?", "cmd", "Faster: 2.33x [1.10, 2.71]; gain +0.096 [+0.079, +0.114].")
+    record = "| arm | W=0: 2.33 [1.10, 2.71] (4) |\n| jax | +0.096 [+0.079, +0.114] |\n"
+    (folder / "README.md").write_text(pages.page(study, folder, record))
+    assert pages.unbacked(study, folder) == []
+    stale = pages.Study("x", "T", "Q?", "cmd", "Faster: 2.33x [1.10, 2.72].")
+    (folder / "README.md").write_text(pages.page(stale, folder, record))   # the head quotes it; the record does not
+    assert pages.unbacked(stale, folder) == ["2.33 [1.10, 2.72]"]
+    (folder / "code-abc").mkdir()
+    (folder / "code-abc" / "README.md").write_text("2.33 [1.10, 2.72]")    # a sweep worktree is not the record
+    assert pages.unbacked(stale, folder) == ["2.33 [1.10, 2.72]"]
