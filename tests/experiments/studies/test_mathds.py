@@ -442,3 +442,11 @@ def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path)
 def test_aa_is_not_computed_with_fewer_than_two_index_pairs(runs):
     lines, summ = study.aa_lines(study.load(runs), n_boot=100)   # seeds 0-1 only: no seed s + 4
     assert summ is None and any("Not computed yet: 0 index pairs" in x for x in lines)
+
+
+def test_gain_text_flags_a_gain_below_the_gap_rule():
+    """The amendment's gap rule: 3 x the largest measured evaluation SD (0.0048), written as 0.015; below it, flagged."""
+    assert study.GAP_RULE == pytest.approx(0.015) and 3 * 0.0048 <= study.GAP_RULE
+    assert study.gain_text({"degenerate": False, "start": 0.122, "final": 0.138}) == "0.122 -> 0.138"
+    assert study.gain_text({"degenerate": False, "start": 0.095, "final": 0.103}) == "0.095 -> 0.103 (< gap rule 0.015)"
+    assert study.gain_text({"degenerate": True, "start": 0.1, "final": 0.1}) == "no gain"
