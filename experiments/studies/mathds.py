@@ -797,32 +797,39 @@ def figure(data: dict[str, dict[int, dict]], path: pathlib.Path, *, axis: str = 
 
 
 def plot(data: dict[str, dict[int, dict]], *, axis: str = "tokens", grid: int = 101):
-    """Held-out pass@1 (interpolate, extrapolate) against cumulative generated tokens (``axis="tokens"``) or
-    wall-clock (``"wall"``): per arm the mean over its runs on a common grid (each run linearly interpolated
-    on its cost axis; an arm's curve stops at its runs' smallest final cost) with a pointwise 95% bootstrap
-    band (``bootstrap_band``). Returns the matplotlib figure (the notebook shows it; ``figure`` saves it)."""
+    """Held-out pass@1 (columns: interpolate, extrapolate) against cumulative generated tokens
+    (``axis="tokens"``) or wall-clock (``"wall"``), one row per warm start (its arms' runs only: pooling
+    would mix the warm starts' levels in each arm's own proportion): per arm the mean over its runs on a
+    common grid (each run linearly interpolated on its cost axis; an arm's curve stops at its runs' smallest
+    final cost) with a pointwise 95% bootstrap band (``bootstrap_band``). Returns the matplotlib figure (the
+    notebook shows it; ``figure`` saves it)."""
     import matplotlib.pyplot as plt
 
     c = {"tokens": "cum_tokens", "wall": "cum_wall"}[axis]
-    pts = {a: [(axis_at(r["steps"], r[c][None])[0], r) for r in runs.values()] for a, runs in data.items()}
-    top = max((min(x[-1] for x, _ in p) for p in pts.values() if p), default=1.0)
-    xg = np.linspace(0.0, top, grid)                                                       # [G]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), squeeze=False)
-    for ax, key in zip(axes[0], ("interp", "extrap")):
-        for arm in sorted(pts, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
-            end = min(x[-1] for x, _ in pts[arm])
-            xa = np.r_[xg[xg < end], end]                                                    # [G'] this arm's reach
-            y = np.array([np.interp(xa, x, r[key]) for x, r in pts[arm]])                    # [U, G']
-            m, lo, hi = bootstrap_band(y)
-            col = f"C{ARMS.index(arm) if arm in ARMS else len(ARMS)}"
-            ax.plot(xa, m, color=col, label=f"{LABEL.get(arm, arm)} ({len(pts[arm])} runs)")
-            ax.fill_between(xa, lo, hi, color=col, alpha=0.15)
-        ax.set_xlabel("cumulative generated tokens" if axis == "tokens" else
-                      "cumulative wall-clock of the train steps, s (oracle's estimation left out)")
-        ax.set_ylabel(f"held-out {SPLIT[key]} pass@1")
-        ax.set_title(f"mathds: {SPLIT[key]} pass@1 vs {'generated tokens' if axis == 'tokens' else 'wall-clock'} "
-                     "(mean, 95% bootstrap band)", fontsize=9)
-        ax.legend(fontsize=7)
+    parts = by_warm_start(data) or {0: {}}
+    fig, axes = plt.subplots(len(parts), 2, figsize=(12, 4.4 * len(parts)), squeeze=False)
+    for row, (w, sub) in zip(axes, parts.items()):
+        pts = {a: [(axis_at(r["steps"], r[c][None])[0], r) for r in runs.values()] for a, runs in sub.items()}
+        top = max((min(x[-1] for x, _ in p) for p in pts.values() if p), default=1.0)
+        xg = np.linspace(0.0, top, grid)                                                   # [G]
+        for ax, key in zip(row, ("interp", "extrap")):
+            for arm in sorted(pts, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
+                end = min(x[-1] for x, _ in pts[arm])
+                xa = np.r_[xg[xg < end], end]                                                # [G'] this arm's reach
+                y = np.array([np.interp(xa, x, r[key]) for x, r in pts[arm]])                # [U, G']
+                m, lo, hi = bootstrap_band(y)
+                col = f"C{ARMS.index(arm) if arm in ARMS else len(ARMS)}"
+                n = len(pts[arm])
+                ax.plot(xa, m, color=col, label=f"{LABEL.get(arm, arm)} ({n} run{'s' * (n != 1)})")
+                ax.fill_between(xa, lo, hi, color=col, alpha=0.15)
+            ax.set_xlabel("cumulative generated tokens" if axis == "tokens" else
+                          "cumulative wall-clock of the train steps, s (oracle's estimation left out)")
+            ax.set_ylabel(f"held-out {SPLIT[key]} pass@1")
+            ax.set_title(f"warm start W = {w}: {SPLIT[key]} pass@1", fontsize=9)
+            if pts:
+                ax.legend(fontsize=7)
+    fig.suptitle(f"mathds: held-out pass@1 vs {'generated tokens' if axis == 'tokens' else 'wall-clock'} "
+                 "(per arm: mean over its runs, pointwise 95% bootstrap band)", fontsize=10)
     fig.tight_layout()
     return fig
 

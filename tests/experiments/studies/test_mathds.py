@@ -450,3 +450,18 @@ def test_gain_text_flags_a_gain_below_the_gap_rule():
     assert study.gain_text({"degenerate": False, "start": 0.122, "final": 0.138}) == "0.122 -> 0.138"
     assert study.gain_text({"degenerate": False, "start": 0.095, "final": 0.103}) == "0.095 -> 0.103 (< gap rule 0.015)"
     assert study.gain_text({"degenerate": True, "start": 0.1, "final": 0.1}) == "no gain"
+
+
+def test_plot_has_a_row_per_warm_start(runs):
+    """Each warm start in its own row (interpolate, extrapolate); an arm's label counts that warm start's runs."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = study.load(runs)
+    fig = study.plot(data, axis="tokens", grid=11)
+    axes = fig.axes
+    assert len(axes) == 4 and "W = 0" in axes[0].get_title() and "W = 1" in axes[2].get_title()
+    n0 = sum(1 for u in data["baseline"] if u // study.WARM_STRIDE == 0)
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()][0] == f"{study.LABEL['baseline']} ({n0} runs)"
+    plt.close(fig)
