@@ -231,13 +231,17 @@ STUDIES = (
 )
 
 
+def own_files(folder: pathlib.Path, pattern: str) -> list[pathlib.Path]:
+    """The study's files matching ``pattern`` under its folder, relative paths; not those inside a sweep's
+    detached code worktree (``code-*``, ``experiments/sweep_lib.sh``: a copy of the whole repository)."""
+    rel = (p.relative_to(folder) for p in folder.rglob(pattern))
+    return [r for r in rel if not any(part.startswith("code-") for part in r.parts[:-1])]
+
+
 def figures(folder: pathlib.Path, skip: tuple[str, ...] = ()) -> list[str]:
-    """The study's figures: ``*.png`` under its folder, relative paths, sorted; not those inside a
-    sweep's detached code worktree (``code-*``, ``experiments/sweep_lib.sh``: a copy of the whole repository)
-    nor those matching a ``skip`` pattern (``fnmatch`` on the relative path)."""
-    rel = (p.relative_to(folder) for p in folder.rglob("*.png"))
-    return sorted(str(r) for r in rel if not any(part.startswith("code-") for part in r.parts[:-1])
-                  and not any(fnmatch.fnmatch(str(r), pat) for pat in skip))
+    """The study's figures: ``*.png`` under its folder (``own_files``), relative paths, sorted; not those
+    matching a ``skip`` pattern (``fnmatch`` on the relative path)."""
+    return sorted(str(r) for r in own_files(folder, "*.png") if not any(fnmatch.fnmatch(str(r), pat) for pat in skip))
 
 
 def head(study: Study, folder: pathlib.Path) -> str:
@@ -254,12 +258,18 @@ def head(study: Study, folder: pathlib.Path) -> str:
                       f"**Figures.** {fig}", END])
 
 
+def replace_head(text: str, new: str) -> str | None:
+    """``text`` with its head (BEGIN ... END) replaced by ``new``; None when it has no head."""
+    if BEGIN in text and END in text:
+        return text[:text.index(BEGIN)] + new + text[text.index(END) + len(END):]
+    return None
+
+
 def page(study: Study, folder: pathlib.Path, old: str) -> str:
     """``old`` (the page's current text) with its head replaced, or the head put on top of it."""
     new = head(study, folder)
-    if BEGIN in old and END in old:
-        return old[:old.index(BEGIN)] + new + old[old.index(END) + len(END):]
-    return new + "\n\n" + old.lstrip("\n")
+    replaced = replace_head(old, new)
+    return replaced if replaced is not None else new + "\n\n" + old.lstrip("\n")
 
 
 def index(results: pathlib.Path) -> str:
@@ -291,13 +301,10 @@ def unbacked(study: Study, folder: pathlib.Path) -> list[str]:
     (its page below the head, its tables; not a sweep's ``code-*`` worktree) contains the same estimate and
     bounds. A verdict typed by hand goes stale when the generated tables move; this finds it."""
     record = set()
-    for md in folder.rglob("*.md"):
-        if any(part.startswith("code-") for part in md.relative_to(folder).parts):
-            continue
-        text = md.read_text()
-        if BEGIN in text and END in text:
-            text = text[:text.index(BEGIN)] + text[text.index(END) + len(END):]
-        record.update(intervals(text))
+    for md in own_files(folder, "*.md"):
+        text = (folder / md).read_text()
+        below = replace_head(text, "")
+        record.update(intervals(text if below is None else below))
     return [f"{v} [{lo}, {hi}]" for v, lo, hi in intervals(study.verdict) if (v, lo, hi) not in record]
 
 
