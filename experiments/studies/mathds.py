@@ -481,13 +481,15 @@ def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[di
 
 
 def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: int = 1000,
-                     sizes: tuple[int, ...] | None = None) -> dict:
+                     sizes: tuple[int, ...] | None = None, warm: int | None = None) -> dict:
     """Coverage of these intervals by simulation (``prs.analysis.coverage.coverage_study``) in a design fitted
     to the baseline's interpolate pass@1 curves (``experiments.studies.mechanism.fit_scenario``: every baseline
     run's exponential fit, their spread, binomial noise) with a planted 1.9x and 1.0x speed-up, simulated at
     each study size in ``sizes`` (paired units per arm; default: the number of baseline runs), so that the
     coverage is read at the number of pairs the page's comparisons have. Keys ``"mathds|<speed-up>|<size>"``.
-    Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs. The simulated statistic is the steps axis' (the planted
+    ``warm`` = W fits the design to warm start W's baseline runs only (its own start level, gain and noise: the
+    per-warm-start table's intervals), keys ``"mathds|<speed-up>|<size>|w<W>"``; None fits all baseline runs.
+    Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs (of W). The simulated statistic is the steps axis' (the planted
     speed-up is one in tokens too when an arm's tokens per step match the baseline's)."""
     import dataclasses
 
@@ -495,8 +497,11 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     from prs.analysis.coverage import coverage_study
 
     base = data.get("baseline", {})
+    if warm is not None:
+        base = {u: r for u, r in base.items() if u // WARM_STRIDE == warm}
     if len(base) < MIN_COVERAGE_SEEDS:
-        raise ValueError(f"--coverage needs >= {MIN_COVERAGE_SEEDS} complete baseline runs, found {len(base)}")
+        of = "" if warm is None else f" of warm start W={warm}"
+        raise ValueError(f"--coverage needs >= {MIN_COVERAGE_SEEDS} complete baseline runs{of}, found {len(base)}")
     sizes = (len(base),) if sizes is None else tuple(sizes)
     bad = [n for n in sizes if not (isinstance(n, int) and n >= 2)]
     if bad:
@@ -506,8 +511,8 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     for sp in (1.9, 1.0):
         sc, fit = fit_scenario(view, e="mathds", speedup=sp, name="mathds, fitted to baseline")
         for n in sizes:
-            out[f"mathds|{sp}|{n}"] = {"fit": fit, **coverage_study(dataclasses.replace(sc, seeds=n),
-                                                                    studies=studies, n_boot=n_boot)}
+            out[f"mathds|{sp}|{n}" + ("" if warm is None else f"|w{warm}")] = {
+                "fit": fit, "warm": warm, **coverage_study(dataclasses.replace(sc, seeds=n), studies=studies, n_boot=n_boot)}
     return out
 
 
@@ -520,17 +525,21 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
         return lines + [f"Not yet measured ({why}).", ""]
     lines += ["A planted speed-up (1.9x; 1.0x, none) in a design fitted to the baseline's interpolate pass@1 curves "
               "(`experiments.studies.mechanism.fit_scenario`: per-run exponential fits, their spread, binomial noise "
-              "with the residuals' variance; fitted on all baseline runs, simulated at each study size: paired runs "
-              "per arm), analysed with the estimators above on the steps axis "
-              "(`python -m experiments.studies.mathds --coverage STUDIES --coverage-sizes N ...`). Coverage = share "
+              "with the residuals' variance; fitted on all baseline runs, or on one warm start's (`of W = w`: its own "
+              "start level, gain and noise, the design of the per-warm-start table), simulated at each study size: "
+              "paired runs per arm), analysed with the estimators above on the steps axis "
+              "(`python -m experiments.studies.mathds --coverage STUDIES --coverage-sizes N ... [--coverage-warm W]`; "
+              "coverage.json, coverage_w<W>.json). Coverage = share "
               "of simulated studies "
               "whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
               "| planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
               "equal-step difference: coverage |", "|---|---|---|---|---|"]
-    for key, res in sorted(cov.items(), key=lambda kv: (-float(kv[0].split("|")[1]), kv[1]["scenario"]["seeds"])):
+    warm = lambda res: -1 if res.get("warm") is None else res["warm"]  # noqa: E731  (all warm starts first)
+    for key, res in sorted(cov.items(), key=lambda kv: (warm(kv[1]), -float(kv[0].split("|")[1]), kv[1]["scenario"]["seeds"])):
         sc, est = res["scenario"], res["estimators"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        lines.append(f"| {sc['speedup']:.1f}x | {sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}), y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
+        of = "" if res.get("warm") is None else f" of W = {res['warm']}"
+        lines.append(f"| {sc['speedup']:.1f}x | {sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}{of}), y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
                      f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
                      f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
                      f"{est['restricted_mean_curve:speedup']['median']:.2f}, {c('restricted_mean_curve:speedup')} | "
@@ -861,22 +870,28 @@ def main(argv=None) -> int:
     ap.add_argument("--coverage-boot", type=int, default=1000, help="resamples per simulated study (default 1000)")
     ap.add_argument("--coverage-sizes", type=int, nargs="+", default=None, metavar="N",
                     help="paired runs per arm in the simulated studies (default: the number of baseline runs)")
+    ap.add_argument("--coverage-warm", type=int, default=None, metavar="W",
+                    help="fit the simulated design to warm start W's baseline runs only (written to coverage_w<W>.json; "
+                         "default: all baseline runs, coverage.json)")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     a = ap.parse_args(argv)
     if a.check and (a.print or a.collect or a.coverage):
         ap.error("--check writes nothing: it takes no --print, --collect or --coverage")
-    if a.coverage_sizes and not a.coverage:
-        ap.error("--coverage-sizes acts only with --coverage STUDIES; give both or neither")
+    if (a.coverage_sizes or a.coverage_warm is not None) and not a.coverage:
+        ap.error("--coverage-sizes and --coverage-warm act only with --coverage STUDIES; give it too")
+    if a.coverage_warm is not None and a.coverage_warm < 0:
+        ap.error(f"--coverage-warm {a.coverage_warm}: a warm start is a non-negative integer (the study's: 0, 1)")
     runs, page, figs = pathlib.Path(a.runs), pathlib.Path(a.page), pathlib.Path(a.figures)
     if a.collect:
         copied = collect_records(a.collect, runs, prefix="mathds-w")
         print(f"copied the records of {len(copied)} complete runs to {runs}", file=sys.stderr)
     data = load(runs)
-    cov_file = figs / "coverage.json"
-    if a.coverage:
-        cov_file.write_text(json.dumps(to_jsonable(measure_coverage(data, studies=a.coverage, n_boot=a.coverage_boot,
-                                                                           sizes=a.coverage_sizes)), indent=1) + "\n")
-    cov = json.loads(cov_file.read_text()) if cov_file.exists() else None
+    if a.coverage:   # one file per fitted design: all baseline runs, or one warm start's
+        cov_file = figs / ("coverage.json" if a.coverage_warm is None else f"coverage_w{a.coverage_warm}.json")
+        cov_file.write_text(json.dumps(to_jsonable(measure_coverage(
+            data, studies=a.coverage, n_boot=a.coverage_boot, sizes=a.coverage_sizes, warm=a.coverage_warm)), indent=1) + "\n")
+    files = sorted(figs.glob("coverage.json")) + sorted(figs.glob("coverage_w*.json"))
+    cov = {k: v for f in files for k, v in json.loads(f.read_text()).items()} or None
     text, summary = section(data, n_boot=a.boot, cov=cov, replays=runs.parent / "replay", runs=runs)
     if a.check:
         s = page.read_text()

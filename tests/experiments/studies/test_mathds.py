@@ -387,7 +387,10 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage-sizes", "4"])
-    assert e.value.code == 2 and "--coverage-sizes acts only with --coverage" in capsys.readouterr().err
+    assert e.value.code == 2 and "--coverage-sizes and --coverage-warm act only with --coverage" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        study.main(["--coverage", "2", "--coverage-warm", "-1"])
+    assert e.value.code == 2 and "--coverage-warm -1: a warm start is a non-negative integer" in capsys.readouterr().err
 
 
 def test_coverage_sizes_below_two_are_refused(runs):
@@ -415,6 +418,40 @@ def test_coverage_is_measured_on_a_design_fitted_to_the_baseline(runs, tmp_path)
     assert cov["mathds|1.9|2"]["scenario"]["tau"] == cov["mathds|1.9|6"]["scenario"]["tau"]
     s = page.read_text()
     assert s.index("| 1.9x | 2 runs per arm") < s.index("| 1.9x | 6 runs per arm") < s.index("| 1.0x | 2 runs per arm")
+
+
+def test_coverage_fitted_to_one_warm_start_is_its_own_file_and_rows(runs, tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("# mathds\n")
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    # W=1 has 2 baseline runs in the fixture: too few to fit a design of its own (one line, names the warm start)
+    with pytest.raises(ValueError, match=r"needs >= 4 complete baseline runs of warm start W=1, found 2"):
+        study.measure_coverage(study.load(runs), studies=2, n_boot=10, warm=1)
+    for s, (delta, a) in zip((2, 3), ((0.03, 0.2), (-0.03, 0.4))):   # W=1 offset by 0.05: its own start level
+        write_run(runs, 1, "baseline", s, delta=delta + 0.05, a=a)
+    for s in (0, 1):   # move W=1's fixture runs to the same offset
+        d = runs / f"mathds-w1-baseline-s{s}"
+        recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for r in recs:
+            if r["kind"] == "eval":
+                r["eval/interpolate/pass_at_1"] += 0.05
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    assert study.main(args + ["--coverage", "3", "--coverage-boot", "50", "--coverage-sizes", "4"]) == 0
+    pooled = json.loads((tmp_path / "coverage.json").read_text())
+    assert study.main(args + ["--coverage", "3", "--coverage-boot", "50", "--coverage-sizes", "4",
+                              "--coverage-warm", "1"]) == 0
+    assert json.loads((tmp_path / "coverage.json").read_text()) == pooled   # the pooled design's file untouched
+    cov = json.loads((tmp_path / "coverage_w1.json").read_text())
+    assert sorted(cov) == ["mathds|1.0|4|w1", "mathds|1.9|4|w1"]
+    w1 = cov["mathds|1.9|4|w1"]
+    assert w1["warm"] == 1 and w1["fit"]["seeds"] == [100, 101, 102, 103]
+    # W=1's design starts at its own level: the mean of its runs' first evaluations
+    assert w1["scenario"]["y0"] == pytest.approx(Y0 + 0.05 + np.mean([0.02, -0.02, 0.03, -0.03]))
+    assert pooled["mathds|1.9|4"]["scenario"]["y0"] < w1["scenario"]["y0"]
+    s = page.read_text()
+    rows = [x for x in s.splitlines() if x.startswith("| 1.9x | 4 runs per arm")]
+    assert len(rows) == 2 and "(fitted on 6)," in rows[0] and "(fitted on 4 of W = 1)," in rows[1]
+    assert study.main(args + ["--check"]) == 0   # the page reads both files
 
 
 def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path):
