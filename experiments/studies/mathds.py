@@ -525,8 +525,9 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
         return lines + [f"Not yet measured ({why}).", ""]
     lines += ["A planted speed-up (1.9x; 1.0x, none) in a design fitted to the baseline's interpolate pass@1 curves "
               "(`experiments.studies.mechanism.fit_scenario`: per-run exponential fits, their spread, binomial noise "
-              "with the residuals' variance; fitted on all baseline runs, or on one warm start's (`of W = w`: its own "
-              "start level, gain and noise, the design of the per-warm-start table), simulated at each study size: "
+              "with the residuals' variance; fitted on all baseline runs, or on one warm start's (`--coverage-warm W`: its "
+              "own start level, gain and noise, the design of the per-warm-start table; `of W = w` says the fit's runs "
+              "are all of warm start w), simulated at each study size: "
               "paired runs per arm), analysed with the estimators above on the steps axis "
               "(`python -m experiments.studies.mathds --coverage STUDIES --coverage-sizes N ... [--coverage-warm W]`; "
               "coverage.json, coverage_w<W>.json). Coverage = share "
@@ -534,11 +535,12 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
               "whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
               "| planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
               "equal-step difference: coverage |", "|---|---|---|---|---|"]
-    warm = lambda res: -1 if res.get("warm") is None else res["warm"]  # noqa: E731  (all warm starts first)
+    warm = lambda res: -1 if res.get("warm") is None else res["warm"]  # noqa: E731  (the pooled fit's rows first)
     for key, res in sorted(cov.items(), key=lambda kv: (warm(kv[1]), -float(kv[0].split("|")[1]), kv[1]["scenario"]["seeds"])):
         sc, est = res["scenario"], res["estimators"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        of = "" if res.get("warm") is None else f" of W = {res['warm']}"
+        ws = sorted({int(u) // WARM_STRIDE for u in res["fit"]["seeds"]})   # the warm starts the design was fitted on
+        of = f" of W = {ws[0]}" if len(ws) == 1 else ""
         lines.append(f"| {sc['speedup']:.1f}x | {sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}{of}), y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
                      f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
                      f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "

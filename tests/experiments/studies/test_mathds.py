@@ -451,6 +451,13 @@ def test_coverage_fitted_to_one_warm_start_is_its_own_file_and_rows(runs, tmp_pa
     s = page.read_text()
     rows = [x for x in s.splitlines() if x.startswith("| 1.9x | 4 runs per arm")]
     assert len(rows) == 2 and "(fitted on 6)," in rows[0] and "(fitted on 4 of W = 1)," in rows[1]
+    # a pooled design whose runs are all of one warm start says so (the fixture's W=0 runs alone: 2, too few
+    # for main's gate, so measure_coverage's result is shown directly)
+    only_w0 = {"baseline": {u: r for u, r in study.load(runs)["baseline"].items() if u < 100}}
+    only_w0["baseline"].update({u + 10: r for u, r in only_w0["baseline"].items()})   # 4 runs of W=0
+    cov0 = study.measure_coverage(only_w0, studies=2, n_boot=20, sizes=(2,))
+    rows0 = [x for x in study.coverage_lines(cov0, 4) if x.startswith("| 1.")]
+    assert len(rows0) == 2 and all("2 runs per arm (fitted on 4 of W = 0)," in x for x in rows0)
     assert study.main(args + ["--check"]) == 0   # the page reads both files
 
 
