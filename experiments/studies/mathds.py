@@ -431,10 +431,26 @@ def h3(value: float, bound: str, theory: float | None) -> str:
 H2_CLAUSES = (("dynamic_sampling", "below", False), ("selective", "above", True))
 
 
-def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[str, float]) -> list[str]:
+def h2_line(arm: str, t: dict, want: str, amended: bool) -> str:
+    """One H2 clause read from ``arm``'s tokens-to-80% interval ``t``: which side of 1.0 it lies on against the
+    side first pre-registered (``want``) and, ``amended``, the amendment's "the interval holds 1.0"."""
+    side = "below" if t["hi"] < 1.0 else "above" if t["lo"] > 1.0 else "contains"
+    word = "holds" if side == want else "fails" if side != "contains" else "fails (the interval holds 1.0)"
+    line = (f"`{arm}`'s interval {fmt_ci(t)} is {side if side != 'contains' else 'around'} 1.0: "
+            f"H2's clause as first written ({want} 1.0) {word}")
+    if amended:
+        line += f"; the amendment's (the interval holds 1.0) {'holds' if side == 'contains' else 'fails'}"
+    return line
+
+
+def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[str, float], *,
+                     pre_w: dict[int, dict[str, float]] | None = None,
+                     run_w: dict[int, dict[str, float]] | None = None) -> list[str]:
     """H2 and H3 read from the interpolate comparisons on generated tokens (``comps``: ``compare`` per arm with
     >= ``MIN_PAIRED`` pairs) against the theory's ratios as pre-registered (``pre``: PS modelled
-    ``reroll="add"``) and as the arms run (``run``: ``reroll="replace"``)."""
+    ``reroll="add"``) and as the arms run (``run``: ``reroll="replace"``); then, with ``pre_w`` / ``run_w``
+    (warm start -> that warm start's theory rows, from its own step-0 histogram), the same per warm start from
+    each comparison's ``by_warm_start`` (each warm start at its own baseline's level)."""
     lines = ["### The hypotheses read from these runs (interpolate, generated tokens)", "",
              "H3: an arm's tokens-to-80% ratio (baseline / arm) within a factor 2 of the theory's ratio for it, "
              "as pre-registered (PS modelled with both groups trained, `--reroll add`); the theory for PS as the arm "
@@ -449,18 +465,27 @@ def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[st
                      f"{h3(t['value'], t.get('bound', 'exact'), pre.get(arm))} |")
     if not comps:
         lines.append("| - | no arm has enough pairs yet | | | | |")
-    falsifiable = []
-    for arm, want, amended in H2_CLAUSES:
-        if arm in comps:
-            t = comps[arm][0.8].get("speedup_tokens", _nan_ci())
-            side = "below" if t["hi"] < 1.0 else "above" if t["lo"] > 1.0 else "contains"
-            word = "holds" if side == want else "fails" if side != "contains" else "fails (the interval holds 1.0)"
-            line = (f"`{arm}`'s interval {fmt_ci(t)} is {side if side != 'contains' else 'around'} 1.0: "
-                    f"H2's clause as first written ({want} 1.0) {word}")
-            if amended:
-                line += (f"; the amendment's (the interval holds 1.0) {'holds' if side == 'contains' else 'fails'}")
-            falsifiable.append(line)
-    return lines + [""] + ([("- " + x) for x in falsifiable] + [""] if falsifiable else [])
+    falsifiable = [h2_line(arm, comps[arm][0.8].get("speedup_tokens", _nan_ci()), want, amended)
+                   for arm, want, amended in H2_CLAUSES if arm in comps]
+    lines += [""] + ([("- " + x) for x in falsifiable] + [""] if falsifiable else [])
+    rows = [(arm, w, v) for arm, g in comps.items() for w, v in sorted(g.get("by_warm_start", {}).items())]
+    if pre_w is None or not rows:
+        return lines
+    run_w = run_w or {}
+    lines += ["#### The hypotheses per warm start (each at its own baseline's level, against its own theory)", "",
+              "The same H3 and H2 readings on each warm start's >= "
+              f"{MIN_PAIRED} pairs, the theory's ratios from that warm start's step-0 pool histogram (a gain below "
+              "the gap rule is flagged in the per-warm-start table above; W = 1's 4-pair intervals cover less than 95%, "
+              "coverage table).", "",
+              "| arm | W | paired runs | tokens to 80%: baseline / arm | theory, pre-registered | theory, as run | "
+              "H3 (within x2 of the pre-registered) |", "|---|---|---|---|---|---|---|"]
+    for arm, w, v in rows:
+        pw, rw = pre_w.get(w, {}), run_w.get(w, {})
+        lines.append(f"| `{arm}` | {w} | {v['n']} | {fmt_ratio(v)} | {fmt(pw.get(arm))} | {fmt(rw.get(arm))} | "
+                     f"{h3(v['value'], v.get('bound', 'exact'), pw.get(arm))} |")
+    per_w = [f"W = {w}: " + h2_line(arm, v, want, amended) for arm, want, amended in H2_CLAUSES if arm in comps
+             for w, v in sorted(comps[arm].get("by_warm_start", {}).items())]
+    return lines + [""] + ([("- " + x) for x in per_w] + [""] if per_w else [])
 
 
 def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[dict]:
@@ -685,7 +710,8 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
         if key == "interp":
             comps_interp = comps
     if "interp" in summary:
-        lines += hypotheses_lines(comps_interp, theory_ratios(reroll="add"), theory.get(0, {}))
+        pre_w = {w: theory_ratios(c, reroll="add") for w, c in CALIBRATIONS.items()}
+        lines += hypotheses_lines(comps_interp, pre_w.get(0, {}), theory.get(0, {}), pre_w=pre_w, run_w=theory)
     comp_lines, summary["components"] = component_lines(data, n_boot=n_boot)
     lines += comp_lines
     tr = transfer(data, n_boot=n_boot)

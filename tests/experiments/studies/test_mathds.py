@@ -258,6 +258,32 @@ def test_hypotheses_lines_read_h2s_falsifiable_clauses():
     assert "- `dynamic_sampling`'s interval 0.60 [0.30, 0.80] is below 1.0: H2's clause as first written (below 1.0) holds" in lines
 
 
+def test_hypotheses_per_warm_start_read_each_against_its_own_theory():
+    """Per warm start: each W's ratio against that W's theory row (H3 band [t/2, 2t]) and H2's clause on each W's
+    interval; built from compare-shaped dicts (closed intervals). DS: W=0 below 1.0 holds, W=1 around 1.0 fails;
+    ps_ada 0.8 holds against W=0's 0.5 (band [0.25, 1.0]) and fails against W=1's 2.0 (band [1.0, 4.0])."""
+    ci = lambda v, lo, hi, n=4: {"value": v, "lo": lo, "hi": hi, "n": n}  # noqa: E731
+    comps = {"dynamic_sampling": {"units": list(range(8)), 0.8: {"speedup_tokens": ci(0.7, 0.4, 0.9)},
+                                  "by_warm_start": {0: ci(0.6, 0.3, 0.8), 1: ci(0.8, 0.4, 1.2)}},
+             "ps_ada": {"units": list(range(8)), 0.8: {"speedup_tokens": ci(0.8, 0.6, 0.9)},
+                        "by_warm_start": {0: ci(0.8, 0.6, 1.1), 1: ci(0.8, 0.5, 1.2)}}}
+    pre_w = {0: {"ps_ada": 0.5, "dynamic_sampling": 0.85}, 1: {"ps_ada": 2.0, "dynamic_sampling": 0.86}}
+    run_w = {0: {"ps_ada": 0.3}, 1: {"ps_ada": 0.4}}
+    lines = study.hypotheses_lines(comps, pre_w[0], run_w[0], pre_w=pre_w, run_w=run_w)
+    head = lines.index("#### The hypotheses per warm start (each at its own baseline's level, against its own theory)")
+    rows = [x for x in lines[head:] if x.startswith("| `")]
+    assert rows == ["| `dynamic_sampling` | 0 | 4 | 0.60 [0.30, 0.80] | 0.85 | - | holds |",
+                    "| `dynamic_sampling` | 1 | 4 | 0.80 [0.40, 1.20] | 0.86 | - | holds |",
+                    "| `ps_ada` | 0 | 4 | 0.80 [0.60, 1.10] | 0.50 | 0.30 | holds |",
+                    "| `ps_ada` | 1 | 4 | 0.80 [0.50, 1.20] | 2.00 | 0.40 | fails |"]
+    assert ("- W = 0: `dynamic_sampling`'s interval 0.60 [0.30, 0.80] is below 1.0: H2's clause as first written "
+            "(below 1.0) holds") in lines
+    assert ("- W = 1: `dynamic_sampling`'s interval 0.80 [0.40, 1.20] is around 1.0: H2's clause as first written "
+            "(below 1.0) fails (the interval holds 1.0)") in lines
+    # without per-warm-start theory rows (or without per-warm-start comparisons) the table is left out
+    assert not any(x.startswith("#### The hypotheses per warm start") for x in study.hypotheses_lines(comps, {}, {}))
+
+
 def test_component_lines_put_the_component_in_the_baselines_place(tmp_path):
     """ps_ds on dynamic sampling's curve at twice its tokens a step: steps to 80% of DS's gain 1.0, tokens
     1000 / 2000 = 0.5, AUC and equal compute against DS; vs ps_ada (absent): not compared."""
