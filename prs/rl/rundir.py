@@ -8,6 +8,7 @@ Used by ``prs.rl.runner.run``; nothing here trains or imports JAX.
     read_metrics(path)              metrics.jsonl lines; a truncated last line (a kill mid-write) is dropped
     write_atomic(path, text)        write to a temporary file, then rename: never half a file
     dir_lock(path)                  an exclusive flock on a directory (concurrent sweep jobs)
+    run_lock(out)                   one process trains into a run directory at a time (a second one is refused)
     record_failure / clear_failure  ``error.json``: why and at which step a run stopped
 """
 from __future__ import annotations
@@ -160,6 +161,39 @@ def dir_lock(path: pathlib.Path) -> Iterator[None]:
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+LOCK_FILE = ".run.lock"
+
+
+@contextlib.contextmanager
+def run_lock(out: pathlib.Path) -> Iterator[None]:
+    """An exclusive, non-blocking advisory lock on run directory ``out`` (``out/.run.lock``, which records the
+    holder), held for the block: a second process started on the same directory - two sweep lanes given the
+    same run, a run re-launched while it still trains - raises one ``RunDirError`` line naming the holder
+    instead of writing metrics and checkpoints beside it. The operating system drops the lock with its process,
+    so a killed run leaves none behind and resumes as before; the file itself stays (removing it would let a
+    third process lock a file the second still holds)."""
+    import fcntl
+    import socket
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = path.read_text().strip() or "another process"
+        raise RunDirError(f"{out} is in use: {holder} is training into it; wait for it to end (the same command "
+                          f"then resumes the run or reports it complete), or add tag=<name> for a new directory") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

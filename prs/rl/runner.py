@@ -361,13 +361,24 @@ def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run
     """Runs (or resumes) one training run into ``out_dir``; returns the summary dict. ``config_dict``
     is recorded in ``out_dir/config.json`` and a resumed run must match it (``rundir.check_config``;
     ``config_defaults``: the schema's defaults, for keys the record lacks; ``config_upgrade``: maps a
-    record of an earlier layout to ``config_dict``'s)."""
+    record of an earlier layout to ``config_dict``'s). The writing process holds ``rundir.run_lock`` on
+    ``out_dir`` throughout: a second process started on the same directory stops with one error line."""
+    out = pathlib.Path(out_dir).resolve()
+    args = (task, model_cfg, rl, prefix, run_cfg, out)
+    kw = dict(config_dict=config_dict, config_defaults=config_defaults, config_upgrade=config_upgrade, mesh=mesh, log=log)
+    if jax.process_index() != 0:  # multi-host: only process 0 writes metrics, figures, wandb
+        return _run(*args, writer=False, **kw)
+    rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.loss.kl_coef)))
+    with rundir.run_lock(out):
+        return _run(*args, writer=True, **kw)
+
+
+def _run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig,
+         out: pathlib.Path, *, writer: bool, config_dict, config_defaults, config_upgrade, mesh, log) -> dict:
+    """``run``'s body, in a directory ``out`` that process 0 (``writer``) has checked and locked."""
     import orbax.checkpoint as ocp
 
-    out = pathlib.Path(out_dir).resolve()
-    writer = jax.process_index() == 0  # multi-host: only process 0 writes metrics, figures, wandb
     if writer:
-        rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.loss.kl_coef)))
         rundir.check_config(out, config_dict, defaults=config_defaults, upgrade=config_upgrade)
     done = multihost.broadcast_json(_already_complete(out, run_cfg, log) if writer else None)  # process 0 decides
     if done is not None:

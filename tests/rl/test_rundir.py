@@ -54,3 +54,41 @@ def test_publish_dir_loser_discards_its_copy(tmp_path):
     assert rundir.publish_dir(win, final) is True
     assert rundir.publish_dir(lose, final) is False
     assert (final / "f").read_text() == "winner" and not lose.exists()
+
+
+def test_run_lock_refuses_a_second_holder_naming_the_first_and_is_free_after(tmp_path):
+    import os
+
+    d = tmp_path / "run"
+    with rundir.run_lock(d):
+        assert (d / rundir.LOCK_FILE).read_text().startswith(f"process {os.getpid()} on ")
+        # flock belongs to the open file: a second open, even in this process, is a second holder
+        with pytest.raises(RunDirError, match=rf"{d} is in use: process {os.getpid()} on .* tag=<name>"):
+            with rundir.run_lock(d):
+                pass
+    with rundir.run_lock(d):   # released at the end of the block: the next holder gets it
+        pass
+
+
+def test_run_lock_goes_with_a_killed_process(tmp_path):
+    """A process holding the lock is killed with SIGKILL: the operating system releases it, so the run can be
+    resumed at once (the lock file stays, unlocked)."""
+    import signal
+    import subprocess
+    import sys
+
+    d = tmp_path / "run"
+    code = ("import pathlib, sys, time\nfrom prs.rl import rundir\n"
+            f"with rundir.run_lock(pathlib.Path({str(d)!r})):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirError, match=rf"is in use: process {p.pid} on "):
+            with rundir.run_lock(d):
+                pass
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    with rundir.run_lock(d):
+        pass
+    assert (d / rundir.LOCK_FILE).exists()
