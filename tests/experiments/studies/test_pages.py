@@ -1,6 +1,9 @@
 """results/ by study (``experiments.studies.pages``): the committed index and page heads are what the code
 writes, every study has its folder and page, and results/ holds records and pages, not scripts."""
+import dataclasses
 import pathlib
+
+import pytest
 
 from experiments.studies import pages
 
@@ -61,6 +64,16 @@ def test_unbacked_finds_a_stale_interval_and_ignores_the_head(tmp_path):
     stale = pages.Study("x", "T", "Q?", "cmd", "Faster: 2.33x [1.10, 2.72].")
     (folder / "README.md").write_text(pages.page(stale, folder, record))   # the head quotes it; the record does not
     assert pages.unbacked(stale, folder) == ["2.33 [1.10, 2.72]"]
+    # record="generated": a hand-written section does not back the verdict, a generated block does
+    hand = "## Written at 4 pairs\n2.33x [1.10, 2.72]\n"
+    gen = "<!-- x-results:begin -->\n| W=0: 2.33 [1.10, 2.71] (5) |\n<!-- x-results:end -->\n"
+    strict = pages.Study("x", "T", "Q?", "cmd", "Faster: 2.33x [1.10, 2.72] then 2.33x [1.10, 2.71].", record="generated")
+    (folder / "README.md").write_text(pages.page(strict, folder, hand + gen))
+    assert pages.unbacked(strict, folder) == ["2.33 [1.10, 2.72]"]
+    assert pages.unbacked(dataclasses.replace(strict, record="page"), folder) == []
+    with pytest.raises(ValueError, match=r"record='tables'; allowed: 'page', 'generated'"):
+        pages.unbacked(dataclasses.replace(strict, record="tables"), folder)
+    (folder / "README.md").write_text(pages.page(stale, folder, record))
     (folder / "code-abc").mkdir()
     (folder / "code-abc" / "README.md").write_text("2.33 [1.10, 2.72]")    # a sweep worktree is not the record
     assert pages.unbacked(stale, folder) == ["2.33 [1.10, 2.72]"]
