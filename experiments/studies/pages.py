@@ -221,7 +221,7 @@ STUDIES = (
           "0.008] and +0.005 [0.005, 0.007], and its contrast groups per rollout match the theory (2.47x vs 2.51x; "
           "2.52x vs 2.62x). No real control is shown to buy held-out pass@1 per generated token on either warm "
           "start. Tokens to 80% (baseline / arm) over all paired runs of both warm starts (8-9 per arm): dynamic "
-          "sampling 0.69x [0.45, 0.88], PS-ada 0.84x [0.65, 0.93], PS-ada + dynamic sampling 0.62x [0.34, 0.76] and `predicted` "
+          "sampling 0.69x [0.45, 0.88], PS-ada 0.84x [0.65, 0.93], PS-ada + dynamic sampling 0.62x [0.38, 0.77] and `predicted` "
           "<= 0.63x [0.55, 0.89] lie below 1.0; screening (SPEED) 0.86x [0.62, 1.07] and selective (GRESO) 0.81x "
           "[0.66, 1.27] hold it. On W = 1 alone only PS-ada + dynamic sampling's ratio interval lies below 1.0 "
           "(0.67x [0.30, 0.90]) and no real arm's AUC interval lies above 0. Dynamic sampling, screening and their "
