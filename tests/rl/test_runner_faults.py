@@ -110,7 +110,6 @@ def test_raising_steps_extends_a_finished_run_with_one_line_and_lowering_is_refu
         run(TASK, MODEL, RL, PC, RunConfig(steps=3, **COMMON), d, **QUIET)
 
 
-@pytest.mark.slow
 def test_a_run_directory_another_process_trains_into_is_refused_before_training(tmp_path, monkeypatch):
     """While ``rundir.run_lock`` is held on the directory (here by the test itself, a second open file), ``run``
     stops with one line before building a trainer; once it is released the same call trains."""
@@ -125,6 +124,7 @@ def test_a_run_directory_another_process_trains_into_is_refused_before_training(
     assert built == [1] and s["steps"] == 1
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_checkpoint_write_resumes_from_the_previous_one(tmp_path, reference):
     """The process is SIGKILLed inside orbax's commit of the step-4 checkpoint (files written, not yet
     renamed into place); the re-run resumes from step 2 and writes the uninterrupted run's metrics."""
