@@ -4,6 +4,7 @@
     python -m experiments.studies.mathds --check             # exit 1 if the committed section differs
     python -m experiments.studies.mathds --print             # print the section, write nothing
     python -m experiments.studies.mathds --coverage 400      # + the intervals' coverage (results/mathds/coverage.json)
+    python -m experiments.studies.mathds --coverage 200 --coverage-mixture --coverage-sizes 8  # pooled over warm starts
     python -m experiments.studies.mathds --collect runs/mathds/runs   # copy complete runs' records first
 
 Runs are ``results/mathds/runs/mathds-w<W>-<arm>-s<S>`` (``experiments/mathds_sweep.sh``, then its
@@ -506,7 +507,7 @@ def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[di
 
 
 def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: int = 1000,
-                     sizes: tuple[int, ...] | None = None, warm: int | None = None) -> dict:
+                     sizes: tuple[int, ...] | None = None, warm: int | None = None, mixture: bool = False) -> dict:
     """Coverage of these intervals by simulation (``prs.analysis.coverage.coverage_study``) in a design fitted
     to the baseline's interpolate pass@1 curves (``experiments.studies.mechanism.fit_scenario``: every baseline
     run's exponential fit, their spread, binomial noise) with a planted 1.9x and 1.0x speed-up, simulated at
@@ -514,30 +515,48 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     coverage is read at the number of pairs the page's comparisons have. Keys ``"mathds|<speed-up>|<size>"``.
     ``warm`` = W fits the design to warm start W's baseline runs only (its own start level, gain and noise: the
     per-warm-start table's intervals), keys ``"mathds|<speed-up>|<size>|w<W>"``; None fits all baseline runs.
-    Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs (of W). The simulated statistic is the steps axis' (the planted
-    speed-up is one in tokens too when an arm's tokens per step match the baseline's)."""
+    ``mixture`` fits one design per warm start and simulates their pooled study (``prs.analysis.coverage.Mixture``:
+    ``sizes`` units per arm from each warm start, analysed together: the pooled table's intervals), keys
+    ``"mathds|<speed-up>|<size x warm starts>|mix"``; default sizes: the fewest baseline runs of a warm start.
+    Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs (of W; of every warm start for ``mixture``). The simulated
+    statistic is the steps axis' (the planted speed-up is one in tokens too when an arm's tokens per step match
+    the baseline's)."""
     import dataclasses
 
     from experiments.studies.mechanism import fit_scenario
-    from prs.analysis.coverage import coverage_study
+    from prs.analysis.coverage import Mixture, coverage_study
 
+    if mixture and warm is not None:
+        raise ValueError("measure_coverage: give warm (one warm start's design) or mixture (all of them pooled), not both")
     base = data.get("baseline", {})
-    if warm is not None:
-        base = {u: r for u, r in base.items() if u // WARM_STRIDE == warm}
-    if len(base) < MIN_COVERAGE_SEEDS:
-        of = "" if warm is None else f" of warm start W={warm}"
-        raise ValueError(f"--coverage needs >= {MIN_COVERAGE_SEEDS} complete baseline runs{of}, found {len(base)}")
-    sizes = (len(base),) if sizes is None else tuple(sizes)
+    groups = ({w: {u: r for u, r in base.items() if u // WARM_STRIDE == w} for w in sorted({u // WARM_STRIDE for u in base})}
+              if mixture else {warm: base if warm is None else {u: r for u, r in base.items() if u // WARM_STRIDE == warm}})
+    for w, g in groups.items():
+        if len(g) < MIN_COVERAGE_SEEDS:
+            of = "" if w is None else f" of warm start W={w}"
+            raise ValueError(f"--coverage needs >= {MIN_COVERAGE_SEEDS} complete baseline runs{of}, found {len(g)}")
+    if mixture and len(groups) < 2:
+        raise ValueError(f"--coverage-mixture needs baseline runs of >= 2 warm starts, found W = {sorted(groups)}")
+    sizes = (min(len(g) for g in groups.values()),) if sizes is None else tuple(sizes)
     bad = [n for n in sizes if not (isinstance(n, int) and n >= 2)]
     if bad:
         raise ValueError(f"--coverage-sizes: {bad} are not study sizes; allowed: integers >= 2 (paired units per arm)")
-    view = {u: {"steps": r["steps"], "tf": r["interp"]} for u, r in base.items()}
     out = {}
     for sp in (1.9, 1.0):
-        sc, fit = fit_scenario(view, e="mathds", speedup=sp, name="mathds, fitted to baseline")
+        fits = {w: fit_scenario({u: {"steps": r["steps"], "tf": r["interp"]} for u, r in g.items()}, e="mathds",
+                                speedup=sp, name="mathds, fitted to baseline" + ("" if w is None else f" of W={w}"))
+                for w, g in groups.items()}
         for n in sizes:
-            out[f"mathds|{sp}|{n}" + ("" if warm is None else f"|w{warm}")] = {
-                "fit": fit, "warm": warm, **coverage_study(dataclasses.replace(sc, seeds=n), studies=studies, n_boot=n_boot)}
+            if mixture:
+                mix = Mixture(f"mathds, pooled over W = {', '.join(map(str, fits))}",
+                              tuple(dataclasses.replace(sc, seeds=n) for sc, _ in fits.values()))
+                out[f"mathds|{sp}|{n * len(fits)}|mix"] = {
+                    "fit": {str(w): fit for w, (_, fit) in fits.items()}, "warm": "mix",
+                    **coverage_study(mix, studies=studies, n_boot=n_boot)}
+            else:
+                sc, fit = fits[warm]
+                out[f"mathds|{sp}|{n}" + ("" if warm is None else f"|w{warm}")] = {
+                    "fit": fit, "warm": warm, **coverage_study(dataclasses.replace(sc, seeds=n), studies=studies, n_boot=n_boot)}
     return out
 
 
@@ -560,15 +579,26 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
               "whose nominal-95% interval holds the truth (± Monte Carlo SE).", "",
               "| planted | fitted design | headline speed-up: median, coverage | AUC difference: coverage | "
               "equal-step difference: coverage |", "|---|---|---|---|---|"]
-    warm = lambda res: -1 if res.get("warm") is None else res["warm"]  # noqa: E731  (the pooled fit's rows first)
-    for key, res in sorted(cov.items(), key=lambda kv: (warm(kv[1]), -float(kv[0].split("|")[1]), kv[1]["scenario"]["seeds"])):
+    # row order: the fit on all baseline runs, then each warm start's, then the pooled mixtures
+    warm = lambda res: -1 if res.get("warm") is None else (10**6 if res["warm"] == "mix" else res["warm"])  # noqa: E731
+    design = lambda sc: (f"y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} (log sd {sc['seed_sd']:.2f}), "  # noqa: E731
+                         f"noise as {sc['episodes']} episodes")
+    for key, res in sorted(cov.items(), key=lambda kv: (warm(kv[1]), -float(kv[0].split("|")[1]), int(kv[0].split("|")[2]))):
         sc, est = res["scenario"], res["estimators"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
-        ws = sorted({int(u) // WARM_STRIDE for u in res["fit"]["seeds"]})   # the warm starts the design was fitted on
-        of = f" of W = {ws[0]}" if len(ws) == 1 else ""
-        lines.append(f"| {sc['speedup']:.1f}x | {sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}{of}), y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} "
-                     f"(log sd {sc['seed_sd']:.2f}), noise as {sc['episodes']} episodes, every {sc['every']} to "
-                     f"{sc['horizon']}; {res['studies']} studies x {res['n_boot']} resamples | "
+        if res.get("warm") == "mix":   # a pooled study: one design per warm start, their units analysed together
+            parts = sc["parts"]
+            head = (f"{sum(p['seeds'] for p in parts)} runs per arm pooled: " + " + ".join(
+                f"{p['seeds']} of W = {w} (fitted on {len(res['fit'][w]['seeds'])}; {design(p)})"
+                for w, p in zip(res["fit"], parts)) + f", every {parts[0]['every']} to {parts[0]['horizon']}")
+            sp = parts[0]["speedup"]
+        else:
+            ws = sorted({int(u) // WARM_STRIDE for u in res["fit"]["seeds"]})   # the warm starts the design was fitted on
+            of = f" of W = {ws[0]}" if len(ws) == 1 else ""
+            head = (f"{sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}{of}), {design(sc)}, "
+                    f"every {sc['every']} to {sc['horizon']}")
+            sp = sc["speedup"]
+        lines.append(f"| {sp:.1f}x | {head}; {res['studies']} studies x {res['n_boot']} resamples | "
                      f"{est['restricted_mean_curve:speedup']['median']:.2f}, {c('restricted_mean_curve:speedup')} | "
                      f"{c('auc:auc')} | {c('equal_step:equal_step')} |")
     return lines + [""]
@@ -901,12 +931,17 @@ def main(argv=None) -> int:
     ap.add_argument("--coverage-warm", type=int, default=None, metavar="W",
                     help="fit the simulated design to warm start W's baseline runs only (written to coverage_w<W>.json; "
                          "default: all baseline runs, coverage.json)")
+    ap.add_argument("--coverage-mixture", action="store_true",
+                    help="fit one design per warm start and simulate their pooled study (--coverage-sizes N: N runs of "
+                         "each warm start; written to coverage_mix.json)")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     a = ap.parse_args(argv)
+    if a.coverage_mixture and a.coverage_warm is not None:
+        ap.error("--coverage-mixture pools every warm start's design; --coverage-warm fits one: give one of them")
     if a.check and (a.print or a.collect or a.coverage):
         ap.error("--check writes nothing: it takes no --print, --collect or --coverage")
-    if (a.coverage_sizes or a.coverage_warm is not None) and not a.coverage:
-        ap.error("--coverage-sizes and --coverage-warm act only with --coverage STUDIES; give it too")
+    if (a.coverage_sizes or a.coverage_warm is not None or a.coverage_mixture) and not a.coverage:
+        ap.error("--coverage-sizes, --coverage-warm and --coverage-mixture act only with --coverage STUDIES; give it too")
     if a.coverage_warm is not None and a.coverage_warm < 0:
         ap.error(f"--coverage-warm {a.coverage_warm}: a warm start is a non-negative integer (the study's: 0, 1)")
     runs, page, figs = pathlib.Path(a.runs), pathlib.Path(a.page), pathlib.Path(a.figures)
@@ -915,10 +950,12 @@ def main(argv=None) -> int:
         print(f"copied the records of {len(copied)} complete runs to {runs}", file=sys.stderr)
     data = load(runs)
     if a.coverage:   # one file per fitted design: all baseline runs, or one warm start's
-        cov_file = figs / ("coverage.json" if a.coverage_warm is None else f"coverage_w{a.coverage_warm}.json")
+        cov_file = figs / ("coverage_mix.json" if a.coverage_mixture else "coverage.json" if a.coverage_warm is None
+                           else f"coverage_w{a.coverage_warm}.json")
         cov_file.write_text(json.dumps(to_jsonable(measure_coverage(
-            data, studies=a.coverage, n_boot=a.coverage_boot, sizes=a.coverage_sizes, warm=a.coverage_warm)), indent=1) + "\n")
-    files = sorted(figs.glob("coverage.json")) + sorted(figs.glob("coverage_w*.json"))
+            data, studies=a.coverage, n_boot=a.coverage_boot, sizes=a.coverage_sizes, warm=a.coverage_warm,
+            mixture=a.coverage_mixture)), indent=1) + "\n")
+    files = sorted(figs.glob("coverage.json")) + sorted(figs.glob("coverage_w*.json")) + sorted(figs.glob("coverage_mix.json"))
     cov = {k: v for f in files for k, v in json.loads(f.read_text()).items()} or None
     text, summary = section(data, n_boot=a.boot, cov=cov, replays=runs.parent / "replay", runs=runs)
     if a.check:

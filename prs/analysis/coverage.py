@@ -14,6 +14,9 @@ A **study** (``Scenario``, S paired seeds, evaluations every ``every`` steps up 
   committed runs), independently per seed, arm and step; the runs end at the horizon, so a seed that
   has not reached the level by then is censored there.
 
+A **pooled study** (``Mixture``) stacks the units of several such designs (one per warm start: own start
+level, gain, τ and noise) and analyses them as one study, as an interval pooled over warm starts is.
+
 **Truths** (``truths``): the planted speed-up; the population level ``L = start + f (final - start)``
 with start / final the means of the first / last ``k`` points of the expected seed-mean curve; the
 restricted-mean speed-up ``E_s[min(x^b_s, h)] / E_s[min(x^b_s / speedup, h)]`` with x^b_s the
@@ -51,7 +54,7 @@ import numpy as np
 from prs.analysis.gap import auc, crossing_steps, gap_compare, gap_levels, restricted_speedup
 from prs.analysis.bootstrap import bootstrap_diff_of_means, safe_ratio
 
-__all__ = ["Scenario", "SCENARIOS", "simulate_study", "truths", "old_speedup", "estimate_study", "coverage_study",
+__all__ = ["Scenario", "Mixture", "SCENARIOS", "simulate_study", "truths", "old_speedup", "estimate_study", "coverage_study",
            "coverage_markdown"]
 
 
@@ -89,33 +92,80 @@ def _curve(sc: Scenario, t, tau):
     return sc.y0 + (sc.y1 - sc.y0) * (1.0 - np.exp(-np.asarray(t, float) / np.asarray(tau, float)))
 
 
-def simulate_study(sc: Scenario, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One study: (steps [E], y_base [S, E], y_meth [S, E]) with binomial evaluation noise."""
+@dataclasses.dataclass(frozen=True)
+class Mixture:
+    """A pooled study over several designs (warm starts): part i contributes ``parts[i].seeds`` paired
+    units drawn from its own ``Scenario`` (own start level, gain, τ, spread and noise), all units
+    analysed together as one study - the design of an interval pooled over warm starts. The parts share
+    the planted speed-up, the evaluation grid, the level fraction and k (refused otherwise). Truths
+    (``truths``) are the pooled population's: the expected curves averaged over the parts with weights
+    ``seeds_i / seeds``, the level from that averaged curve, crossings per part (a part whose curve never
+    reaches the pooled level is censored at the horizon, one that starts above it crosses at 0)."""
+
+    name: str
+    parts: tuple[Scenario, ...]
+
+    def __post_init__(self):
+        if not self.parts:
+            raise ValueError("Mixture.parts: give at least one Scenario")
+        shared = ("speedup", "every", "horizon", "fraction", "k")
+        for f in shared:
+            vals = {getattr(p, f) for p in self.parts}
+            if len(vals) > 1:
+                raise ValueError(f"Mixture.parts: every part must share {f} (got {sorted(vals)}); shared fields: "
+                                 + ", ".join(shared))
+
+    speedup = property(lambda self: self.parts[0].speedup)
+    every = property(lambda self: self.parts[0].every)
+    horizon = property(lambda self: self.parts[0].horizon)
+    fraction = property(lambda self: self.parts[0].fraction)
+    k = property(lambda self: self.parts[0].k)
+    seeds = property(lambda self: sum(p.seeds for p in self.parts))
+    steps = property(lambda self: self.parts[0].steps)
+
+
+def _parts(sc: Scenario | Mixture) -> tuple[Scenario, ...]:
+    return sc.parts if isinstance(sc, Mixture) else (sc,)
+
+
+def simulate_study(sc: Scenario | Mixture, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One study: (steps [E], y_base [S, E], y_meth [S, E]) with binomial evaluation noise; a ``Mixture``'s
+    parts' units stacked in order."""
     t = sc.steps
-    tau = sc.tau * np.exp(sc.seed_sd * rng.normal(size=(sc.seeds, 1)))          # [S, 1]
-    pb, pm = _curve(sc, t, tau), _curve(sc, sc.speedup * t, tau)                  # [S, E]
-    return t, rng.binomial(sc.episodes, pb) / sc.episodes, rng.binomial(sc.episodes, pm) / sc.episodes
+    yb, ym = [], []
+    for p in _parts(sc):
+        tau = p.tau * np.exp(p.seed_sd * rng.normal(size=(p.seeds, 1)))          # [S_i, 1]
+        pb, pm = _curve(p, t, tau), _curve(p, p.speedup * t, tau)                  # [S_i, E]
+        yb.append(rng.binomial(p.episodes, pb) / p.episodes)
+        ym.append(rng.binomial(p.episodes, pm) / p.episodes)
+    return t, np.concatenate(yb), np.concatenate(ym)
 
 
-def truths(sc: Scenario, *, nodes: int = 4001) -> dict[str, float]:
-    """The estimands' true values (module docstring)."""
+def truths(sc: Scenario | Mixture, *, nodes: int = 4001) -> dict[str, float]:
+    """The estimands' true values (module docstring; a ``Mixture``'s: its docstring)."""
     z = np.array([NormalDist().inv_cdf((i + 0.5) / nodes) for i in range(nodes)])  # equal-mass quadrature
-    tau = sc.tau * np.exp(sc.seed_sd * z)[:, None]                               # [Q, 1]
-    t = sc.steps
-    pb, pm = _curve(sc, t, tau), _curve(sc, sc.speedup * t, tau)                  # [Q, E]
-    mb = pb.mean(0)
+    t, h = sc.steps, float(sc.horizon)
+    parts = _parts(sc)
+    w = np.array([p.seeds for p in parts], float) / sum(p.seeds for p in parts)  # [P] part weights
+    taus = [p.tau * np.exp(p.seed_sd * z)[:, None] for p in parts]              # P x [Q, 1]
+    pb = [_curve(p, t, tau) for p, tau in zip(parts, taus)]                     # P x [Q, E]
+    pm = [_curve(p, p.speedup * t, tau) for p, tau in zip(parts, taus)]
+    mb = sum(wi * b.mean(0) for wi, b in zip(w, pb))                            # [E] pooled expected curve
     start, final = mb[: sc.k].mean(), mb[-sc.k:].mean()
     L = start + sc.fraction * (final - start)
-    u = (L - sc.y0) / (sc.y1 - sc.y0)
-    xb = -tau[:, 0] * math.log(1.0 - u)                                          # continuous crossing, baseline
-    xm = xb / sc.speedup
-    h = float(sc.horizon)
+    xb = []                                                                     # P x [Q] continuous crossings
+    for p, tau in zip(parts, taus):
+        u = (L - p.y0) / (p.y1 - p.y0) if p.y1 != p.y0 else (math.inf if L > p.y0 else 0.0)
+        x = 0.0 if u <= 0 else (math.inf if u >= 1 else -math.log(1.0 - u))
+        xb.append(tau[:, 0] * x if math.isfinite(x) else np.full(nodes, math.inf))
     area = lambda p: (0.5 * (p[:, 1:] + p[:, :-1]) * np.diff(t)).sum(1) / (t[-1] - t[0])  # noqa: E731
+    avg = lambda vals: float(sum(wi * v for wi, v in zip(w, vals)))  # noqa: E731  (the pooled population mean)
     return {"speedup": sc.speedup, "level": float(L),
-            "restricted": float(np.minimum(xb, h).mean() / np.minimum(xm, h).mean()),
-            "censored_share_base": float(np.mean(xb > h)), "censored_share_method": float(np.mean(xm > h)),
-            "auc": float((area(pm) - area(pb)).mean()),
-            "equal_step": float((pm[:, -sc.k:].mean(1) - pb[:, -sc.k:].mean(1)).mean())}
+            "restricted": avg([np.minimum(x, h).mean() for x in xb]) / avg([np.minimum(x / sc.speedup, h).mean() for x in xb]),
+            "censored_share_base": avg([np.mean(x > h) for x in xb]),
+            "censored_share_method": avg([np.mean(x / sc.speedup > h) for x in xb]),
+            "auc": avg([(area(m) - area(b)).mean() for b, m in zip(pb, pm)]),
+            "equal_step": avg([(m[:, -sc.k:].mean(1) - b[:, -sc.k:].mean(1)).mean() for b, m in zip(pb, pm)])}
 
 
 def _old_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
@@ -145,7 +195,7 @@ def old_speedup(steps, yb, ym, *, fraction: float = 0.8, k: int = 3, n_boot: int
     return {"value": float(safe_ratio(bb.mean(), bm.mean())), "lo": lo, "hi": hi}
 
 
-def estimate_study(sc: Scenario, steps, yb, ym, *, n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
+def estimate_study(sc: Scenario | Mixture, steps, yb, ym, *, n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
     """Every estimator of the module docstring on one study: {name: {"value", "lo", "hi"}}."""
     f = sc.fraction
     out = {"old": old_speedup(steps, yb, ym, fraction=f, k=sc.k, n_boot=n_boot, seed=seed)}
@@ -178,7 +228,7 @@ TARGETS = {"old": ("speedup",), "restricted": ("restricted", "speedup"), "restri
            "equal_step_plain": ("equal_step",)}
 
 
-def coverage_study(sc: Scenario, *, studies: int = 400, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+def coverage_study(sc: Scenario | Mixture, *, studies: int = 400, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """``studies`` simulated studies of ``sc``: per estimator and target, the median / mean estimate,
     the coverage of its interval (with its Monte Carlo SE), the share without an interval and the
     median width. Deterministic in ``seed``."""

@@ -61,3 +61,62 @@ def test_cli_writes_the_page_and_rerenders_it_from_the_numbers(tmp_path):
     out.unlink()
     assert cli.main(["--render", str(tmp_path / "cov.json"), "--out", str(out)]) == 0
     assert out.read_text() == page
+
+
+def test_mixture_of_one_design_twice_is_that_design_with_twice_the_units():
+    """Stacking two copies of a design is the design with 2S units: same truths, same simulated law."""
+    sc = C.Scenario(seeds=4, tau=60.0, seed_sd=0.5)
+    mix = C.Mixture("twice", (sc, sc))
+    assert mix.seeds == 8 and mix.speedup == sc.speedup and np.array_equal(mix.steps, sc.steps)
+    t1, t2 = C.truths(dataclasses.replace(sc, seeds=8)), C.truths(mix)
+    for k in t1:
+        assert t2[k] == pytest.approx(t1[k], rel=1e-12, abs=1e-15), k
+    steps, yb, ym = C.simulate_study(mix, np.random.default_rng(0))
+    assert yb.shape == ym.shape == (8, steps.size)
+
+
+def test_mixture_truths_match_a_monte_carlo_of_the_pooled_population():
+    """Independent reference: draw many noise-free units from each part, pool them, and read the level,
+    the area / equal-step differences and the restricted means off the pooled sample directly (crossings by
+    a fine grid search, not the closed form). One part (a flat warm start, as this study's W=1) never
+    reaches the pooled level: its units are censored at the horizon."""
+    a = C.Scenario(seeds=3, y0=0.12, y1=0.20, tau=70.0, seed_sd=0.6, every=10, horizon=100)
+    b = C.Scenario(seeds=1, y0=0.095, y1=0.105, tau=40.0, seed_sd=0.3, every=10, horizon=100)
+    mix = C.Mixture("two warm starts", (a, b))
+    tr = C.truths(mix)
+    rng = np.random.default_rng(3)
+    n = 60000
+    t = mix.steps
+    fine = np.linspace(0, 100, 20001)
+    units = []
+    for p in (a, b):
+        tau = p.tau * np.exp(p.seed_sd * rng.normal(size=(n * p.seeds, 1)))
+        units.append((p, tau))
+    yb = np.concatenate([p.y0 + (p.y1 - p.y0) * (1 - np.exp(-t / tau)) for p, tau in units])
+    ym = np.concatenate([p.y0 + (p.y1 - p.y0) * (1 - np.exp(-1.9 * t / tau)) for p, tau in units])
+    mb = yb.mean(0)
+    L = mb[:3].mean() + 0.8 * (mb[-3:].mean() - mb[:3].mean())
+    assert tr["level"] == pytest.approx(L, abs=2e-4)
+    area = lambda y: np.trapezoid(y, t, axis=1) / t[-1]  # noqa: E731
+    assert tr["auc"] == pytest.approx(float((area(ym) - area(yb)).mean()), rel=0.02)
+    assert tr["equal_step"] == pytest.approx(float((ym[:, -3:].mean(1) - yb[:, -3:].mean(1)).mean()), rel=0.02)
+    assert b.y1 < tr["level"]          # the flat part never crosses: censored
+    # restricted means by grid search on a subsample in the parts' proportions (first fine step at or above
+    # the level, else never: censored at the horizon)
+    cross = []
+    for p, tau in units:
+        curve = p.y0 + (p.y1 - p.y0) * (1 - np.exp(-fine[None, :] / tau[: 1500 * p.seeds]))
+        hit = curve >= tr["level"]
+        cross.append(np.where(hit.any(1), fine[np.argmax(hit, 1)], np.inf))
+    xb = np.concatenate(cross)
+    rm = np.minimum(xb, 100).mean() / np.minimum(xb / 1.9, 100).mean()
+    assert tr["restricted"] == pytest.approx(rm, rel=0.02)
+    assert tr["censored_share_base"] == pytest.approx(float(np.mean(xb > 100)), abs=0.02)
+    assert tr["censored_share_base"] >= 0.25  # the flat part's quarter, at least
+
+
+def test_mixture_refuses_parts_that_do_not_share_the_grid():
+    with pytest.raises(ValueError, match="every part must share horizon"):
+        C.Mixture("bad", (C.Scenario(horizon=80), C.Scenario(horizon=100)))
+    with pytest.raises(ValueError, match="at least one Scenario"):
+        C.Mixture("empty", ())

@@ -413,7 +413,10 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage-sizes", "4"])
-    assert e.value.code == 2 and "--coverage-sizes and --coverage-warm act only with --coverage" in capsys.readouterr().err
+    assert e.value.code == 2 and "--coverage-sizes, --coverage-warm and --coverage-mixture act only with --coverage" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        study.main(["--coverage", "2", "--coverage-warm", "1", "--coverage-mixture"])
+    assert e.value.code == 2 and "--coverage-mixture pools every warm start's design; --coverage-warm fits one" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage", "2", "--coverage-warm", "-1"])
     assert e.value.code == 2 and "--coverage-warm -1: a warm start is a non-negative integer" in capsys.readouterr().err
@@ -485,6 +488,46 @@ def test_coverage_fitted_to_one_warm_start_is_its_own_file_and_rows(runs, tmp_pa
     rows0 = [x for x in study.coverage_lines(cov0, 4) if x.startswith("| 1.")]
     assert len(rows0) == 2 and all("2 runs per arm (fitted on 4 of W = 0)," in x for x in rows0)
     assert study.main(args + ["--check"]) == 0   # the page reads both files
+
+
+def test_coverage_pooled_over_warm_starts_is_a_mixture_of_their_own_designs(runs, tmp_path):
+    """--coverage-mixture: one design fitted per warm start (the same fit --coverage-warm W makes), N units of
+    each simulated and analysed together; its own file and rows, after the single-design rows."""
+    page = tmp_path / "README.md"
+    page.write_text("# mathds\n")
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    with pytest.raises(ValueError, match=r"needs >= 4 complete baseline runs of warm start W=0, found 2"):
+        study.measure_coverage(study.load(runs), studies=2, n_boot=10, mixture=True)
+    for w, off in ((0, 0.0), (1, 0.05)):   # 4 baseline runs per warm start, W=1 offset by 0.05
+        for s, (delta, a) in zip((2, 3), ((0.03, 0.2), (-0.03, 0.4))):
+            write_run(runs, w, "baseline", s, delta=delta + off, a=a)
+    with pytest.raises(ValueError, match=r"give warm .* or mixture .*, not both"):
+        study.measure_coverage(study.load(runs), studies=2, n_boot=10, mixture=True, warm=1)
+    only_w0 = {"baseline": {u: r for u, r in study.load(runs)["baseline"].items() if u < 100}}
+    with pytest.raises(ValueError, match=r"needs baseline runs of >= 2 warm starts, found W = \[0\]"):
+        study.measure_coverage(only_w0, studies=2, n_boot=10, mixture=True)
+    assert study.main(args + ["--coverage", "3", "--coverage-boot", "50", "--coverage-sizes", "2",
+                              "--coverage-warm", "1"]) == 0
+    assert study.main(args + ["--coverage", "3", "--coverage-boot", "50", "--coverage-sizes", "2",
+                              "--coverage-mixture"]) == 0
+    w1 = json.loads((tmp_path / "coverage_w1.json").read_text())
+    mix = json.loads((tmp_path / "coverage_mix.json").read_text())
+    assert sorted(mix) == ["mathds|1.0|4|mix", "mathds|1.9|4|mix"]   # 2 runs of each of 2 warm starts
+    m = mix["mathds|1.9|4|mix"]
+    parts = m["scenario"]["parts"]
+    assert m["warm"] == "mix" and [p["seeds"] for p in parts] == [2, 2] and list(m["fit"]) == ["0", "1"]
+    # each part is its warm start's own fit: W=1's part is the --coverage-warm 1 design
+    assert {k: v for k, v in parts[1].items() if k not in ("seeds", "name")} == \
+        {k: v for k, v in w1["mathds|1.9|2|w1"]["scenario"].items() if k not in ("seeds", "name")}
+    assert m["fit"]["1"] == w1["mathds|1.9|2|w1"]["fit"] and m["fit"]["0"]["seeds"] == [0, 1, 2, 3]
+    assert parts[0]["y0"] < parts[1]["y0"]
+    # the pooled truth: the level of the parts' averaged curve lies between the two parts' own levels
+    assert m["truths"]["level"] < w1["mathds|1.9|2|w1"]["truths"]["level"]
+    rows = [x for x in page.read_text().splitlines() if x.startswith("| 1.")]
+    assert len(rows) == 4 and all("runs per arm pooled" not in x for x in rows[:2])
+    assert rows[2].startswith("| 1.9x | 4 runs per arm pooled: 2 of W = 0 (fitted on 4; y0 ")
+    assert "+ 2 of W = 1 (fitted on 4; y0 " in rows[2] and rows[3].startswith("| 1.0x | 4 runs per arm pooled")
+    assert study.main(args + ["--check"]) == 0
 
 
 def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path):
