@@ -16,6 +16,7 @@ step, checkpoints it, prints one ``interrupted: ...`` line and exits 130; re-run
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import pathlib
@@ -155,15 +156,20 @@ def train(dcfg: DictConfig, out_dir: pathlib.Path) -> float:
     files = _detach_file_logs()  # until the process index is known: only process 0 writes the job log
     distributed.initialize()  # multi-host start-up: before anything touches a device (no-op for one process)
     cache = compile_cache(cfg.compile_cache)  # before the first compile (conf/config.yaml: compile_cache)
-    if jax.process_index() == 0:  # one writer in a multi-host run
-        _attach_file_logs(files)
-        rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
-        rundir.check_config(out_dir, config_dict, defaults=defaults, upgrade=upgrade)
-        record_config(dcfg, out_dir)
-    log.info("run %s -> %s (compilation cache: %s)", cfg.name, out_dir, cache or "off")
-    mesh = build_mesh(cfg)
-    summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict,
-                  config_defaults=defaults, config_upgrade=upgrade, mesh=mesh, log=log.info)
+    with contextlib.ExitStack() as stack:
+        lock = None
+        if jax.process_index() == 0:  # one writer in a multi-host run
+            rundir.preflight(out_dir, need_bytes=0)  # run() checks the disk space again, with the model's size
+            # the run lock before the job log: a second process on a training run's directory is refused
+            # before it writes a line into that run's train.log
+            lock = stack.enter_context(rundir.run_lock(out_dir))
+            _attach_file_logs(files)
+            rundir.check_config(out_dir, config_dict, defaults=defaults, upgrade=upgrade)
+            record_config(dcfg, out_dir)
+        log.info("run %s -> %s (compilation cache: %s)", cfg.name, out_dir, cache or "off")
+        mesh = build_mesh(cfg)
+        summary = run(task, model_cfg, rl, prefix, run_cfg, out_dir, config_dict=config_dict,
+                      config_defaults=defaults, config_upgrade=upgrade, mesh=mesh, log=log.info, lock=lock)
     return summary["eval_final"]
 
 

@@ -14,6 +14,7 @@ Used by ``prs.rl.runner.run``; nothing here trains or imports JAX.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import json
 import os
@@ -170,17 +171,28 @@ def dir_lock(path: pathlib.Path) -> Iterator[None]:
 LOCK_FILE = ".run.lock"
 
 
+@dataclasses.dataclass
+class HeldLock:
+    """What ``run_lock`` yields: the (resolved) directory it locks, and whether the block still holds it.
+    Passed on (``prs.rl.runner.run(lock=...)``), it lets a caller that took the lock early - before its own
+    log file opens in the directory - hand it to the code that trains there."""
+
+    out: pathlib.Path
+    held: bool = True
+
+
 @contextlib.contextmanager
-def run_lock(out: pathlib.Path) -> Iterator[None]:
+def run_lock(out: pathlib.Path) -> Iterator[HeldLock]:
     """An exclusive, non-blocking advisory lock on run directory ``out`` (``out/.run.lock``, which records the
     holder), held for the block: a second process started on the same directory - two sweep lanes given the
     same run, a run re-launched while it still trains - raises one ``RunDirError`` line naming the holder
     instead of writing metrics and checkpoints beside it. The operating system drops the lock with its process,
     so a killed run leaves none behind and resumes as before; the file itself stays (removing it would let a
-    third process lock a file the second still holds)."""
+    third process lock a file the second still holds). Yields a ``HeldLock`` (``held`` turns False on exit)."""
     import fcntl
     import socket
 
+    out = pathlib.Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -191,11 +203,13 @@ def run_lock(out: pathlib.Path) -> Iterator[None]:
         holder = path.read_text().strip() or "another process"
         raise RunDirError(f"{out} is in use: {holder} is training into it; wait for it to end (the same command "
                           f"then resumes the run or reports it complete), or add tag=<name> for a new directory") from None
+    token = HeldLock(out)
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
-        yield
+        yield token
     finally:
+        token.held = False
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

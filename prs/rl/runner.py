@@ -34,6 +34,7 @@ The supervised warm start is built once per (task, model, warm-start settings) a
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -357,19 +358,24 @@ def _check_length(out: pathlib.Path, run_cfg: RunConfig, log) -> None:
 
 def run(task, model_cfg: ModelConfig, rl: RLConfig, prefix: ps.PrefixConfig, run_cfg: RunConfig, out_dir,
         *, config_dict: dict | None = None, config_defaults: dict | None = None, config_upgrade=None, mesh=None,
-        log=print) -> dict:
+        log=print, lock: rundir.HeldLock | None = None) -> dict:
     """Runs (or resumes) one training run into ``out_dir``; returns the summary dict. ``config_dict``
     is recorded in ``out_dir/config.json`` and a resumed run must match it (``rundir.check_config``;
     ``config_defaults``: the schema's defaults, for keys the record lacks; ``config_upgrade``: maps a
     record of an earlier layout to ``config_dict``'s). The writing process holds ``rundir.run_lock`` on
-    ``out_dir`` throughout: a second process started on the same directory stops with one error line."""
+    ``out_dir`` throughout: a second process started on the same directory stops with one error line.
+    ``lock``: the ``rundir.run_lock`` a caller already holds on ``out_dir`` (``experiments.train`` takes it
+    before its job log opens there); one on another directory, or released, is refused."""
     out = pathlib.Path(out_dir).resolve()
     args = (task, model_cfg, rl, prefix, run_cfg, out)
     kw = dict(config_dict=config_dict, config_defaults=config_defaults, config_upgrade=config_upgrade, mesh=mesh, log=log)
+    if lock is not None and (lock.out != out or not lock.held):
+        raise ValueError(f"run(lock=...): the lock given is {'on ' + str(lock.out) if lock.held else 'released'}; "
+                         f"allowed: None or a held rundir.run_lock on out_dir {out}")
     if jax.process_index() != 0:  # multi-host: only process 0 writes metrics, figures, wandb
         return _run(*args, writer=False, **kw)
     rundir.preflight(out, need_bytes=_need_bytes(model_cfg, run_cfg, kl_reference=bool(rl.loss.kl_coef)))
-    with rundir.run_lock(out):
+    with contextlib.nullcontext() if lock is not None else rundir.run_lock(out):
         return _run(*args, writer=True, **kw)
 
 

@@ -133,6 +133,33 @@ def test_a_different_configuration_is_refused_naming_the_keys(tmp_path):
     assert _snapshot(d) == before
 
 
+def test_a_run_directory_in_use_is_refused_before_a_line_lands_in_its_job_log(tmp_path):
+    """A second `experiments.train` on the directory of a run still training (another process holds its
+    ``rundir.run_lock``) stops with the lock's one error line, and leaves that run's files as they were: no
+    line appended to its train.log (the job log used to open before the runner took the lock), no .hydra/
+    or config.json rewritten."""
+    import signal
+
+    d = tmp_path / "runs" / "arith-ps_ada-s0"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text("[the running run's log]\n")
+    code = ("import pathlib, time\nfrom prs.rl import rundir\n"
+            f"with rundir.run_lock(pathlib.Path({str(d)!r})):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _snapshot(d)
+        r = _train(tmp_path)
+        assert r.returncode == 2, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert f"is in use: process {holder.pid} on " in last and "Traceback" not in r.stderr, r.stderr
+        assert _snapshot(d) == before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_field_the_record_lacks_compares_as_its_default(tmp_path):
     """A run recorded before ``rollout.row_parts`` existed ran with its default (1): resuming it with
     ``rollout.row_parts=2`` is a different configuration (it used to pass unnoticed)."""

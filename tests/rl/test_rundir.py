@@ -92,3 +92,17 @@ def test_run_lock_goes_with_a_killed_process(tmp_path):
     with rundir.run_lock(d):
         pass
     assert (d / rundir.LOCK_FILE).exists()
+
+
+def test_runner_run_takes_only_a_held_lock_on_its_own_directory(tmp_path):
+    """``runner.run(lock=...)``: the caller's ``run_lock`` token is checked before anything runs."""
+    from prs.rl import runner
+
+    with rundir.run_lock(tmp_path / "a") as held:
+        assert held.held and held.out == (tmp_path / "a").resolve()
+        with pytest.raises(ValueError, match=r"the lock given is on .*/a; allowed: None or a held rundir.run_lock "
+                                             r"on out_dir .*/b"):
+            runner.run(None, None, None, None, None, tmp_path / "b", lock=held)
+    assert not held.held
+    with pytest.raises(ValueError, match=r"the lock given is released; allowed"):
+        runner.run(None, None, None, None, None, tmp_path / "a", lock=held)
