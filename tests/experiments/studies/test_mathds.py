@@ -103,6 +103,30 @@ def test_closed_form_tables(runs):
     assert np.isnan(tr["selective"]["r"])  # one run: no correlation
 
 
+def test_familywise_reads_the_real_controls_at_the_bonferroni_level(runs):
+    """The family-wise table: the same estimates as the pooled table (closed forms), each interval at
+    1 - 0.05 / 6 and so holding the 95% one; the oracle (the positive control) and arms with < 4 pairs left
+    out; the 1.0 / 0 columns say on which side each interval lies."""
+    data = study.load(runs)
+    assert study.FAMILY == ("ps_ada", "dynamic_sampling", "selective", "screen", "predicted", "ps_ds")
+    lines, fw = study.familywise_lines(data, n_boot=1000)
+    assert sorted(fw) == ["ps_ada", "screen"]            # oracle: not in the family; selective: one run
+    abar = np.mean([u[3] for u in UNITS])
+    f = fw["ps_ada"]
+    assert f["level"] == pytest.approx(1 - 0.05 / 6) and f["n"] == 4 and f["n_boot"] == 1000
+    assert f["ratio"]["value"] == pytest.approx(74 * 1000 / (37 * 1500))
+    assert f["auc"]["value"] == pytest.approx(abar * (1000 / 1500 - 0.5))
+    g = study.compare(data, "ps_ada", n_boot=1000)
+    a95 = g["auc_tokens"]["improvement"]
+    assert f["auc"]["lo"] <= a95["lo"] < a95["hi"] <= f["auc"]["hi"]   # (4 units: both reach the extremes)
+    assert fw["screen"]["ratio"]["value"] == pytest.approx(1000 / 800)
+    rows = {x.split(" | ")[0]: x for x in lines if x.startswith("| `")}
+    assert rows["| `ps_ada`"].startswith("| `ps_ada` | 4 | 1.33 [1.33, 1.33] | above 1 |")
+    assert rows["| `ps_ada`"].endswith("| above 0 |")
+    assert "99.17%" in "\n".join(lines) and "1,000 paired resamples" in "\n".join(lines)
+    assert study.familywise_lines({"baseline": data["baseline"]}, n_boot=100) == ([], {})
+
+
 def test_fewer_than_min_paired_units_are_not_compared(runs):
     """Three paired units (2 warm starts x seeds 0-1 less one) are below MIN_PAIRED = 4: no comparison, and the
     page says why; the fourth makes it a comparison."""
