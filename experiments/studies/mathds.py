@@ -511,7 +511,8 @@ def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[di
 
 
 def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: int = 1000,
-                     sizes: tuple[int, ...] | None = None, warm: int | None = None, mixture: bool = False) -> dict:
+                     sizes: tuple[int, ...] | None = None, warm: int | None = None, mixture: bool = False,
+                     level: float = 0.95) -> dict:
     """Coverage of these intervals by simulation (``prs.analysis.coverage.coverage_study``) in a design fitted
     to the baseline's interpolate pass@1 curves (``experiments.studies.mechanism.fit_scenario``: every baseline
     run's exponential fit, their spread, binomial noise) with a planted 1.9x and 1.0x speed-up, simulated at
@@ -522,7 +523,8 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     ``mixture`` fits one design per warm start and simulates their pooled study (``prs.analysis.coverage.Mixture``:
     ``sizes`` units per arm from each warm start, analysed together: the pooled table's intervals), keys
     ``"mathds|<speed-up>|<size x warm starts>|mix"``; default sizes: the fewest baseline runs of a warm start.
-    Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs (of W; of every warm start for ``mixture``). The simulated
+    ``level``: the intervals' nominal level (the family-wise table's 1 - 0.05 / 6, say); keys end ``|l<level>``
+    when it is not 0.95. Needs >= ``MIN_COVERAGE_SEEDS`` baseline runs (of W; of every warm start for ``mixture``). The simulated
     statistic is the steps axis' (the planted speed-up is one in tokens too when an arm's tokens per step match
     the baseline's)."""
     import dataclasses
@@ -545,6 +547,9 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     bad = [n for n in sizes if not (isinstance(n, int) and n >= 2)]
     if bad:
         raise ValueError(f"--coverage-sizes: {bad} are not study sizes; allowed: integers >= 2 (paired units per arm)")
+    if not 0.5 <= level < 1.0:
+        raise ValueError(f"--coverage-level {level}: a nominal interval level; allowed: 0.5 <= level < 1")
+    tail = "" if level == 0.95 else f"|l{level:.4f}"
     out = {}
     for sp in (1.9, 1.0):
         fits = {w: fit_scenario({u: {"steps": r["steps"], "tf": r["interp"]} for u, r in g.items()}, e="mathds",
@@ -554,13 +559,14 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
             if mixture:
                 mix = Mixture(f"mathds, pooled over W = {', '.join(map(str, fits))}",
                               tuple(dataclasses.replace(sc, seeds=n) for sc, _ in fits.values()))
-                out[f"mathds|{sp}|{n * len(fits)}|mix"] = {
+                out[f"mathds|{sp}|{n * len(fits)}|mix{tail}"] = {
                     "fit": {str(w): fit for w, (_, fit) in fits.items()}, "warm": "mix",
-                    **coverage_study(mix, studies=studies, n_boot=n_boot)}
+                    **coverage_study(mix, studies=studies, n_boot=n_boot, level=level)}
             else:
                 sc, fit = fits[warm]
-                out[f"mathds|{sp}|{n}" + ("" if warm is None else f"|w{warm}")] = {
-                    "fit": fit, "warm": warm, **coverage_study(dataclasses.replace(sc, seeds=n), studies=studies, n_boot=n_boot)}
+                out[f"mathds|{sp}|{n}" + ("" if warm is None else f"|w{warm}") + tail] = {
+                    "fit": fit, "warm": warm,
+                    **coverage_study(dataclasses.replace(sc, seeds=n), studies=studies, n_boot=n_boot, level=level)}
     return out
 
 
@@ -587,7 +593,8 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
     warm = lambda res: -1 if res.get("warm") is None else (10**6 if res["warm"] == "mix" else res["warm"])  # noqa: E731
     design = lambda sc: (f"y0 {sc['y0']:.3f} -> y1 {sc['y1']:.3f}, τ {sc['tau']:.1f} (log sd {sc['seed_sd']:.2f}), "  # noqa: E731
                          f"noise as {sc['episodes']} episodes")
-    for key, res in sorted(cov.items(), key=lambda kv: (warm(kv[1]), -float(kv[0].split("|")[1]), int(kv[0].split("|")[2]))):
+    order = lambda kv: (kv[1].get("level", 0.95), warm(kv[1]), -float(kv[0].split("|")[1]), int(kv[0].split("|")[2]))  # noqa: E731
+    for key, res in sorted(cov.items(), key=order):
         sc, est = res["scenario"], res["estimators"]
         c = lambda k: f"{100 * est[k]['coverage']:.1f}% ± {100 * est[k]['coverage_se']:.1f}"  # noqa: E731
         if res.get("warm") == "mix":   # a pooled study: one design per warm start, their units analysed together
@@ -602,7 +609,9 @@ def coverage_lines(cov: dict | None, n_base: int) -> list[str]:
             head = (f"{sc['seeds']} runs per arm (fitted on {len(res['fit']['seeds'])}{of}), {design(sc)}, "
                     f"every {sc['every']} to {sc['horizon']}")
             sp = sc["speedup"]
-        lines.append(f"| {sp:.1f}x | {head}; {res['studies']} studies x {res['n_boot']} resamples | "
+        lv = res.get("level", 0.95)
+        lvl = "" if lv == 0.95 else f"; intervals at {100 * lv:.2f}%"
+        lines.append(f"| {sp:.1f}x | {head}; {res['studies']} studies x {res['n_boot']} resamples{lvl} | "
                      f"{est['restricted_mean_curve:speedup']['median']:.2f}, {c('restricted_mean_curve:speedup')} | "
                      f"{c('auc:auc')} | {c('equal_step:equal_step')} |")
     return lines + [""]
@@ -986,14 +995,20 @@ def main(argv=None) -> int:
     ap.add_argument("--coverage-mixture", action="store_true",
                     help="fit one design per warm start and simulate their pooled study (--coverage-sizes N: N runs of "
                          "each warm start; written to coverage_mix.json)")
+    ap.add_argument("--coverage-level", type=float, default=0.95, metavar="LEVEL",
+                    help="the simulated intervals' nominal level (default 0.95; the family-wise table's: 0.991667); "
+                         "another level's results go to their own file, <name>_l<LEVEL>.json")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     a = ap.parse_args(argv)
     if a.coverage_mixture and a.coverage_warm is not None:
         ap.error("--coverage-mixture pools every warm start's design; --coverage-warm fits one: give one of them")
     if a.check and (a.print or a.collect or a.coverage):
         ap.error("--check writes nothing: it takes no --print, --collect or --coverage")
-    if (a.coverage_sizes or a.coverage_warm is not None or a.coverage_mixture) and not a.coverage:
-        ap.error("--coverage-sizes, --coverage-warm and --coverage-mixture act only with --coverage STUDIES; give it too")
+    if (a.coverage_sizes or a.coverage_warm is not None or a.coverage_mixture or a.coverage_level != 0.95) and not a.coverage:
+        ap.error("--coverage-sizes, --coverage-warm, --coverage-mixture and --coverage-level act only with --coverage "
+                 "STUDIES; give it too")
+    if not 0.5 <= a.coverage_level < 1.0:
+        ap.error(f"--coverage-level {a.coverage_level}: a nominal interval level; allowed: 0.5 <= LEVEL < 1")
     if a.coverage_warm is not None and a.coverage_warm < 0:
         ap.error(f"--coverage-warm {a.coverage_warm}: a warm start is a non-negative integer (the study's: 0, 1)")
     runs, page, figs = pathlib.Path(a.runs), pathlib.Path(a.page), pathlib.Path(a.figures)
@@ -1002,12 +1017,14 @@ def main(argv=None) -> int:
         print(f"copied the records of {len(copied)} complete runs to {runs}", file=sys.stderr)
     data = load(runs)
     if a.coverage:   # one file per fitted design: all baseline runs, or one warm start's
-        cov_file = figs / ("coverage_mix.json" if a.coverage_mixture else "coverage.json" if a.coverage_warm is None
-                           else f"coverage_w{a.coverage_warm}.json")
+        stem = ("coverage_mix" if a.coverage_mixture else "coverage" if a.coverage_warm is None
+                else f"coverage_w{a.coverage_warm}")
+        cov_file = figs / (stem + ("" if a.coverage_level == 0.95 else f"_l{a.coverage_level:.4f}") + ".json")
         cov_file.write_text(json.dumps(to_jsonable(measure_coverage(
             data, studies=a.coverage, n_boot=a.coverage_boot, sizes=a.coverage_sizes, warm=a.coverage_warm,
-            mixture=a.coverage_mixture)), indent=1) + "\n")
-    files = sorted(figs.glob("coverage.json")) + sorted(figs.glob("coverage_w*.json")) + sorted(figs.glob("coverage_mix.json"))
+            mixture=a.coverage_mixture, level=a.coverage_level)), indent=1) + "\n")
+    files = sorted(figs.glob("coverage.json")) + sorted(figs.glob("coverage_w*.json")) + sorted(figs.glob("coverage_mix*.json"))
+    files += sorted(figs.glob("coverage_l*.json"))
     cov = {k: v for f in files for k, v in json.loads(f.read_text()).items()} or None
     text, summary = section(data, n_boot=a.boot, cov=cov, replays=runs.parent / "replay", runs=runs)
     if a.check:

@@ -195,18 +195,21 @@ def old_speedup(steps, yb, ym, *, fraction: float = 0.8, k: int = 3, n_boot: int
     return {"value": float(safe_ratio(bb.mean(), bm.mean())), "lo": lo, "hi": hi}
 
 
-def estimate_study(sc: Scenario | Mixture, steps, yb, ym, *, n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Every estimator of the module docstring on one study: {name: {"value", "lo", "hi"}}."""
+def estimate_study(sc: Scenario | Mixture, steps, yb, ym, *, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> dict[str, dict[str, float]]:
+    """Every estimator of the module docstring on one study, its interval at ``level``:
+    {name: {"value", "lo", "hi"}}."""
     f = sc.fraction
-    out = {"old": old_speedup(steps, yb, ym, fraction=f, k=sc.k, n_boot=n_boot, seed=seed)}
-    r = restricted_speedup(steps, yb, ym, fraction=f, horizon=float(steps[-1]), k=sc.k, n_boot=n_boot, seed=seed)
+    out = {"old": old_speedup(steps, yb, ym, fraction=f, k=sc.k, n_boot=n_boot, seed=seed, level=level)}
+    r = restricted_speedup(steps, yb, ym, fraction=f, horizon=float(steps[-1]), k=sc.k, n_boot=n_boot, seed=seed,
+                           level=level)
     out["restricted"] = r["steps"]
     for w in (3,):
         out[f"restricted_w{w}"] = restricted_speedup(steps, yb, ym, fraction=f, horizon=float(steps[-1]), k=sc.k,
-                                                     window=w, n_boot=n_boot, seed=seed)["steps"]
+                                                     window=w, n_boot=n_boot, seed=seed, level=level)["steps"]
     out["restricted_mean_curve"] = restricted_speedup(steps, yb, ym, fraction=f, horizon=float(steps[-1]), k=sc.k,
-                                                      n_boot=n_boot, seed=seed, by="mean_curve")["steps"]
-    g = gap_compare(steps, yb, ym, k=sc.k, fractions=(f,), n_boot=n_boot, seed=seed)
+                                                      n_boot=n_boot, seed=seed, by="mean_curve", level=level)["steps"]
+    g = gap_compare(steps, yb, ym, k=sc.k, fractions=(f,), n_boot=n_boot, seed=seed, level=level)
     if f in g and "mean_curve" in g[f]:
         out["mean_curve"] = g[f]["mean_curve"]
     else:
@@ -217,7 +220,7 @@ def estimate_study(sc: Scenario | Mixture, steps, yb, ym, *, n_boot: int = 2000,
     plain = {"auc": (auc(steps, yb, horizon=h), auc(steps, ym, horizon=h)),
              "equal_step": (yb[:, -sc.k:].mean(1), ym[:, -sc.k:].mean(1))}
     for key, (xb, xm) in plain.items():
-        out[key + "_plain"] = bootstrap_diff_of_means(xm, xb, paired=True, n_boot=n_boot, seed=seed)
+        out[key + "_plain"] = bootstrap_diff_of_means(xm, xb, paired=True, n_boot=n_boot, seed=seed, level=level)
     return {k: {"value": float(v["value"]), "lo": float(v["lo"]), "hi": float(v["hi"])} for k, v in out.items()}
 
 
@@ -228,15 +231,17 @@ TARGETS = {"old": ("speedup",), "restricted": ("restricted", "speedup"), "restri
            "equal_step_plain": ("equal_step",)}
 
 
-def coverage_study(sc: Scenario | Mixture, *, studies: int = 400, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+def coverage_study(sc: Scenario | Mixture, *, studies: int = 400, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> dict[str, Any]:
     """``studies`` simulated studies of ``sc``: per estimator and target, the median / mean estimate,
-    the coverage of its interval (with its Monte Carlo SE), the share without an interval and the
-    median width. Deterministic in ``seed``."""
+    the coverage of its interval at nominal ``level`` (with its Monte Carlo SE), the share without an
+    interval and the median width. Deterministic in ``seed``."""
     truth = truths(sc)
     rng = np.random.default_rng([seed, 0xC0FE])
-    recs = [estimate_study(sc, *simulate_study(sc, rng), n_boot=n_boot, seed=seed + i) for i in range(studies)]
+    recs = [estimate_study(sc, *simulate_study(sc, rng), n_boot=n_boot, seed=seed + i, level=level)
+            for i in range(studies)]
     out: dict[str, Any] = {"scenario": dataclasses.asdict(sc), "truths": truth, "studies": studies, "n_boot": n_boot,
-                           "estimators": {}}
+                           "level": level, "estimators": {}}
     for name, targets in TARGETS.items():
         v = np.array([r[name]["value"] for r in recs])
         lo, hi = np.array([r[name]["lo"] for r in recs]), np.array([r[name]["hi"] for r in recs])

@@ -437,7 +437,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert e.value.code == 2 and "needs >= 4 complete baseline runs, found 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage-sizes", "4"])
-    assert e.value.code == 2 and "--coverage-sizes, --coverage-warm and --coverage-mixture act only with --coverage" in capsys.readouterr().err
+    assert e.value.code == 2 and "--coverage-sizes, --coverage-warm, --coverage-mixture and --coverage-level act only with --coverage" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage", "2", "--coverage-warm", "1", "--coverage-mixture"])
     assert e.value.code == 2 and "--coverage-mixture pools every warm start's design; --coverage-warm fits one" in capsys.readouterr().err
@@ -552,6 +552,18 @@ def test_coverage_pooled_over_warm_starts_is_a_mixture_of_their_own_designs(runs
     assert rows[2].startswith("| 1.9x | 4 runs per arm pooled: 2 of W = 0 (fitted on 4; y0 ")
     assert "+ 2 of W = 1 (fitted on 4; y0 " in rows[2] and rows[3].startswith("| 1.0x | 4 runs per arm pooled")
     assert study.main(args + ["--check"]) == 0
+    # the family-wise table's level: its own file and keys, its rows after the 95% ones, the level named
+    assert study.main(args + ["--coverage", "2", "--coverage-boot", "50", "--coverage-sizes", "2",
+                              "--coverage-mixture", "--coverage-level", "0.991667"]) == 0
+    assert json.loads((tmp_path / "coverage_mix.json").read_text()) == mix          # the 95% file untouched
+    lv = json.loads((tmp_path / "coverage_mix_l0.9917.json").read_text())
+    assert sorted(lv) == ["mathds|1.0|4|mix|l0.9917", "mathds|1.9|4|mix|l0.9917"]
+    assert lv["mathds|1.9|4|mix|l0.9917"]["level"] == pytest.approx(0.991667)
+    rows = [x for x in page.read_text().splitlines() if x.startswith("| 1.")]
+    assert len(rows) == 6 and all("intervals at 99.17%" in x for x in rows[4:])
+    assert all("intervals at" not in x for x in rows[:4])
+    with pytest.raises(ValueError, match=r"--coverage-level 1.0: a nominal interval level; allowed: 0.5 <= level < 1"):
+        study.measure_coverage(study.load(runs), studies=2, n_boot=10, mixture=True, level=1.0)
 
 
 def test_aa_split_pairs_seed_s_with_s_plus_half_and_reads_closed_forms(tmp_path):
