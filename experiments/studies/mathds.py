@@ -231,20 +231,22 @@ def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000) -> dict:
 
 
 def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, n_boot: int = 2000,
-            warm_split: bool = True) -> dict | None:
+            warm_split: bool = True, costs: tuple[str, ...] = ("tokens", "wall")) -> dict | None:
     """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
     costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``, when the paired units
     span more than one warm start) per warm start, each on its own >= ``MIN_PAIRED`` units and at its own
     baseline's level: the tokens-to-80% ratio (its fields at the top level of ``by_warm_start[w]``), ``n``,
     ``levels``, the steps ratio ``steps`` and the token axis's ``auc_tokens`` / ``equal_tokens``; None when
-    fewer than ``MIN_PAIRED`` units are paired."""
+    fewer than ``MIN_PAIRED`` units are paired. ``costs``: the cost axes computed (the per-warm-start readings
+    use the token axis only)."""
     p = paired(data, arm, key)
     if p is None:
         return None
     units, steps, yb, ym, cb, cm = p
+    cb, cm = {c: cb[c] for c in costs}, {c: cm[c] for c in costs}
     g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, n_boot=n_boot)
     g["units"] = units
-    for c in ("tokens", "wall"):
+    for c in costs:
         xb, xm = axis_at(steps, cb[c]), axis_at(steps, cm[c])
         g[f"auc_{c}"] = token_auc(xb, yb, xm, ym, n_boot=n_boot)
         g[f"equal_{c}"] = equal_compute(xb, yb, xm, ym, n_boot=n_boot)
@@ -253,7 +255,7 @@ def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, 
         split = by_warm_start({a: {u: data[a][u] for u in units} for a in ("baseline", arm)})
         if len(split) > 1:
             for w, sub in split.items():
-                gw = compare(sub, arm, key, n_boot=n_boot, warm_split=False)
+                gw = compare(sub, arm, key, n_boot=n_boot, warm_split=False, costs=("tokens",))
                 if gw is not None:
                     g["by_warm_start"][w] = {**gw[0.8]["speedup_tokens"], "n": len(gw["units"]),
                                              "levels": gw["levels"], "steps": gw[0.8]["speedup_steps"],
