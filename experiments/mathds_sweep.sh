@@ -10,7 +10,8 @@
 #   DRY=1 experiments/mathds_sweep.sh [OUT]        # print the experiments.train command lines, run nothing
 #   experiments/mathds_sweep.sh --collect [OUT]    # copy the complete runs' records into results/mathds/runs
 # Env: W (warm start, sft.seed; default 0), SEEDS (default "0 1 2 3 4 5 6 7"), ARMS (newline-separated
-# label=override,override,...: commas become spaces), STEPS (optional steps= override), EXTRA (more overrides,
+# label=override,override,...: commas become spaces), ONLY (space-separated labels of ARMS: run only those;
+# experiments/mathds_queue.sh runs one arm per call this way), STEPS (optional steps= override), EXTRA (more overrides,
 # space-separated), OUT (default $REPO/runs/mathds; a positional argument wins), SHA, PY.
 # --collect: `python -m experiments.studies.mathds --collect OUT/runs` (prs.analysis.runs.collect_records:
 # metrics.jsonl gzipped, summary.json, config.json (the resolved configuration), provenance.jsonl; a committed
@@ -47,6 +48,11 @@ while IFS= read -r arm; do
   [[ ${arm%%=*} =~ ^[a-z0-9_]+$ ]] && [[ $arm == *=*=* ]] \
     || die "ARMS: '$arm' is not label=override,override,... (label: a-z, 0-9, _; e.g. baseline=method=baseline)"
 done <<< "$ARMS"
+if [ -n "${ONLY:-}" ]; then   # keep only the named arms, in ARMS's order
+  labels=$(while IFS= read -r arm; do [ -n "$arm" ] && echo "${arm%%=*}"; done <<< "$ARMS")
+  for l in $ONLY; do grep -qx -- "$l" <<< "$labels" || die "ONLY: '$l' is not an arm; allowed: $(echo $labels)"; done
+  ARMS=$(while IFS= read -r arm; do [ -n "$arm" ] && [[ " $ONLY " == *" ${arm%%=*} "* ]] && echo "$arm"; done <<< "$ARMS")
+fi
 if [ -n "${DRY:-}" ]; then  # what sweep_run would run, without a worktree; a complete run says skip on stderr
   OUT=$OUT_DIR; CODE=$OUT/code-${SHA:0:10}; PY=${PY:-$REPO/.venv/bin/python}
 else

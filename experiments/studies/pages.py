@@ -211,9 +211,10 @@ STUDIES = (
           "python -m theory controls --hist 0.5804,0.1102,0.0627,0.0542,0.0358,0.0417,0.0300,0.0319,0.0531 --groups 16\n"
           "G=$'baseline=method=baseline\\noracle=method=baseline,schedule.select=oracle'   # the gate: W=0, seeds 0-3\n"
           "W=0 SEEDS=\"0 1\" ARMS=\"$G\" experiments/mathds_sweep.sh & W=0 SEEDS=\"2 3\" ARMS=\"$G\" experiments/mathds_sweep.sh\n"
+          "experiments/mathds_queue.sh --window 120   # the rest: every missing run, two lanes, seed-major, resumable\n"
           "experiments/mathds_sweep.sh --collect && python -m experiments.studies.mathds",
-          "Interim: seeds 0-3 of all eight arms on both warm starts and the first seed-4 runs (seeds 4-7 are still "
-          "running, so this is not the study's verdict). On the amended preset (a 4,800-problem pool, lr 1e-4; evaluation on all 1,139 "
+          "Interim: seeds 0-4 of all eight arms on both warm starts (W = 1's `ps_ds` seed 4 still running; seeds 5-7 "
+          "are to come, so this is not the study's verdict). On the amended preset (a 4,800-problem pool, lr 1e-4; evaluation on all 1,139 "
           "interpolate problems x 4) the baseline gains 0.122 -> 0.138 held-out pass@1 in 100 steps from warm start "
           "W = 0 and only 0.095 -> 0.102 from W = 1 (below the 0.015 gap rule). The positive control works on both: "
           "the oracle selector (its estimation rollouts left out) reaches 80% of the gain in 2.38x [1.63, 2.89] "

@@ -135,3 +135,71 @@ def test_end_to_end_two_steps_then_collect_and_read(tmp_path):
     assert data["oracle"][0]["cum_wall"][-1] == pytest.approx(wall)
     assert data["oracle"][0]["cum_tokens"][-1] == sum(x["tokens_generated"] for x in train)
     assert [int(s) for s in data["oracle"][0]["steps"]] == [0, 1, 2]
+
+
+def test_only_keeps_the_named_arms_in_their_order(tmp_path):
+    r = sweep(tmp_path, SEEDS="0", ONLY="oracle ps_ds")
+    assert r.returncode == 0, r.stderr
+    assert [shlex.split(x)[-1].rsplit("/", 1)[-1] for x in r.stdout.splitlines()] == ["mathds-w0-ps_ds-s0",
+                                                                                    "mathds-w0-oracle-s0"]
+    r = sweep(tmp_path, ONLY="ps_ada orcale")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: ONLY: 'orcale' is not an arm; allowed: baseline ps_ada ")
+
+
+QUEUE = ROOT / "experiments" / "mathds_queue.sh"
+
+
+def queue(tmp_path, *args):
+    e = {k: v for k, v in os.environ.items() if k not in ("OUT", "RESULTS")}
+    e.update({"DRY": "1", "OUT": str(tmp_path / "out"), "RESULTS": str(tmp_path / "committed")})
+    return subprocess.run(["bash", str(QUEUE), *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=60)
+
+
+def test_queue_plans_the_missing_runs_seed_major_and_skips_complete_and_running_ones(tmp_path):
+    """experiments/mathds_queue.sh (DRY): the plan is every (W, arm, seed) seed-major over the sweep's own
+    arms; a run complete in OUT or committed is skipped, and so is one whose lock names a live training
+    process; given items keep their order."""
+    import signal
+
+    r = queue(tmp_path)
+    assert r.returncode == 0, r.stderr
+    plan = [x.split()[1] for x in r.stdout.splitlines()]
+    assert plan == [f"mathds-w{w}-{a}-s{s}" for s in range(8) for a in ARMS for w in (0, 1)]
+    for root in (tmp_path / "out" / "runs", tmp_path / "committed"):
+        d = root / ("mathds-w0-baseline-s0" if "out" in str(root) else "mathds-w1-baseline-s0")
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text("{}")
+    busy = subprocess.Popen(["bash", "-c", "sleep 60; true", "experiments.train"])   # $0 in its command line
+    try:
+        lock = tmp_path / "out" / "runs" / "mathds-w0-ps_ada-s0" / ".run.lock"
+        lock.parent.mkdir(parents=True)
+        lock.write_text(f"process {busy.pid} on host\n")
+        stale = tmp_path / "out" / "runs" / "mathds-w1-ps_ada-s0" / ".run.lock"   # a finished holder: not skipped
+        stale.parent.mkdir(parents=True)
+        stale.write_text("process 999999999 on host\n")
+        out = queue(tmp_path).stdout.splitlines()
+    finally:
+        busy.send_signal(signal.SIGKILL)
+        busy.wait()
+    assert out[:4] == ["skip mathds-w0-baseline-s0 (complete)", "skip mathds-w1-baseline-s0 (complete)",
+                       f"skip mathds-w0-ps_ada-s0 (process {busy.pid} is training it)", "launch mathds-w1-ps_ada-s0"]
+    r = queue(tmp_path, "1:oracle:5", "0:ps_ds:6")
+    assert r.stdout.splitlines() == ["launch mathds-w1-oracle-s5", "launch mathds-w0-ps_ds-s6"]
+
+
+@pytest.mark.parametrize("args, msg", [(["1:orcale:5"], "item '1:orcale:5' is not W:ARM:SEED"),
+                                       (["0:ps_ada"], "item '0:ps_ada' is not W:ARM:SEED"),
+                                       (["--lanes", "0"], "--lanes 0: a positive integer"),
+                                       (["--window", "x"], "--window x: minutes"),
+                                       (["--wait"], "unknown option --wait")])
+def test_queue_bad_arguments_are_one_error_line(tmp_path, args, msg):
+    r = queue(tmp_path, *args)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and msg in r.stderr
+
+
+def test_queue_arms_are_the_sweeps_default_arms(tmp_path):
+    r = sweep(tmp_path, SEEDS="0")
+    sweep_arms = [shlex.split(x)[-1].rsplit("/", 1)[-1].split("-")[2] for x in r.stdout.splitlines()]
+    text = QUEUE.read_text()
+    assert f"ARMS=({' '.join(sweep_arms)})" in text and sweep_arms == ARMS
