@@ -87,7 +87,7 @@ def test_mixture_truths_match_a_monte_carlo_of_the_pooled_population():
     rng = np.random.default_rng(3)
     n = 60000
     t = mix.steps
-    fine = np.linspace(0, 100, 20001)
+    fine = np.linspace(0, 100, 5001)
     units = []
     for p in (a, b):
         tau = p.tau * np.exp(p.seed_sd * rng.normal(size=(n * p.seeds, 1)))

@@ -519,7 +519,7 @@ def test_coverage_pooled_over_warm_starts_is_a_mixture_of_their_own_designs(runs
     each simulated and analysed together; its own file and rows, after the single-design rows."""
     page = tmp_path / "README.md"
     page.write_text("# mathds\n")
-    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "200"]
+    args = ["--runs", str(runs), "--page", str(page), "--figures", str(tmp_path), "--boot", "20"]   # tables not read here
     with pytest.raises(ValueError, match=r"needs >= 4 complete baseline runs of warm start W=0, found 2"):
         study.measure_coverage(study.load(runs), studies=2, n_boot=10, mixture=True)
     for w, off in ((0, 0.0), (1, 0.05)):   # 4 baseline runs per warm start, W=1 offset by 0.05
