@@ -125,6 +125,10 @@ def test_familywise_reads_the_real_controls_at_the_bonferroni_level(runs):
     assert rows["| `ps_ada`"].endswith("| above 0 |")
     assert "99.17%" in "\n".join(lines) and "1,000 paired resamples" in "\n".join(lines)
     assert study.familywise_lines({"baseline": data["baseline"]}, n_boot=100) == ([], {})
+    assert "measured for the 95% intervals only" in "\n".join(lines)
+    cov = {"mathds|1.9|4|mix|l0.9917": {"level": 1 - 0.05 / 6}, "mathds|1.9|4|mix": {"level": 0.95}}
+    text = "\n".join(study.familywise_lines(data, n_boot=100, cov=cov)[0])
+    assert "coverage at 99.17% measured: coverage table, rows 'intervals at 99.17%'" in text
 
 
 def test_fewer_than_min_paired_units_are_not_compared(runs):
