@@ -43,7 +43,7 @@ training_it() {   # the run's lock file names a live training process of this ma
   [ -n "$holder" ] && grep -q "experiments.train" "/proc/$holder/cmdline" 2>/dev/null
 }
 stop=$(( $(date +%s) + 60 * WINDOW ))
-mkdir -p "$OUT/lanes"
+[ -n "${DRY:-}" ] || mkdir -p "$OUT/lanes"   # DRY writes nothing
 for it in "${ITEMS[@]}"; do
   IFS=: read -r w arm seed <<< "$it"
   name=mathds-w$w-$arm-s$seed

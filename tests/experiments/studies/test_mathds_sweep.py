@@ -165,6 +165,7 @@ def test_queue_plans_the_missing_runs_seed_major_and_skips_complete_and_running_
     r = queue(tmp_path)
     assert r.returncode == 0, r.stderr
     plan = [x.split()[1] for x in r.stdout.splitlines()]
+    assert not (tmp_path / "out").exists()                                    # DRY writes nothing
     assert plan == [f"mathds-w{w}-{a}-s{s}" for s in range(8) for a in ARMS for w in (0, 1)]
     for root in (tmp_path / "out" / "runs", tmp_path / "committed"):
         d = root / ("mathds-w0-baseline-s0" if "out" in str(root) else "mathds-w1-baseline-s0")
