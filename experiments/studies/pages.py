@@ -213,7 +213,7 @@ STUDIES = (
           "W=0 SEEDS=\"0 1\" ARMS=\"$G\" experiments/mathds_sweep.sh & W=0 SEEDS=\"2 3\" ARMS=\"$G\" experiments/mathds_sweep.sh\n"
           "experiments/mathds_queue.sh --window 120   # the rest: every missing run, two lanes, seed-major, resumable\n"
           "experiments/mathds_sweep.sh --collect && python -m experiments.studies.mathds",
-          "Interim: seeds 0-4 of all eight arms on both warm starts and seed 5 of all but the oracle (seeds 5-7 are to come, "
+          "Interim: seeds 0-4 of all eight arms on both warm starts and seed 5 of all but the oracle (the oracle's seed 5 and seeds 6-7 are to come, "
           "so this is not the study's verdict). On the amended preset (a 4,800-problem pool, lr 1e-4; evaluation on "
           "all 1,139 interpolate problems x 4) the baseline gains 0.122 -> 0.138 held-out pass@1 in 100 steps from "
           "warm start W = 0 and only 0.095 -> 0.102 from W = 1 (below the 0.015 gap rule). The positive control "
