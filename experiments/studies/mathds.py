@@ -215,41 +215,45 @@ def token_auc(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000, level: float = 
             "improvement": bootstrap_diff_of_means(areas[1], areas[0], paired=True, expand=True, n_boot=n_boot, level=level)}
 
 
-def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000) -> dict:
+def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000, level: float = 0.95) -> dict:
     """The arm's pass@1 at the baseline's final cost minus the baseline's final pass@1, per paired unit.
 
     x_* [U, E] the cost at each evaluation, y_* [U, E] pass@1: d_u = y_arm,u(x_ref,u[-1]) - y_ref,u[-1], with
     y_arm,u linearly interpolated on its cost axis; a unit whose arm run ends below x_ref,u[-1] is censored and
-    counts its final pass@1 (at less compute). Returns {"improvement" (paired, expanded interval),
+    counts its final pass@1 (at less compute). Returns {"improvement" (paired, expanded interval at ``level``),
     "censored" (count), "at" [U] the costs read, "arm_at" [U]}."""
     x_ref, y_ref, x_arm, y_arm = (np.asarray(a, float) for a in (x_ref, y_ref, x_arm, y_arm))
     at = x_ref[:, -1]                                                                   # [U]
     cens = at > x_arm[:, -1]
     arm_at = np.array([np.interp(a, xr, yr) for a, xr, yr in zip(at, x_arm, y_arm)])   # clamps at the end
-    return {"improvement": bootstrap_diff_of_means(arm_at, y_ref[:, -1], paired=True, expand=True, n_boot=n_boot),
+    return {"improvement": bootstrap_diff_of_means(arm_at, y_ref[:, -1], paired=True, expand=True, n_boot=n_boot,
+                                                   level=level),
             "censored": int(cens.sum()), "at": at.tolist(), "arm_at": arm_at.tolist()}
 
 
 def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, n_boot: int = 2000,
-            warm_split: bool = True, costs: tuple[str, ...] = ("tokens", "wall")) -> dict | None:
+            warm_split: bool = True, costs: tuple[str, ...] = ("tokens", "wall"), level: float = 0.95,
+            fractions: tuple[float, ...] | None = None) -> dict | None:
     """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
     costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``, when the paired units
     span more than one warm start) per warm start, each on its own >= ``MIN_PAIRED`` units and at its own
     baseline's level: the tokens-to-80% ratio (its fields at the top level of ``by_warm_start[w]``), ``n``,
     ``levels``, the steps ratio ``steps`` and the token axis's ``auc_tokens`` / ``equal_tokens``; None when
     fewer than ``MIN_PAIRED`` units are paired. ``costs``: the cost axes computed (the per-warm-start readings
-    use the token axis only)."""
+    use the token axis only). ``level``: every interval's nominal level; ``fractions``: gap_compare's gap
+    fractions (default its own)."""
     p = paired(data, arm, key)
     if p is None:
         return None
     units, steps, yb, ym, cb, cm = p
     cb, cm = {c: cb[c] for c in costs}, {c: cm[c] for c in costs}
-    g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, n_boot=n_boot)
+    g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, n_boot=n_boot, level=level,
+                    **({} if fractions is None else {"fractions": fractions}))
     g["units"] = units
     for c in costs:
         xb, xm = axis_at(steps, cb[c]), axis_at(steps, cm[c])
-        g[f"auc_{c}"] = token_auc(xb, yb, xm, ym, n_boot=n_boot)
-        g[f"equal_{c}"] = equal_compute(xb, yb, xm, ym, n_boot=n_boot)
+        g[f"auc_{c}"] = token_auc(xb, yb, xm, ym, n_boot=n_boot, level=level)
+        g[f"equal_{c}"] = equal_compute(xb, yb, xm, ym, n_boot=n_boot, level=level)
     g["by_warm_start"] = {}
     if warm_split:
         split = by_warm_start({a: {u: data[a][u] for u in units} for a in ("baseline", arm)})
@@ -536,6 +540,8 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
 
     if mixture and warm is not None:
         raise ValueError("measure_coverage: give warm (one warm start's design) or mixture (all of them pooled), not both")
+    if not 0.5 <= level < 1.0:
+        raise ValueError(f"--coverage-level {level}: a nominal interval level; allowed: 0.5 <= level < 1")
     base = data.get("baseline", {})
     groups = ({w: {u: r for u, r in base.items() if u // WARM_STRIDE == w} for w in sorted({u // WARM_STRIDE for u in base})}
               if mixture else {warm: base if warm is None else {u: r for u, r in base.items() if u // WARM_STRIDE == warm}})
@@ -549,8 +555,6 @@ def measure_coverage(data: dict[str, dict[int, dict]], *, studies: int, n_boot: 
     bad = [n for n in sizes if not (isinstance(n, int) and n >= 2)]
     if bad:
         raise ValueError(f"--coverage-sizes: {bad} are not study sizes; allowed: integers >= 2 (paired units per arm)")
-    if not 0.5 <= level < 1.0:
-        raise ValueError(f"--coverage-level {level}: a nominal interval level; allowed: 0.5 <= level < 1")
     tail = "" if level == 0.95 else f"|l{level:.4f}"
     out = {}
     for sp in (1.9, 1.0):
@@ -705,19 +709,15 @@ def familywise(data: dict[str, dict[int, dict]], arm: str, *, n_boot: int,
                alpha: float = FAMILY_ALPHA, family: int = len(FAMILY)) -> dict | None:
     """The pooled interpolate comparison of ``arm`` read family-wise: the tokens-to-80% ratio
     (``gap.gap_compare``'s headline, the same estimator and level rule as the pooled table) and the AUC over
-    tokens (``token_auc``), each at level ``1 - alpha / family`` (Bonferroni over the ``family`` real
-    controls: the probability that any of their intervals misses its truth is <= alpha when each covers at
-    its level). None when fewer than ``MIN_PAIRED`` units are paired."""
-    p = paired(data, arm, "interp")
-    if p is None:
-        return None
-    units, steps, yb, ym, cb, cm = p
+    tokens (``token_auc``): ``compare`` on the token axis at level ``1 - alpha / family`` (Bonferroni over the
+    ``family`` real controls: the probability that any of their intervals misses its truth is <= alpha when
+    each covers at its level). None when fewer than ``MIN_PAIRED`` units are paired."""
     level = 1.0 - alpha / family
-    g = gap_compare(steps, yb, ym, cost_base={"tokens": cb["tokens"]}, cost_meth={"tokens": cm["tokens"]},
-                    fractions=(0.8,), n_boot=n_boot, level=level)
-    xb, xm = axis_at(steps, cb["tokens"]), axis_at(steps, cm["tokens"])
-    return {"n": len(units), "level": level, "n_boot": n_boot, "ratio": g[0.8].get("speedup_tokens", _nan_ci()),
-            "auc": token_auc(xb, yb, xm, ym, n_boot=n_boot, level=level)["improvement"]}
+    g = compare(data, arm, "interp", n_boot=n_boot, warm_split=False, costs=("tokens",), level=level, fractions=(0.8,))
+    if g is None:
+        return None
+    return {"n": len(g["units"]), "level": level, "n_boot": n_boot, "ratio": g[0.8].get("speedup_tokens", _nan_ci()),
+            "auc": g["auc_tokens"]["improvement"]}
 
 
 def familywise_lines(data: dict[str, dict[int, dict]], *, n_boot: int, cov: dict | None = None) -> tuple[list[str], dict]:
@@ -1013,8 +1013,6 @@ def main(argv=None) -> int:
     if (a.coverage_sizes or a.coverage_warm is not None or a.coverage_mixture or a.coverage_level != 0.95) and not a.coverage:
         ap.error("--coverage-sizes, --coverage-warm, --coverage-mixture and --coverage-level act only with --coverage "
                  "STUDIES; give it too")
-    if not 0.5 <= a.coverage_level < 1.0:
-        ap.error(f"--coverage-level {a.coverage_level}: a nominal interval level; allowed: 0.5 <= LEVEL < 1")
     if a.coverage_warm is not None and a.coverage_warm < 0:
         ap.error(f"--coverage-warm {a.coverage_warm}: a warm start is a non-negative integer (the study's: 0, 1)")
     runs, page, figs = pathlib.Path(a.runs), pathlib.Path(a.page), pathlib.Path(a.figures)

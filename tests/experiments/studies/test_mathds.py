@@ -448,6 +448,9 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         study.main(["--coverage", "2", "--coverage-warm", "-1"])
     assert e.value.code == 2 and "--coverage-warm -1: a warm start is a non-negative integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:   # measure_coverage's check, one line through the command's error path
+        study.main(["--runs", str(tmp_path / "none"), "--figures", str(tmp_path), "--coverage", "2", "--coverage-level", "1.0"])
+    assert e.value.code == 2 and "--coverage-level 1.0: a nominal interval level; allowed: 0.5 <= level < 1" in capsys.readouterr().err
 
 
 def test_coverage_sizes_below_two_are_refused(runs):
