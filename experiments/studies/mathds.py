@@ -500,19 +500,33 @@ def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[st
 
 
 def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[dict]:
-    """Does extrapolate move with interpolate? Per arm: each run's gain (final - first evaluation) on both
-    splits, their means (bootstrap CIs) and their Pearson correlation across the arm's runs (>= 3 runs)."""
+    """Does extrapolate move with interpolate? Per arm, over all its runs (``w`` = "all") and then over each
+    warm start's (``w`` = W, when it has runs of more than one): each run's gain g = final - first evaluation
+    on both splits, their means (bootstrap CIs) and their Pearson correlation across the runs (>= 3 runs,
+    both gains varying), ``r``. On the "all" row ``r_within`` is the correlation of the gains less their warm
+    start's mean gains (g_u - mean_{v in W(u)} g_v): the run-to-run relation with the warm starts' different
+    levels taken out, which a pooled ``r`` mixes in."""
+    def corr(a, b):
+        return float(np.corrcoef(a, b)[0, 1]) if a.size >= 3 and a.std() > 0 and b.std() > 0 else math.nan
+
     rows = []
     for arm in ARMS:
-        runs = list(data.get(arm, {}).values())
-        if not runs:
+        units = sorted(data.get(arm, {}))
+        if not units:
             continue
-        gi = np.array([r["interp"][-1] - r["interp"][0] for r in runs])
-        ge = np.array([r["extrap"][-1] - r["extrap"][0] for r in runs])
-        ok = len(runs) >= 3 and gi.std() > 0 and ge.std() > 0
-        rows.append({"arm": arm, "runs": len(runs), "gain_interp": bootstrap_mean(gi, n_boot=n_boot),
-                     "gain_extrap": bootstrap_mean(ge, n_boot=n_boot),
-                     "r": float(np.corrcoef(gi, ge)[0, 1]) if ok else math.nan})
+        gi = np.array([data[arm][u]["interp"][-1] - data[arm][u]["interp"][0] for u in units])   # [U]
+        ge = np.array([data[arm][u]["extrap"][-1] - data[arm][u]["extrap"][0] for u in units])   # [U]
+        w = np.array([u // WARM_STRIDE for u in units])                                          # [U]
+        ws = sorted(set(w.tolist()))
+        less = lambda g: g - np.array([g[w == x].mean() for x in w])  # noqa: E731  [U]: minus its warm start's mean
+        rows.append({"arm": arm, "w": "all", "runs": len(units), "gain_interp": bootstrap_mean(gi, n_boot=n_boot),
+                     "gain_extrap": bootstrap_mean(ge, n_boot=n_boot), "r": corr(gi, ge),
+                     "r_within": corr(less(gi), less(ge)) if len(ws) > 1 else math.nan})
+        for x in ws if len(ws) > 1 else ():
+            m = w == x
+            rows.append({"arm": arm, "w": x, "runs": int(m.sum()), "gain_interp": bootstrap_mean(gi[m], n_boot=n_boot),
+                         "gain_extrap": bootstrap_mean(ge[m], n_boot=n_boot), "r": corr(gi[m], ge[m]),
+                         "r_within": math.nan})
     return rows
 
 
@@ -814,10 +828,14 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
     tr = transfer(data, n_boot=n_boot)
     lines += ["### Does extrapolate move with interpolate?", "",
               "Per run: gain = final - first evaluation on each split; the arm's mean gains (95% CI) and the Pearson "
-              "correlation of the two gains across its runs (>= 3 runs).", "",
-              "| arm | runs | interpolate gain | extrapolate gain | correlation |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['arm']}` | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
-              f"{fmt(r['r'], 2)} |" for r in tr] or ["", "No complete run yet."]
+              "correlation of the two gains across its runs (>= 3 runs), over all its runs (W: all) and over each warm "
+              "start's. The two warm starts gain at different levels, so a correlation over all runs mixes the "
+              "difference of their means with the run-to-run relation; the last column takes it out (each run's gains "
+              "less its warm start's mean gains, `transfer`).", "",
+              "| arm | W | runs | interpolate gain | extrapolate gain | correlation | within warm starts |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r['arm']}` | {r['w']} | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
+              f"{fmt(r['r'], 2)} | {'-' if r['w'] != 'all' else fmt(r['r_within'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
     for r in led:
         r["theory_ratio"] = theory.get(r["w"], {}).get(r["arm"])

@@ -28,9 +28,9 @@ UNITS = [(0, 0, 0.01, 0.28), (0, 1, -0.01, 0.32), (1, 0, 0.02, 0.25), (1, 1, -0.
 
 
 def write_run(root, w, arm, seed, *, delta, a, speed=1.0, tokens=1000.0, wall=(1.0, 1.0), steps=T, complete=True,
-              extra_train=None, contrast=6, rollouts=128):
+              extra_train=None, contrast=6, rollouts=128, drift=0.0):
     """A run ``mathds-w<w>-<arm>-s<seed>``: interpolate pass@1 ``Y0 + delta + speed a s / T`` at every 10th step,
-    extrapolate ``0.05 + 0.5 (interp - Y0 - delta)``, train records with ``tokens`` generated, time_sample and
+    extrapolate ``0.05 + 0.5 (interp - Y0 - delta) + drift s / T``, train records with ``tokens`` generated, time_sample and
     time_update ``wall`` seconds, ``contrast`` groups with contrast and ``rollouts`` sampled per step."""
     d = root / f"mathds-w{w}-{arm}-s{seed}"
     d.mkdir(parents=True)
@@ -39,7 +39,7 @@ def write_run(root, w, arm, seed, *, delta, a, speed=1.0, tokens=1000.0, wall=(1
         if t % EVERY == 0:
             y = Y0 + delta + speed * a * t / T
             recs.append({"kind": "eval", "step": t, "eval/interpolate/pass_at_1": y, "eval/pass_at_1": y,
-                         "eval/extrapolate/pass_at_1": 0.05 + 0.5 * (y - Y0 - delta)})
+                         "eval/extrapolate/pass_at_1": 0.05 + 0.5 * (y - Y0 - delta) + drift * t / T})
         if t < steps:
             recs.append({"kind": "train", "step": t, "tokens_generated": tokens, "time_sample": wall[0],
                          "time_update": wall[1], "time_select": 0.0, "groups_contrast": contrast,
@@ -96,11 +96,32 @@ def test_closed_form_tables(runs):
     # extrapolate = half the interpolate gain, exactly correlated across runs
     ge = study.compare(data, "ps_ada", "extrap", n_boot=200)
     assert ge["equal_tokens"]["improvement"]["value"] == pytest.approx(0.5 * abar * (2 * 1000 / 1500 - 1))
-    tr = {r["arm"]: r for r in study.transfer(data, n_boot=200)}
+    tr = {r["arm"]: r for r in study.transfer(data, n_boot=200) if r["w"] == "all"}
     assert tr["baseline"]["gain_interp"]["value"] == pytest.approx(abar)
     assert tr["baseline"]["gain_extrap"]["value"] == pytest.approx(0.5 * abar)
     assert tr["baseline"]["r"] == pytest.approx(1.0)
     assert np.isnan(tr["selective"]["r"])  # one run: no correlation
+
+
+def test_transfer_separates_the_warm_starts_levels_from_the_run_to_run_relation(tmp_path):
+    """Extrapolate gain 0.5 a + drift: within each warm start it follows the interpolate gain a exactly
+    (correlation 1, also with the warm starts' means taken out), while W = 1's drift -0.5 at larger a makes the
+    correlation over all six runs negative - the pooled r the page printed alone before."""
+    a0, a1 = [0.2, 0.3, 0.4], [0.6, 0.7, 0.8]
+    for s, a in enumerate(a0):
+        write_run(tmp_path, 0, "baseline", s, delta=0.0, a=a)
+    for s, a in enumerate(a1):
+        write_run(tmp_path, 1, "baseline", s, delta=0.0, a=a, drift=-0.5)
+    rows = study.transfer(study.load(tmp_path), n_boot=100)
+    assert [(r["arm"], r["w"], r["runs"]) for r in rows] == [("baseline", "all", 6), ("baseline", 0, 3), ("baseline", 1, 3)]
+    gi, ge = np.array(a0 + a1), np.array([0.5 * a for a in a0] + [0.5 * a - 0.5 for a in a1])
+    allr = rows[0]
+    assert allr["gain_interp"]["value"] == pytest.approx(gi.mean())
+    assert allr["gain_extrap"]["value"] == pytest.approx(ge.mean())
+    assert allr["r"] == pytest.approx(np.corrcoef(gi, ge)[0, 1]) and allr["r"] < -0.5
+    assert allr["r_within"] == pytest.approx(1.0)
+    assert rows[1]["r"] == pytest.approx(1.0) and rows[2]["r"] == pytest.approx(1.0)
+    assert rows[2]["gain_extrap"]["value"] == pytest.approx(0.5 * 0.7 - 0.5)
 
 
 def test_familywise_reads_the_real_controls_at_the_bonferroni_level(runs):
