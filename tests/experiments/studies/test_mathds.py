@@ -103,6 +103,16 @@ def test_closed_form_tables(runs):
     assert np.isnan(tr["selective"]["r"])  # one run: no correlation
 
 
+def test_same_machine_counts_pairs_run_on_one_machine_type_only():
+    """A pair counts when both records name the same single machine: not a resumed run that names two, not an
+    unrecorded machine ("?"), not two different machines."""
+    rec = lambda *m: {"machines": list(m)}  # noqa: E731
+    data = {"baseline": {0: rec("X"), 1: rec("X", "Y"), 2: rec("?"), 3: rec("X"), 4: rec("Y")},
+            "screen": {0: rec("X"), 1: rec("X", "Y"), 2: rec("?"), 3: rec("Y"), 4: rec("Y")}}
+    assert study.same_machine(data, "screen", [0, 1, 2, 3, 4]) == 2
+    assert study.same_machine(data, "screen", [1, 2, 3]) == 0
+
+
 def test_transfer_separates_the_warm_starts_levels_from_the_run_to_run_relation(tmp_path):
     """Extrapolate gain 0.5 a + drift: within each warm start it follows the interpolate gain a exactly
     (correlation 1, also with the warm starts' means taken out), while W = 1's drift -0.5 at larger a makes the
