@@ -3,8 +3,10 @@
     python -m experiments.studies.mathds                     # rewrite the page's generated section and figures
     python -m experiments.studies.mathds --check             # exit 1 if the committed section differs
     python -m experiments.studies.mathds --print             # print the section, write nothing
-    python -m experiments.studies.mathds --coverage 400      # + the intervals' coverage (results/mathds/coverage.json)
-    python -m experiments.studies.mathds --coverage 200 --coverage-mixture --coverage-sizes 8  # pooled over warm starts
+    python -m experiments.studies.mathds --coverage 200 --coverage-warm 1 --coverage-sizes 4 6 8   # + the intervals'
+        # coverage in a design fitted to warm start 1's baseline runs (results/mathds/coverage_w1.json)
+    python -m experiments.studies.mathds --coverage 200 --coverage-mixture --coverage-sizes 6 7 8  # pooled over warm
+        # starts (coverage_mix.json); --coverage-level 0.991667 --coverage-boot 2500: the family-wise level's
     python -m experiments.studies.mathds --collect runs/mathds/runs   # copy complete runs' records first
 
 Runs are ``results/mathds/runs/mathds-w<W>-<arm>-s<S>`` (``experiments/mathds_sweep.sh``, then its
@@ -486,8 +488,8 @@ def hypotheses_lines(comps: dict[str, dict], pre: dict[str, float], run: dict[st
     lines += ["#### The hypotheses per warm start (each at its own baseline's level, against its own theory)", "",
               "The same H3 and H2 readings on each warm start's >= "
               f"{MIN_PAIRED} pairs, the theory's ratios from that warm start's step-0 pool histogram (a gain below "
-              "the gap rule is flagged in the per-warm-start table above; W = 1's 4-pair intervals cover less than 95%, "
-              "coverage table).", "",
+              "the gap rule is flagged in the per-warm-start table above; a warm start's intervals at few pairs can "
+              "cover less than 95%: coverage table, rows fitted on one warm start).", "",
               "| arm | W | paired runs | tokens to 80%: baseline / arm | theory, pre-registered | theory, as run | "
               "H3 (within x2 of the pre-registered) |", "|---|---|---|---|---|---|---|"]
     for arm, w, v in rows:
