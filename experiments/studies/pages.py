@@ -247,7 +247,7 @@ STUDIES = (
           "W = 1: dynamic sampling 0.85x / 0.87x against 0.85x / 0.86x, PS-ada 0.82x / 0.82x against 0.81x / "
           "0.81x) and overstates screening by ~10% (1.04x / 1.06x against 1.15x / 1.16x); H3 (outcome within x2 of "
           "the theory) holds for four arms - a wide band: PS-ada's pre-registered 1.33 passes against 0.87 - and "
-          "fails for selective; H2's ranking fails (`predicted`, ranked first, is last; PS-ada and screening do not "
+          "fails for selective; H2's ranking fails (`predicted`, ranked first, comes last of the ranked arms, its ceiling <= 0.62x under dynamic sampling's 0.66x; PS-ada and screening do not "
           "beat the baseline); only its clause 'dynamic sampling below 1.0' holds, pooled and on W = 0, not on W = "
           "1 alone. The A/A control holds 1.0 (1.20x [0.65, 1.74], 8 pairs). Coverage, measured at the pairs read "
           "now in designs fitted to each warm start's 8 baseline runs (steps-axis simulation, planted 1.9x and "
