@@ -6,7 +6,8 @@
     python -m experiments.studies.mathds --coverage 200 --coverage-warm 1 --coverage-sizes 4 6 8   # + the intervals'
         # coverage in a design fitted to warm start 1's baseline runs (results/mathds/coverage_w1.json)
     python -m experiments.studies.mathds --coverage 200 --coverage-mixture --coverage-sizes 6 7 8  # pooled over warm
-        # starts (coverage_mix.json); --coverage-level 0.991667 --coverage-boot 2500: the family-wise level's
+        # starts (coverage_mix.json); with --coverage-level 0.991667 --coverage-boot 2500 at the family-wise
+        # table's level (coverage_mix_l0.9917.json)
     python -m experiments.studies.mathds --collect runs/mathds/runs   # copy complete runs' records first
 
 Runs are ``results/mathds/runs/mathds-w<W>-<arm>-s<S>`` (``experiments/mathds_sweep.sh``, then its
@@ -59,7 +60,7 @@ import numpy as np
 from experiments.studies import command_line
 from experiments.studies.mechanism import WARM_STRIDE, by_warm_start
 from prs.analysis.bootstrap import bootstrap_band, bootstrap_diff_of_means, bootstrap_mean
-from prs.analysis.gap import auc, gap_compare
+from prs.analysis.gap import FRACTIONS, auc, gap_compare
 from prs.analysis.runs import clipped_step_time, collect_records, read_records
 from prs.analysis.tables import BOUND_NOTE, fmt, fmt_ci, fmt_ratio, to_jsonable
 
@@ -235,7 +236,7 @@ def equal_compute(x_ref, y_ref, x_arm, y_arm, *, n_boot: int = 2000, level: floa
 
 def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, n_boot: int = 2000,
             warm_split: bool = True, costs: tuple[str, ...] = ("tokens", "wall"), level: float = 0.95,
-            fractions: tuple[float, ...] | None = None) -> dict | None:
+            fractions: tuple[float, ...] = FRACTIONS) -> dict | None:
     """``gap.gap_compare`` of ``arm`` against the baseline on ``key`` with generated tokens and wall-clock as
     costs, plus ``token_auc`` and ``equal_compute`` on both cost axes and (``warm_split``, when the paired units
     span more than one warm start) per warm start, each on its own >= ``MIN_PAIRED`` units and at its own
@@ -243,14 +244,13 @@ def compare(data: dict[str, dict[int, dict]], arm: str, key: str = "interp", *, 
     ``levels``, the steps ratio ``steps`` and the token axis's ``auc_tokens`` / ``equal_tokens``; None when
     fewer than ``MIN_PAIRED`` units are paired. ``costs``: the cost axes computed (the per-warm-start readings
     use the token axis only). ``level``: every interval's nominal level; ``fractions``: gap_compare's gap
-    fractions (default its own)."""
+    fractions."""
     p = paired(data, arm, key)
     if p is None:
         return None
     units, steps, yb, ym, cb, cm = p
     cb, cm = {c: cb[c] for c in costs}, {c: cm[c] for c in costs}
-    g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, n_boot=n_boot, level=level,
-                    **({} if fractions is None else {"fractions": fractions}))
+    g = gap_compare(steps, yb, ym, cost_base=cb, cost_meth=cm, fractions=fractions, n_boot=n_boot, level=level)
     g["units"] = units
     for c in costs:
         xb, xm = axis_at(steps, cb[c]), axis_at(steps, cm[c])
@@ -511,6 +511,10 @@ def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[di
     def corr(a, b):
         return float(np.corrcoef(a, b)[0, 1]) if a.size >= 3 and a.std() > 0 and b.std() > 0 else math.nan
 
+    def row(arm, w, gi, ge, r_within=math.nan):
+        return {"arm": arm, "w": w, "runs": gi.size, "gain_interp": bootstrap_mean(gi, n_boot=n_boot),
+                "gain_extrap": bootstrap_mean(ge, n_boot=n_boot), "r": corr(gi, ge), "r_within": r_within}
+
     rows = []
     for arm in ARMS:
         units = sorted(data.get(arm, {}))
@@ -521,14 +525,8 @@ def transfer(data: dict[str, dict[int, dict]], *, n_boot: int = 2000) -> list[di
         w = np.array([u // WARM_STRIDE for u in units])                                          # [U]
         ws = sorted(set(w.tolist()))
         less = lambda g: g - np.array([g[w == x].mean() for x in w])  # noqa: E731  [U]: minus its warm start's mean
-        rows.append({"arm": arm, "w": "all", "runs": len(units), "gain_interp": bootstrap_mean(gi, n_boot=n_boot),
-                     "gain_extrap": bootstrap_mean(ge, n_boot=n_boot), "r": corr(gi, ge),
-                     "r_within": corr(less(gi), less(ge)) if len(ws) > 1 else math.nan})
-        for x in ws if len(ws) > 1 else ():
-            m = w == x
-            rows.append({"arm": arm, "w": x, "runs": int(m.sum()), "gain_interp": bootstrap_mean(gi[m], n_boot=n_boot),
-                         "gain_extrap": bootstrap_mean(ge[m], n_boot=n_boot), "r": corr(gi[m], ge[m]),
-                         "r_within": math.nan})
+        rows.append(row(arm, "all", gi, ge, corr(less(gi), less(ge)) if len(ws) > 1 else math.nan))
+        rows += [row(arm, x, gi[w == x], ge[w == x]) for x in ws if len(ws) > 1]
     return rows
 
 
@@ -683,8 +681,11 @@ def same_machine(data: dict[str, dict[int, dict]], arm: str, units, ref: str = "
     """How many of the paired ``units`` ran, in both ``arm``'s and ``ref``'s records, on one and the same machine
     type (each record's ``machines``: every machine a run's provenance names; a resumed run may name two; an
     unrecorded one, ``"?"``, matches nothing)."""
-    one = lambda r: set(r.get("machines", [])) if len(set(r.get("machines", []))) == 1 else {"?"}  # noqa: E731
-    return sum(1 for u in units if one(data[arm][u]) != {"?"} and one(data[arm][u]) == one(data[ref][u]))
+    def one(r):   # the run's single recorded machine, or None
+        m = set(r.get("machines", []))
+        return next(iter(m)) if len(m) == 1 and m != {"?"} else None
+
+    return sum(1 for u in units if one(data[arm][u]) is not None and one(data[arm][u]) == one(data[ref][u]))
 
 
 def comparison_lines(data: dict[str, dict[int, dict]], key: str, *, n_boot: int) -> tuple[list[str], dict]:
@@ -851,7 +852,7 @@ def section(data: dict[str, dict[int, dict]], *, n_boot: int = 2000, cov: dict |
               "| arm | W | runs | interpolate gain | extrapolate gain | correlation | within warm starts |",
               "|---|---|---|---|---|---|---|"]
     lines += [f"| `{r['arm']}` | {r['w']} | {r['runs']} | {fmt_ci(r['gain_interp'], 3)} | {fmt_ci(r['gain_extrap'], 3)} | "
-              f"{fmt(r['r'], 2)} | {'-' if r['w'] != 'all' else fmt(r['r_within'], 2)} |" for r in tr] or ["", "No complete run yet."]
+              f"{fmt(r['r'], 2)} | {fmt(r['r_within'], 2)} |" for r in tr] or ["", "No complete run yet."]
     led = ledger(data)
     for r in led:
         r["theory_ratio"] = theory.get(r["w"], {}).get(r["arm"])
